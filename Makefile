@@ -1,0 +1,40 @@
+# dikkat: the two commands a newcomer needs.
+#   make run   installs what is missing, builds, serves the default model
+#   make test  installs what is missing, builds, runs every test
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+ADDR ?= 127.0.0.1:50051
+METRICS_ADDR ?= 127.0.0.1:9090
+CTEST_ARGS ?=
+
+.PHONY: all deps configure build test run bench clean format
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD_DIR)/build.ninja:
+	cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS)
+
+configure: deps $(BUILD_DIR)/build.ninja
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+run: build
+	$(BUILD_DIR)/server/dikkat-server --listen=$(ADDR) --metrics_listen=$(METRICS_ADDR) \
+	  --model=$(BUILD_DIR)/models/tiny-lm
+
+bench: build
+	bash bench/run.sh
+
+clean:
+	rm -rf $(BUILD_DIR)
+
+format:
+	clang-format -i $$(git ls-files '*.h' '*.cc')

@@ -1,0 +1,58 @@
+// Reading and writing weight files: safetensors (single file, or sharded with
+// a `model.safetensors.index.json`) and PyTorch zip checkpoints (`torch.save`
+// of a state_dict). Model code sees only a TensorMap; it never cares which
+// file format the tensors came from.
+//
+// Thread-safety: the free functions are reentrant. Tensors read from
+// safetensors may alias a read-only memory mapping that stays alive as long
+// as any tensor referring to it does.
+#ifndef DIKKAT_MODEL_WEIGHTS_H_
+#define DIKKAT_MODEL_WEIGHTS_H_
+
+#include <map>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+
+namespace dikkat::model {
+
+// Tensors by their name in the file. Ordered so that iteration (and error
+// messages listing names) are deterministic.
+using TensorMap = std::map<std::string, at::Tensor>;
+
+// Reads one .safetensors file. Supported dtypes: F32, F16, BF16, F64, I64,
+// I32, I16, I8, U8, BOOL. Errors (INVALID_ARGUMENT / NOT_FOUND / DATA_LOSS)
+// name the file and, where it applies, the tensor and what was expected:
+// missing file, header length past the end, bad header JSON, unknown dtype,
+// shape/dtype not matching the byte range, byte ranges overlapping or past
+// the end of the file (truncated file).
+absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path);
+
+// Reads every shard named by a Hugging Face `*.safetensors.index.json`
+// (`weight_map`: tensor name -> shard file, relative to the index).
+absl::StatusOr<TensorMap> ReadSafetensorsIndex(const std::string& index_path);
+
+// Reads a PyTorch zip checkpoint written by `torch.save(state_dict, path)`
+// (the default zip format; the legacy tar/pickle format is rejected with a
+// clear error). Nested dicts ({"model": state_dict}) are flattened with "."
+// joined keys; non-tensor entries are ignored.
+absl::StatusOr<TensorMap> ReadTorchCheckpoint(const std::string& path);
+
+// Dispatches on the path: a directory (model.safetensors, then
+// model.safetensors.index.json, then pytorch_model.bin / *.pt), a
+// `.safetensors` file, an `.index.json`, or anything else as a torch zip.
+absl::StatusOr<TensorMap> ReadWeights(const std::string& path);
+
+// Writes tensors (any device, contiguous or not) to a .safetensors file with
+// an optional `__metadata__` string map. Used by tools and tests.
+absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
+// Lower-case hex SHA-256 of a file's bytes (for ModelInfo fingerprints).
+absl::StatusOr<std::string> Sha256File(const std::string& path);
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_WEIGHTS_H_

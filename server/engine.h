@@ -1,0 +1,261 @@
+// Engine: one model, its KV cache and the thread that owns both.
+//
+// Every request (Generate, Encode, Attention) is queued and executed on the
+// engine thread, which runs continuous batching: each step it admits waiting
+// requests whose prompts fit the token budget and the free KV blocks, runs one
+// batched forward for the prefill chunks and for every running sequence's next
+// token, samples, and pushes results to each request's observer. Requests join
+// and leave the batch between steps; a finished, cancelled or expired request
+// frees its KV blocks at once.
+//
+// Thread-safety: all public methods may be called from any thread (the gRPC
+// reactors call them). Observers and callbacks are invoked on the engine
+// thread and must not block. This header is torch-free on purpose.
+#ifndef DIKKAT_SERVER_ENGINE_H_
+#define DIKKAT_SERVER_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "model/config.h"
+#include "model/sampling_params.h"
+#include "model/tokenizer.h"
+
+namespace dikkat::server {
+
+using RequestId = uint64_t;
+
+// ---- results ----------------------------------------------------------------
+
+// A dense float32 array, row-major.
+struct DenseTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+enum class FinishReason {
+  kEos,           // the model emitted its end-of-sequence token
+  kLength,        // max_new_tokens reached, or the model's context is full
+  kStop,          // a stop string or stop token id was produced
+  kCancelled,     // the caller cancelled (or disconnected)
+  kDeadline,      // the request's deadline passed (queued or mid-generation)
+  kError,         // see GenerateSummary::status
+};
+const char* FinishReasonName(FinishReason r);
+
+struct TokenAlternative {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct GeneratedToken {
+  int32_t token_id = 0;
+  float logprob = 0.0f;                 // filled when the request asked for logprobs
+  std::vector<TokenAlternative> top;    // top_logprobs alternatives, best first
+};
+
+// One streamed message: the tokens produced since the last chunk and the
+// text they complete (never a partial UTF-8 character).
+struct GeneratedChunk {
+  std::vector<GeneratedToken> tokens;
+  std::string text;
+};
+
+struct GenerateSummary {
+  FinishReason reason = FinishReason::kLength;
+  absl::Status status;                  // non-OK only with kError
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;
+  uint64_t seed = 0;                    // the seed actually used (reproduce with it)
+  absl::Duration queue_time;            // submit -> first scheduled
+  absl::Duration time_to_first_token;   // submit -> first token produced
+  absl::Duration total_time;            // submit -> finish
+};
+
+// Receives one Generate request's output. Called on the engine thread:
+// implementations copy/move what they need and return at once.
+class GenerateObserver {
+ public:
+  virtual ~GenerateObserver() = default;
+  virtual void OnChunk(GeneratedChunk chunk) = 0;
+  // Called exactly once, after the last OnChunk.
+  virtual void OnFinish(GenerateSummary summary) = 0;
+};
+
+// ---- requests ---------------------------------------------------------------
+
+struct GenerateRequest {
+  // Decoder-only: the prompt (non-empty). Encoder-decoder: an optional decoder
+  // prefix (the engine prepends decoder_start_token_id when it is empty).
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> source;          // encoder-decoder only: the encoder input
+  model::SamplingParams sampling;
+  int32_t max_new_tokens = 0;           // 0 -> EngineOptions::default_max_new_tokens
+  std::vector<int32_t> stop_token_ids;  // finish (kStop) when one is sampled
+  std::vector<std::string> stop_strings;  // finish (kStop) when the text contains one
+  bool ignore_eos = false;              // keep going past the EOS token
+  bool include_stop_text = false;       // keep the matched stop string in the text
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct EncodeRequest {
+  std::vector<std::vector<int32_t>> inputs;    // one token sequence per input
+  std::vector<std::vector<int32_t>> type_ids;  // BERT segment ids; empty or one per input
+  model::Pooling pooling = model::Pooling::kMean;
+  bool normalize = false;                      // L2-normalize pooled embeddings
+  bool return_hidden_states = false;           // per-token states of `hidden_layer`
+  int32_t hidden_layer = -1;                   // 0 = embeddings, L = last layer; -1 = last
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct EncodeResult {
+  std::vector<DenseTensor> embeddings;     // per input: [d_model]
+  std::vector<DenseTensor> hidden_states;  // per input: [tokens, d_model] (when asked)
+  int32_t prompt_tokens = 0;
+};
+
+enum class AttentionKind {
+  kSelf,         // decoder-only / encoder-only self-attention
+  kEncoderSelf,  // encoder-decoder: encoder self-attention
+  kDecoderSelf,  // encoder-decoder: masked decoder self-attention
+  kCross,        // encoder-decoder: decoder -> encoder
+};
+enum class HeadAggregation { kNone, kMean, kMax };
+
+struct AttentionRequest {
+  std::vector<int32_t> input;   // the sequence (encoder-decoder: the source)
+  std::vector<int32_t> target;  // encoder-decoder: decoder input (required for decoder/cross)
+  std::vector<int32_t> layers;  // empty = all
+  std::vector<int32_t> heads;   // empty = all
+  AttentionKind kind = AttentionKind::kSelf;
+  HeadAggregation aggregation = HeadAggregation::kNone;
+  int64_t max_values = 0;       // 0 = EngineOptions::max_attention_values
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct AttentionMap {
+  int32_t layer = 0;
+  int32_t head = -1;            // -1 when heads were aggregated
+  AttentionKind kind = AttentionKind::kSelf;
+  DenseTensor weights;          // [q_len, k_len], rows sum to 1 (or 0 when fully masked)
+};
+
+struct AttentionResult {
+  std::vector<AttentionMap> maps;
+  int32_t q_len = 0;
+  int32_t k_len = 0;
+};
+
+using EncodeCallback = std::function<void(absl::StatusOr<EncodeResult>)>;
+using AttentionCallback = std::function<void(absl::StatusOr<AttentionResult>)>;
+
+// ---- configuration and introspection -------------------------------------------
+
+struct EngineOptions {
+  std::string device = "cpu";           // "cpu" or "cuda:N" (when LibTorch has CUDA)
+  std::string dtype = "float32";        // float32 | bfloat16 | float16
+  int32_t max_batch_size = 64;          // running sequences per step
+  int32_t max_batch_tokens = 2048;      // tokens per forward (prefill budget)
+  int64_t kv_cache_bytes = 256ll << 20; // KV cache budget
+  int32_t kv_block_size = 16;           // tokens per KV block
+  int32_t max_queue = 256;              // waiting requests before RESOURCE_EXHAUSTED
+  int32_t max_new_tokens_cap = 4096;    // upper bound a request may ask for
+  int32_t default_max_new_tokens = 64;
+  int64_t max_attention_values = 16ll << 20;  // floats per Attention response
+};
+
+struct EngineStats {
+  int32_t running = 0;        // sequences in the running batch
+  int32_t waiting = 0;        // queued, not yet admitted
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_block_size = 0;
+  int64_t kv_cache_bytes = 0;
+  int64_t weights_bytes = 0;
+  int64_t requests_finished = 0;
+  int64_t preemptions = 0;
+};
+
+// Timings of one engine step, for metrics.
+struct StepTiming {
+  bool prefill = false;       // the step included prompt tokens
+  int32_t sequences = 0;      // batch size
+  int32_t tokens = 0;         // tokens through the forward
+  absl::Duration duration;
+};
+
+// Optional hooks for metrics; called on the engine thread, must not block.
+class EngineListener {
+ public:
+  virtual ~EngineListener() = default;
+  virtual void OnStep(const StepTiming& step) { (void)step; }
+  virtual void OnGenerateFinished(const GenerateSummary& summary) { (void)summary; }
+  virtual void OnTokenEmitted(absl::Duration since_previous) { (void)since_previous; }
+  virtual void OnPreemption() {}
+};
+
+// What GetModelInfo reports.
+struct ModelDescription {
+  std::string name;
+  std::string path;
+  model::ModelConfig config;
+  std::string dtype;
+  std::string device;
+  std::string weights_sha256;
+  std::string tokenizer_kind;
+  std::vector<std::string> tokenizer_sha256;
+  int64_t weights_bytes = 0;
+  absl::Duration load_time;
+};
+
+class Engine {
+ public:
+  // Loads the model folder (dikkat.json or Hugging Face config.json, weights,
+  // tokenizer), allocates the KV cache and starts the engine thread.
+  // Errors name the file, tensor and problem.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const std::string& name,
+                                                        const std::string& model_path,
+                                                        const EngineOptions& options,
+                                                        EngineListener* listener = nullptr);
+  virtual ~Engine() = default;
+
+  virtual const ModelDescription& description() const = 0;
+  virtual const model::Tokenizer& tokenizer() const = 0;
+  virtual const EngineOptions& options() const = 0;
+
+  // Runs one short forward of each kind the model supports; blocks. Health
+  // reports SERVING only after it succeeds.
+  virtual absl::Status Warmup() = 0;
+
+  // Queue work. INVALID_ARGUMENT for bad input (the message names the field,
+  // value and what is allowed), RESOURCE_EXHAUSTED when the queue is full or
+  // the request can never fit in the KV cache, UNAVAILABLE while shutting down.
+  // On success the observer/callback is called later on the engine thread;
+  // on error it is never called.
+  virtual absl::StatusOr<RequestId> SubmitGenerate(GenerateRequest request,
+                                                   std::shared_ptr<GenerateObserver> observer) = 0;
+  virtual absl::StatusOr<RequestId> SubmitEncode(EncodeRequest request, EncodeCallback done) = 0;
+  virtual absl::StatusOr<RequestId> SubmitAttention(AttentionRequest request,
+                                                    AttentionCallback done) = 0;
+
+  // Stops a request wherever it is (queued or running); its observer gets
+  // OnFinish(kCancelled) / its callback CANCELLED. Unknown ids are ignored.
+  virtual void Cancel(RequestId id) = 0;
+
+  // Thread-safe snapshot.
+  virtual EngineStats stats() const = 0;
+
+  // Refuses new work (UNAVAILABLE), lets running requests finish for up to
+  // `grace`, then cancels what is left and stops the thread. Idempotent.
+  virtual void Shutdown(absl::Duration grace) = 0;
+};
+
+}  // namespace dikkat::server
+
+#endif  // DIKKAT_SERVER_ENGINE_H_
