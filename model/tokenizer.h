@@ -73,10 +73,19 @@ class Tokenizer {
 class IncrementalDecoder {
  public:
   IncrementalDecoder(const Tokenizer* tokenizer, bool skip_special_tokens);
+  // `context` (e.g. the last few prompt ids) is decoded as left context but
+  // never emitted, so the first generated piece keeps the leading space a
+  // SentencePiece model gives a word that follows other text.
+  IncrementalDecoder(const Tokenizer* tokenizer, bool skip_special_tokens,
+                     std::vector<int32_t> context);
   std::string Push(int32_t id);
   std::string Flush();
 
  private:
+  std::string DecodeRange(size_t begin, size_t end) const;
+  // Emits the text of ids_[read_offset_, end) if it is complete (or `flush`).
+  std::string TakeDelta(bool flush);
+
   const Tokenizer* tokenizer_;  // not owned
   bool skip_special_;
   std::vector<int32_t> ids_;

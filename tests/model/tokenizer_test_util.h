@@ -1,0 +1,75 @@
+// Helpers shared by the tokenizer test suites: scratch directories and the
+// Python reference script (tests/model/tokenizer_reference.py run by Debian's
+// /usr/bin/python3).
+#ifndef DIKKAT_TESTS_MODEL_TOKENIZER_TEST_UTIL_H_
+#define DIKKAT_TESTS_MODEL_TOKENIZER_TEST_UTIL_H_
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace dikkat::model::testing_util {
+
+// A fresh directory under the test's temp dir, removed at destruction.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = ::testing::TempDir() + "dikkat_tok_XXXXXX";
+    char* made = mkdtemp(tmpl.data());
+    if (made == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline void WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary);
+  out << contents;
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs a shell command; returns its exit status (0 = success).
+inline int Run(const std::string& command) {
+  const int rc = std::system(command.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// Runs tokenizer_reference.py <command> <input.json> <output.json> [extra...]
+// and returns the parsed output; fails the test if the script fails.
+inline nlohmann::json RunReference(const ScratchDir& dir, const std::string& command,
+                                   const nlohmann::json& input, const std::string& extra = "") {
+  const std::string in = dir.File(command + "_in.json");
+  const std::string out = dir.File(command + "_out.json");
+  WriteFile(in, input.dump());
+  const std::string cmd = std::string("/usr/bin/python3 ") + DIKKAT_SOURCE_DIR +
+                          "/tests/model/tokenizer_reference.py " + command + " " + in + " " + out +
+                          (extra.empty() ? "" : " " + extra);
+  const int rc = Run(cmd);
+  EXPECT_EQ(rc, 0) << "reference script failed: " << cmd;
+  if (rc != 0) return nlohmann::json();
+  return nlohmann::json::parse(ReadFile(out));
+}
+
+}  // namespace dikkat::model::testing_util
+
+#endif  // DIKKAT_TESTS_MODEL_TOKENIZER_TEST_UTIL_H_
