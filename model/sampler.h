@@ -1,19 +1,53 @@
 // Token sampling: greedy, temperature, top-k, top-p, min-p, repetition /
 // presence / frequency penalties, per-request seeds, log-probabilities.
 //
-// A Sampler holds one request's state (its random generator and the counts
-// of tokens seen so far, for the penalties). It is not thread-safe; the
-// engine thread owns every Sampler.
+// A Sampler holds one request's state: its random generator and the counts of
+// tokens seen so far (for the penalties). It is not thread-safe; the engine
+// thread owns every Sampler. Working buffers (a vocab-sized float copy of the
+// logits and an index array) are per thread, not per Sampler, so thousands of
+// live requests do not each hold vocab-sized memory.
+//
+// What Sample() does, in order (the contract the tests check):
+//  1. Penalties, on the logits of every token seen so far (Observe*), with
+//     c = times seen:
+//       repetition (CTRL): logit > 0 ? logit / repetition_penalty
+//                                    : logit * repetition_penalty
+//       presence:          logit -= presence_penalty        (once, c > 0)
+//       frequency:         logit -= frequency_penalty * c
+//     Seen ids outside [0, vocab) are ignored.
+//  2. temperature == 0: greedy. The token is the argmax of the penalized
+//     logits (ties -> lowest id). No random number is drawn.
+//  3. Otherwise the penalized logits are divided by the temperature and
+//     log-softmaxed. Candidates are the tokens in descending probability
+//     order (ties -> lower id first), filtered in this order, each filter on
+//     the renormalized survivors of the previous one:
+//       top_k > 0: the first k (exactly k, even with ties at the boundary);
+//       top_p < 1: the shortest prefix whose mass >= top_p (a tolerance of
+//                  1e-6 absorbs float rounding; always at least one token);
+//       min_p > 0: drop tokens with p < min_p * p_max.
+//     One uniform double u in [0, 1) is drawn per call as
+//     (rng() >> 11) * 2^-53 from the request's std::mt19937_64, and the token
+//     is the first candidate, in the order above, whose cumulative mass
+//     exceeds u * (total candidate mass). The same seed, history and logits
+//     therefore always give the same token, whatever the thread count.
+//  4. Reported log-probabilities (the chosen token's and the top_logprobs
+//     alternatives) are of the distribution after penalties and temperature,
+//     before top-k / top-p / min-p filtering (greedy: temperature 1), so they
+//     stay comparable across filter settings. Alternatives are best first,
+//     ties -> lower id first.
+// Logits may contain -inf (masked tokens) but not NaN or +inf, and at least
+// one must be finite; otherwise Sample returns INVALID_ARGUMENT.
 #ifndef DIKKAT_MODEL_SAMPLER_H_
 #define DIKKAT_MODEL_SAMPLER_H_
 
 #include <cstdint>
 #include <random>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "model/sampling_params.h"
 
 namespace at {
@@ -29,8 +63,8 @@ struct TokenLogprob {
 
 struct SampledToken {
   int32_t token_id = 0;
-  float logprob = 0.0f;               // of the chosen token
-  std::vector<TokenLogprob> top;      // the top_logprobs most likely, best first
+  float logprob = 0.0f;           // of the chosen token
+  std::vector<TokenLogprob> top;  // the top_logprobs most likely, best first
 };
 
 class Sampler {
@@ -39,22 +73,39 @@ class Sampler {
   // unset (the engine draws one per request so that results are reportable).
   Sampler(const SamplingParams& params, uint64_t seed);
 
-  // Tokens that count for the repetition/presence/frequency penalties
-  // (the prompt, then every generated token; the engine calls this).
+  // Tokens that count for the repetition/presence/frequency penalties (the
+  // prompt, then every generated token). Sample() does not observe its own
+  // result: the engine calls Observe with the token it keeps. When every
+  // penalty is neutral nothing is recorded.
   void Observe(int32_t token_id);
-  void ObserveAll(const std::vector<int32_t>& token_ids);
+  void ObserveAll(absl::Span<const int32_t> token_ids);
 
-  // Picks the next token from `logits` ([vocab] float32, any device; not
-  // modified). Deterministic for a given seed, history and logits.
-  SampledToken Sample(const at::Tensor& logits);
+  // Picks the next token from `logits`: a [vocab] floating tensor of any
+  // dtype and device (copied to CPU float32; not modified). INVALID_ARGUMENT
+  // for another rank or dtype, an empty vocab, or bad values (see above).
+  absl::StatusOr<SampledToken> Sample(const at::Tensor& logits);
+  // The same on host float32 logits (the torch-free core).
+  absl::StatusOr<SampledToken> Sample(absl::Span<const float> logits);
 
   const SamplingParams& params() const { return params_; }
+  // The seed in effect: params.seed if set, else the constructor's `seed`.
+  uint64_t seed() const { return seed_; }
 
  private:
+  bool penalties_active() const;
+  void ApplyPenalties(absl::Span<float> logits) const;
+
   SamplingParams params_;
+  uint64_t seed_;
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int32_t> counts_;  // token id -> times seen
 };
+
+// Samples row b of `logits` ([batch, vocab], any floating dtype and device)
+// with samplers[b], converting the whole batch to CPU float32 once.
+// INVALID_ARGUMENT if the shape does not match the samplers or a row is bad.
+absl::StatusOr<std::vector<SampledToken>> SampleRows(absl::Span<Sampler* const> samplers,
+                                                     const at::Tensor& logits);
 
 }  // namespace dikkat::model
 

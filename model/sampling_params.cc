@@ -1,0 +1,47 @@
+#include "model/sampling_params.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace dikkat::model {
+namespace {
+
+// Each check is written so that NaN fails it.
+absl::Status OutOfRange(const char* field, double value, const char* allowed) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("sampling.%s = %g is out of range: must be %s", field, value, allowed));
+}
+
+}  // namespace
+
+absl::Status Validate(const SamplingParams& params) {
+  if (!(params.temperature >= 0.0f && std::isfinite(params.temperature))) {
+    return OutOfRange("temperature", params.temperature, "finite and >= 0 (0 = greedy)");
+  }
+  if (params.top_k < 0) {
+    return OutOfRange("top_k", params.top_k, ">= 0 (0 = off)");
+  }
+  if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) {
+    return OutOfRange("top_p", params.top_p, "in (0, 1] (1 = off)");
+  }
+  if (!(params.min_p >= 0.0f && params.min_p <= 1.0f)) {
+    return OutOfRange("min_p", params.min_p, "in [0, 1] (0 = off)");
+  }
+  if (!(params.repetition_penalty > 0.0f && std::isfinite(params.repetition_penalty))) {
+    return OutOfRange("repetition_penalty", params.repetition_penalty,
+                      "finite and > 0 (1 = off)");
+  }
+  if (!(params.presence_penalty >= -2.0f && params.presence_penalty <= 2.0f)) {
+    return OutOfRange("presence_penalty", params.presence_penalty, "in [-2, 2] (0 = off)");
+  }
+  if (!(params.frequency_penalty >= -2.0f && params.frequency_penalty <= 2.0f)) {
+    return OutOfRange("frequency_penalty", params.frequency_penalty, "in [-2, 2] (0 = off)");
+  }
+  if (params.top_logprobs < 0 || params.top_logprobs > 20) {
+    return OutOfRange("top_logprobs", params.top_logprobs, "in [0, 20]");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dikkat::model

@@ -1,0 +1,650 @@
+// Sampler and SamplingParams::Validate. Expected values are computed here
+// from the documented formulas in double precision, or by an independent,
+// deliberately naive reference implementation (full sort) of the documented
+// draw, never typed in.
+#include "model/sampler.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/from_blob.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/sampling_params.h"
+
+namespace dikkat::model {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// ---- helpers ----------------------------------------------------------------
+
+std::vector<double> LogSoftmax(const std::vector<double>& x) {
+  const double m = *std::max_element(x.begin(), x.end());
+  double s = 0.0;
+  for (double v : x) s += std::exp(v - m);
+  std::vector<double> out;
+  for (double v : x) out.push_back(v - m - std::log(s));
+  return out;
+}
+
+std::vector<double> Softmax(const std::vector<double>& x) {
+  std::vector<double> out = LogSoftmax(x);
+  for (double& v : out) v = std::exp(v);
+  return out;
+}
+
+// Logits whose softmax is exactly `probs` (up to float rounding).
+std::vector<float> LogitsFromProbs(const std::vector<double>& probs) {
+  std::vector<float> out;
+  for (double p : probs) out.push_back(static_cast<float>(std::log(p)));
+  return out;
+}
+
+int32_t SampleId(Sampler& s, const std::vector<float>& logits) {
+  absl::StatusOr<SampledToken> t = s.Sample(absl::MakeConstSpan(logits));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? t->token_id : -1;
+}
+
+std::set<int32_t> DrawnSet(const SamplingParams& params, const std::vector<float>& logits,
+                           int draws) {
+  Sampler s(params, 1234);
+  std::set<int32_t> ids;
+  for (int i = 0; i < draws; ++i) ids.insert(SampleId(s, logits));
+  return ids;
+}
+
+std::vector<float> RandomLogits(size_t vocab, std::mt19937& gen, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> out(vocab);
+  for (float& v : out) v = normal(gen);
+  return out;
+}
+
+// ---- Validate ----------------------------------------------------------------
+
+TEST(ValidateTest, AcceptsDefaultsAndBoundaries) {
+  EXPECT_TRUE(Validate(SamplingParams{}).ok());
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 1.0f;
+  p.repetition_penalty = 1e-3f;
+  p.presence_penalty = -2.0f;
+  p.frequency_penalty = 2.0f;
+  p.top_logprobs = 20;
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  p.top_p = 1e-6f;
+  p.min_p = 0.0f;
+  p.presence_penalty = 2.0f;
+  p.frequency_penalty = -2.0f;
+  p.top_logprobs = 0;
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+}
+
+struct BadParam {
+  std::string field;
+  std::function<void(SamplingParams&)> set;
+};
+
+TEST(ValidateTest, RejectsEachBadFieldNamingIt) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<BadParam> cases = {
+      {"temperature", [](SamplingParams& p) { p.temperature = -0.1f; }},
+      {"temperature", [=](SamplingParams& p) { p.temperature = nan; }},
+      {"temperature", [=](SamplingParams& p) { p.temperature = inf; }},
+      {"top_k", [](SamplingParams& p) { p.top_k = -1; }},
+      {"top_p", [](SamplingParams& p) { p.top_p = 0.0f; }},
+      {"top_p", [](SamplingParams& p) { p.top_p = 1.01f; }},
+      {"top_p", [=](SamplingParams& p) { p.top_p = nan; }},
+      {"min_p", [](SamplingParams& p) { p.min_p = -0.01f; }},
+      {"min_p", [](SamplingParams& p) { p.min_p = 1.5f; }},
+      {"min_p", [=](SamplingParams& p) { p.min_p = nan; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 0.0f; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = -1.0f; }},
+      {"repetition_penalty", [=](SamplingParams& p) { p.repetition_penalty = inf; }},
+      {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = 2.5f; }},
+      {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = -2.01f; }},
+      {"frequency_penalty", [](SamplingParams& p) { p.frequency_penalty = 3.0f; }},
+      {"frequency_penalty", [=](SamplingParams& p) { p.frequency_penalty = nan; }},
+      {"top_logprobs", [](SamplingParams& p) { p.top_logprobs = -1; }},
+      {"top_logprobs", [](SamplingParams& p) { p.top_logprobs = 21; }},
+  };
+  for (const BadParam& c : cases) {
+    SamplingParams p;
+    c.set(p);
+    const absl::Status s = Validate(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.field));
+  }
+}
+
+TEST(ValidateTest, MessageHasValueAndRange) {
+  SamplingParams p;
+  p.top_p = 1.5f;
+  const std::string msg(Validate(p).message());
+  EXPECT_THAT(msg, HasSubstr("top_p"));
+  EXPECT_THAT(msg, HasSubstr("1.5"));
+  EXPECT_THAT(msg, HasSubstr("(0, 1]"));
+}
+
+// ---- greedy ------------------------------------------------------------------
+
+TEST(SamplerTest, GreedyIsArgmaxWithLogSoftmaxLogprob) {
+  std::mt19937 gen(7);
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.top_logprobs = 5;
+  Sampler s(params, 1);
+  for (int trial = 0; trial < 20; ++trial) {
+    const std::vector<float> logits = RandomLogits(50000, gen, 2.0f);
+    const int32_t expected =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    absl::StatusOr<SampledToken> t = s.Sample(absl::MakeConstSpan(logits));
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->token_id, expected);
+    const std::vector<double> lsm = LogSoftmax(std::vector<double>(logits.begin(), logits.end()));
+    EXPECT_NEAR(t->logprob, lsm[expected], 1e-4);
+    ASSERT_EQ(t->top.size(), 5u);
+    EXPECT_EQ(t->top[0].token_id, expected);
+    for (size_t i = 0; i < t->top.size(); ++i) {
+      EXPECT_NEAR(t->top[i].logprob, lsm[t->top[i].token_id], 1e-4);
+      if (i > 0) {
+        EXPECT_GE(t->top[i - 1].logprob, t->top[i].logprob);
+      }
+    }
+  }
+}
+
+TEST(SamplerTest, GreedyTiesGoToLowestIdAndAlternativesTooI) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.top_logprobs = 4;
+  Sampler s(params, 1);
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, 2.0f, 3.0f};
+  absl::StatusOr<SampledToken> t = s.Sample(absl::MakeConstSpan(logits));
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->token_id, 1);
+  std::vector<int32_t> top_ids;
+  for (const TokenLogprob& tl : t->top) top_ids.push_back(tl.token_id);
+  EXPECT_THAT(top_ids, ElementsAre(1, 3, 5, 2));
+}
+
+// ---- seeds ---------------------------------------------------------------------
+
+std::vector<int32_t> Generate(const SamplingParams& params, uint64_t seed, int steps) {
+  // Logits depend on the history, as a model's would.
+  Sampler s(params, seed);
+  std::vector<int32_t> out;
+  std::mt19937 gen(99);
+  for (int i = 0; i < steps; ++i) {
+    std::vector<float> logits = RandomLogits(1000, gen, 1.0f);
+    if (!out.empty()) logits[(out.back() * 7) % 1000] += 3.0f;
+    const int32_t id = SampleId(s, logits);
+    s.Observe(id);
+    out.push_back(id);
+  }
+  return out;
+}
+
+TEST(SamplerTest, SameSeedSameSequenceDifferentSeedDifferent) {
+  SamplingParams params;
+  params.temperature = 1.0f;
+  params.top_p = 0.95f;
+  params.frequency_penalty = 0.5f;
+  const std::vector<int32_t> a = Generate(params, 42, 200);
+  EXPECT_EQ(a, Generate(params, 42, 200));
+  EXPECT_NE(a, Generate(params, 43, 200));
+
+  // A flat distribution: only the seed decides.
+  const std::vector<float> flat(1000, 0.0f);
+  Sampler s1(SamplingParams{}, 1), s2(SamplingParams{}, 2), s1b(SamplingParams{}, 1);
+  std::vector<int32_t> x1, x2, x1b;
+  for (int i = 0; i < 50; ++i) {
+    x1.push_back(SampleId(s1, flat));
+    x2.push_back(SampleId(s2, flat));
+    x1b.push_back(SampleId(s1b, flat));
+  }
+  EXPECT_EQ(x1, x1b);
+  EXPECT_NE(x1, x2);
+  // 50 uniform draws over 1000 ids are not all the same id.
+  EXPECT_GT(std::set<int32_t>(x1.begin(), x1.end()).size(), 30u);
+}
+
+TEST(SamplerTest, ParamsSeedOverridesEngineSeed) {
+  SamplingParams params;
+  params.seed = 5;
+  Sampler a(params, 1), b(params, 2);
+  EXPECT_EQ(a.seed(), 5u);
+  EXPECT_EQ(Sampler(SamplingParams{}, 9).seed(), 9u);
+  const std::vector<float> flat(1000, 0.0f);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(SampleId(a, flat), SampleId(b, flat));
+}
+
+// ---- filters -------------------------------------------------------------------
+
+TEST(SamplerTest, TopKKeepsExactlyKBestWithLowestIdsAtTies) {
+  // Ranks: 1 and 3 (logit 3), then 2, 5, 7 tie at logit 2.5; k = 3 keeps id 2.
+  const std::vector<float> logits = {1.0f, 3.0f, 2.5f, 3.0f, 0.0f, 2.5f, -1.0f, 2.5f};
+  SamplingParams params;
+  params.top_k = 3;
+  EXPECT_EQ(DrawnSet(params, logits, 3000), (std::set<int32_t>{1, 2, 3}));
+  params.top_k = 4;
+  EXPECT_EQ(DrawnSet(params, logits, 3000), (std::set<int32_t>{1, 2, 3, 5}));
+  params.top_k = 1;
+  EXPECT_EQ(DrawnSet(params, logits, 100), (std::set<int32_t>{1}));
+  params.top_k = 100;  // more than the vocab: everything
+  EXPECT_EQ(DrawnSet(params, logits, 20000).size(), 8u);
+}
+
+TEST(SamplerTest, TopPKeepsSmallestNucleus) {
+  // ids permuted so that order != id order: p(3)=.5 p(0)=.3 p(2)=.15 p(1)=.05
+  const std::vector<float> logits = LogitsFromProbs({0.3, 0.05, 0.15, 0.5});
+  SamplingParams params;
+  params.top_p = 0.8f;  // .5 + .3 reaches it exactly
+  EXPECT_EQ(DrawnSet(params, logits, 3000), (std::set<int32_t>{0, 3}));
+  params.top_p = 0.81f;
+  EXPECT_EQ(DrawnSet(params, logits, 3000), (std::set<int32_t>{0, 2, 3}));
+  params.top_p = 0.5f;
+  EXPECT_EQ(DrawnSet(params, logits, 300), (std::set<int32_t>{3}));
+  params.top_p = 0.01f;  // never empty
+  EXPECT_EQ(DrawnSet(params, logits, 300), (std::set<int32_t>{3}));
+  params.top_p = 0.96f;
+  EXPECT_EQ(DrawnSet(params, logits, 5000), (std::set<int32_t>{0, 1, 2, 3}));
+}
+
+TEST(SamplerTest, TopPIsRelativeToTopKSurvivors) {
+  // top_k 2 leaves .4/.3 -> renormalized .571/.429; top_p .5 then keeps only
+  // the first (it would keep two if top_p saw the unrenormalized .4).
+  const std::vector<float> logits = LogitsFromProbs({0.4, 0.3, 0.2, 0.1});
+  SamplingParams params;
+  params.top_k = 2;
+  params.top_p = 0.5f;
+  EXPECT_EQ(DrawnSet(params, logits, 1000), (std::set<int32_t>{0}));
+  params.top_k = 0;
+  EXPECT_EQ(DrawnSet(params, logits, 3000), (std::set<int32_t>{0, 1}));
+}
+
+TEST(SamplerTest, MinPDropsTokensBelowFractionOfMax) {
+  const std::vector<float> logits = LogitsFromProbs({0.1, 0.4, 0.2, 0.3});
+  SamplingParams params;
+  params.min_p = 0.6f;  // threshold .24
+  EXPECT_EQ(DrawnSet(params, logits, 3000), (std::set<int32_t>{1, 3}));
+  params.min_p = 0.45f;  // threshold .18
+  EXPECT_EQ(DrawnSet(params, logits, 3000), (std::set<int32_t>{1, 2, 3}));
+  params.min_p = 1.0f;  // only the max
+  EXPECT_EQ(DrawnSet(params, logits, 300), (std::set<int32_t>{1}));
+}
+
+TEST(SamplerTest, MaskedTokensAreNeverDrawn) {
+  std::vector<float> logits(100, kNegInf);
+  logits[17] = 0.0f;
+  logits[64] = 0.0f;
+  EXPECT_EQ(DrawnSet(SamplingParams{}, logits, 500), (std::set<int32_t>{17, 64}));
+  SamplingParams params;
+  params.top_k = 10;  // k larger than the finite tokens
+  EXPECT_EQ(DrawnSet(params, logits, 500), (std::set<int32_t>{17, 64}));
+}
+
+// ---- distribution ----------------------------------------------------------------
+
+void ExpectFrequenciesMatch(const SamplingParams& params, const std::vector<float>& logits,
+                            const std::vector<double>& expected_probs) {
+  constexpr int kDraws = 20000;
+  Sampler s(params, 2024);
+  std::vector<int> counts(logits.size(), 0);
+  for (int i = 0; i < kDraws; ++i) ++counts[SampleId(s, logits)];
+  for (size_t id = 0; id < logits.size(); ++id) {
+    const double p = expected_probs[id];
+    const double mean = kDraws * p;
+    const double sigma = std::sqrt(kDraws * p * (1 - p));
+    if (p == 0.0) {
+      EXPECT_EQ(counts[id], 0) << "id " << id;
+    } else {
+      EXPECT_NEAR(counts[id], mean, 4 * sigma + 1) << "id " << id << " p " << p;
+    }
+  }
+}
+
+TEST(SamplerTest, TemperatureFrequenciesMatchSoftmax) {
+  const std::vector<float> logits = {0.5f, -1.0f, 2.0f, 1.2f, 0.0f, -0.3f, 1.9f, -2.5f};
+  for (float temperature : {1.0f, 0.7f, 2.0f}) {
+    SamplingParams params;
+    params.temperature = temperature;
+    std::vector<double> scaled;
+    for (float v : logits) scaled.push_back(static_cast<double>(v) / temperature);
+    SCOPED_TRACE(temperature);
+    ExpectFrequenciesMatch(params, logits, Softmax(scaled));
+  }
+}
+
+TEST(SamplerTest, TopKFrequenciesMatchRenormalizedSoftmax) {
+  const std::vector<float> logits = {0.5f, -1.0f, 2.0f, 1.2f, 0.0f, -0.3f, 1.9f, -2.5f};
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.top_k = 3;  // ids 2, 6, 3
+  std::vector<double> top3;
+  for (int id : {2, 6, 3}) top3.push_back(logits[id] / 0.8);
+  const std::vector<double> p3 = Softmax(top3);
+  std::vector<double> expected(logits.size(), 0.0);
+  expected[2] = p3[0];
+  expected[6] = p3[1];
+  expected[3] = p3[2];
+  ExpectFrequenciesMatch(params, logits, expected);
+}
+
+// ---- penalties and logprobs ------------------------------------------------------
+
+// The documented formula, in double.
+std::vector<double> Penalize(const std::vector<float>& logits, const std::map<int, int>& counts,
+                             double rep, double presence, double frequency) {
+  std::vector<double> out(logits.begin(), logits.end());
+  for (const auto& [id, c] : counts) {
+    double& v = out[id];
+    v = v > 0 ? v / rep : v * rep;
+    v -= presence;
+    v -= frequency * c;
+  }
+  return out;
+}
+
+TEST(SamplerTest, PenaltiesFollowTheDocumentedFormula) {
+  const std::vector<float> logits = {2.0f, 1.5f, -0.5f, 0.3f, -1.2f, 0.9f};
+  const std::vector<int32_t> history = {1, 4, 1, 2, 4, 1};  // 1 x3, 4 x2, 2 x1
+  const std::map<int, int> counts = {{1, 3}, {4, 2}, {2, 1}};
+  struct Case {
+    float rep, presence, frequency, temperature;
+  };
+  for (const Case& c : {Case{1.3f, 0.0f, 0.0f, 1.0f}, Case{1.0f, 0.7f, 0.0f, 1.0f},
+                        Case{1.0f, 0.0f, 0.4f, 1.0f}, Case{1.5f, -0.5f, 0.25f, 0.6f},
+                        Case{0.7f, 1.0f, -0.3f, 0.0f}}) {
+    SCOPED_TRACE(testing::Message() << "rep " << c.rep << " presence " << c.presence
+                                    << " frequency " << c.frequency << " T " << c.temperature);
+    SamplingParams params;
+    params.repetition_penalty = c.rep;
+    params.presence_penalty = c.presence;
+    params.frequency_penalty = c.frequency;
+    params.temperature = c.temperature;
+    params.top_logprobs = 6;
+    ASSERT_TRUE(Validate(params).ok());
+    Sampler s(params, 3);
+    s.ObserveAll(history);
+    absl::StatusOr<SampledToken> t = s.Sample(absl::MakeConstSpan(logits));
+    ASSERT_TRUE(t.ok()) << t.status();
+
+    std::vector<double> expected = Penalize(logits, counts, c.rep, c.presence, c.frequency);
+    const double temperature = c.temperature == 0.0f ? 1.0 : c.temperature;
+    for (double& v : expected) v /= temperature;
+    const std::vector<double> lsm = LogSoftmax(expected);
+    ASSERT_EQ(t->top.size(), 6u);
+    for (const TokenLogprob& tl : t->top) {
+      EXPECT_NEAR(tl.logprob, lsm[tl.token_id], 1e-5) << "id " << tl.token_id;
+    }
+    EXPECT_NEAR(t->logprob, lsm[t->token_id], 1e-5);
+    if (c.temperature == 0.0f) {
+      EXPECT_EQ(t->token_id, std::max_element(lsm.begin(), lsm.end()) - lsm.begin());
+    }
+  }
+}
+
+TEST(SamplerTest, FrequencyPenaltyScalesWithCountPresenceDoesNot) {
+  // Tokens 0..4 share one logit; token i is seen i times.
+  const std::vector<float> logits(5, 0.5f);
+  std::vector<int32_t> history;
+  for (int32_t id = 0; id < 5; ++id) history.insert(history.end(), id, id);
+
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.top_logprobs = 5;
+  params.frequency_penalty = 0.3f;
+  Sampler freq(params, 1);
+  freq.ObserveAll(history);
+  absl::StatusOr<SampledToken> t = freq.Sample(absl::MakeConstSpan(logits));
+  ASSERT_TRUE(t.ok());
+  std::map<int32_t, float> lp;
+  for (const TokenLogprob& tl : t->top) lp[tl.token_id] = tl.logprob;
+  EXPECT_EQ(t->token_id, 0);  // the only unseen one
+  for (int32_t id = 1; id < 5; ++id) EXPECT_NEAR(lp[0] - lp[id], 0.3 * id, 1e-5) << id;
+
+  params.frequency_penalty = 0.0f;
+  params.presence_penalty = 0.3f;
+  Sampler presence(params, 1);
+  presence.ObserveAll(history);
+  t = presence.Sample(absl::MakeConstSpan(logits));
+  ASSERT_TRUE(t.ok());
+  lp.clear();
+  for (const TokenLogprob& tl : t->top) lp[tl.token_id] = tl.logprob;
+  for (int32_t id = 1; id < 5; ++id) EXPECT_NEAR(lp[0] - lp[id], 0.3, 1e-5) << id;
+}
+
+TEST(SamplerTest, RepetitionPenaltyCanChangeTheGreedyChoice) {
+  const std::vector<float> logits = {2.0f, 1.8f, -3.0f};
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.repetition_penalty = 1.2f;  // 2.0 / 1.2 = 1.67 < 1.8
+  Sampler s(params, 1);
+  EXPECT_EQ(SampleId(s, logits), 0);
+  s.Observe(0);
+  EXPECT_EQ(SampleId(s, logits), 1);
+  s.Observe(7);  // out of the vocab: ignored, not a crash
+  s.Observe(-1);
+  EXPECT_EQ(SampleId(s, logits), 1);
+}
+
+TEST(SamplerTest, ChosenLogprobIsBeforeFiltering) {
+  std::mt19937 gen(11);
+  const std::vector<float> logits = RandomLogits(1000, gen, 2.0f);
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.top_k = 50;
+  params.top_p = 0.9f;
+  params.top_logprobs = 20;
+  std::vector<double> scaled;
+  for (float v : logits) scaled.push_back(v / 0.8);
+  const std::vector<double> lsm = LogSoftmax(scaled);
+  std::vector<int32_t> by_prob(logits.size());
+  std::iota(by_prob.begin(), by_prob.end(), 0);
+  std::stable_sort(by_prob.begin(), by_prob.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  Sampler s(params, 8);
+  for (int i = 0; i < 50; ++i) {
+    absl::StatusOr<SampledToken> t = s.Sample(absl::MakeConstSpan(logits));
+    ASSERT_TRUE(t.ok());
+    EXPECT_NEAR(t->logprob, lsm[t->token_id], 1e-4);
+    ASSERT_EQ(t->top.size(), 20u);
+    for (size_t r = 0; r < 20; ++r) {
+      EXPECT_EQ(t->top[r].token_id, by_prob[r]);
+      EXPECT_NEAR(t->top[r].logprob, lsm[by_prob[r]], 1e-4);
+    }
+  }
+}
+
+// ---- a naive reference of the documented draw, on a 50k vocab ----------------------
+
+int32_t ReferenceDraw(const SamplingParams& params, const std::vector<float>& logits,
+                      std::mt19937_64& rng) {
+  std::vector<double> scaled;
+  for (float v : logits) scaled.push_back(static_cast<double>(v) / params.temperature);
+  std::vector<double> p = Softmax(scaled);
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < order.size()) {
+    order.resize(params.top_k);
+  }
+  double mass = 0.0;
+  for (int32_t id : order) mass += p[id];
+  if (params.top_p < 1.0f) {
+    double cum = 0.0;
+    size_t n = 0;
+    while (n < order.size()) {
+      cum += p[order[n++]] / mass;
+      if (cum >= params.top_p - 1e-6) break;
+    }
+    order.resize(n);
+  }
+  const double p_max = p[order[0]];
+  order.erase(std::remove_if(order.begin(), order.end(),
+                             [&](int32_t id) { return p[id] < params.min_p * p_max; }),
+              order.end());
+  mass = 0.0;
+  for (int32_t id : order) mass += p[id];
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  double cum = 0.0;
+  for (int32_t id : order) {
+    cum += p[id];
+    if (cum > u * mass) return id;
+  }
+  return order.back();
+}
+
+TEST(SamplerTest, MatchesNaiveReferenceOnLargeVocab) {
+  constexpr size_t kVocab = 50257;
+  constexpr int kSteps = 60;
+  std::vector<SamplingParams> cases(6);
+  cases[1].temperature = 0.8f, cases[1].top_k = 40;
+  cases[2].top_p = 0.9f;
+  cases[3].min_p = 0.05f;
+  cases[4].temperature = 1.3f, cases[4].top_k = 2000, cases[4].top_p = 0.95f,
+  cases[4].min_p = 0.001f;
+  cases[5].temperature = 0.5f, cases[5].top_p = 0.999f;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE(c);
+    std::mt19937 gen(static_cast<unsigned>(c));
+    std::mt19937_64 ref_rng(77);
+    Sampler s(cases[c], 77);
+    int mismatches = 0;
+    double total_us = 0.0;
+    std::set<int32_t> distinct;
+    for (int step = 0; step < kSteps; ++step) {
+      // Scale 3 gives a peaked LM-like distribution; every 4th step is flat-ish.
+      const std::vector<float> logits = RandomLogits(kVocab, gen, step % 4 == 0 ? 0.5f : 3.0f);
+      const auto start = std::chrono::steady_clock::now();
+      const int32_t got = SampleId(s, logits);
+      total_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                            start)
+                      .count();
+      mismatches += got != ReferenceDraw(cases[c], logits, ref_rng);
+      distinct.insert(got);
+    }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_GT(distinct.size(), kSteps / 2u);  // the draws really vary
+    std::printf("case %zu: %.0f us per Sample on a %zu vocab\n", c, total_us / kSteps, kVocab);
+  }
+}
+
+// ---- tensors and errors ---------------------------------------------------------------
+
+at::Tensor FloatTensor(std::vector<float>& values, std::vector<int64_t> shape) {
+  return at::from_blob(values.data(), shape, at::kFloat);
+}
+
+TEST(SamplerTensorTest, AcceptsBf16AndMatchesFloat) {
+  std::mt19937 gen(5);
+  std::vector<float> values = RandomLogits(3000, gen, 2.0f);
+  const at::Tensor bf16 = FloatTensor(values, {3000}).to(at::kBFloat16);
+  const at::Tensor rounded = bf16.to(at::kFloat).contiguous();
+  const std::vector<float> rounded_values(rounded.data_ptr<float>(),
+                                          rounded.data_ptr<float>() + 3000);
+  SamplingParams params;
+  params.top_k = 100;
+  params.top_logprobs = 3;
+  Sampler a(params, 10), b(params, 10);
+  for (int i = 0; i < 30; ++i) {
+    absl::StatusOr<SampledToken> ta = a.Sample(bf16);
+    absl::StatusOr<SampledToken> tb = b.Sample(absl::MakeConstSpan(rounded_values));
+    ASSERT_TRUE(ta.ok()) << ta.status();
+    ASSERT_TRUE(tb.ok());
+    EXPECT_EQ(ta->token_id, tb->token_id);
+    EXPECT_EQ(ta->logprob, tb->logprob);
+  }
+  // A non-contiguous float view works too.
+  std::vector<float> wide(6000);
+  for (size_t i = 0; i < 3000; ++i) wide[2 * i] = values[i];
+  const at::Tensor strided = FloatTensor(wide, {3000, 2}).select(1, 0);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  Sampler g(greedy, 0);
+  absl::StatusOr<SampledToken> t = g.Sample(strided);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->token_id, std::max_element(values.begin(), values.end()) - values.begin());
+}
+
+TEST(SamplerTensorTest, RejectsBadTensorsAndValues) {
+  Sampler s(SamplingParams{}, 0);
+  std::vector<float> values = {1.0f, 2.0f, 3.0f, 4.0f};
+  absl::StatusOr<SampledToken> t = s.Sample(FloatTensor(values, {2, 2}));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("[2, 2]"));
+  t = s.Sample(FloatTensor(values, {4}).to(at::kLong));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("Long"));
+  t = s.Sample(at::Tensor());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  t = s.Sample(absl::Span<const float>());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+
+  values[2] = std::numeric_limits<float>::quiet_NaN();
+  t = s.Sample(absl::MakeConstSpan(values));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("logits[2]"));
+  values[2] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(s.Sample(absl::MakeConstSpan(values)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<float> masked(4, kNegInf);
+  t = s.Sample(absl::MakeConstSpan(masked));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("-inf"));
+}
+
+TEST(SamplerTensorTest, SampleRowsEqualsPerRowSampling) {
+  std::mt19937 gen(3);
+  std::vector<float> batch = RandomLogits(3 * 500, gen, 1.5f);
+  SamplingParams params;
+  params.top_p = 0.9f;
+  params.top_logprobs = 2;
+  Sampler a0(params, 1), a1(params, 2), a2(params, 3);
+  Sampler b0(params, 1), b1(params, 2), b2(params, 3);
+  std::vector<Sampler*> rows = {&a0, &a1, &a2};
+  std::vector<Sampler*> singles = {&b0, &b1, &b2};
+  const at::Tensor logits = FloatTensor(batch, {3, 500});
+  for (int step = 0; step < 10; ++step) {
+    absl::StatusOr<std::vector<SampledToken>> got = SampleRows(absl::MakeConstSpan(rows), logits);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), 3u);
+    for (int b = 0; b < 3; ++b) {
+      absl::StatusOr<SampledToken> want =
+          singles[b]->Sample(absl::MakeConstSpan(batch.data() + b * 500, 500));
+      ASSERT_TRUE(want.ok());
+      EXPECT_EQ((*got)[b].token_id, want->token_id);
+      EXPECT_EQ((*got)[b].top.size(), 2u);
+    }
+  }
+  absl::StatusOr<std::vector<SampledToken>> bad =
+      SampleRows(absl::MakeConstSpan(rows).subspan(0, 2), logits);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("3 rows for 2 samplers"));
+}
+
+}  // namespace
+}  // namespace dikkat::model
