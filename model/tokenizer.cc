@@ -99,11 +99,16 @@ absl::StatusOr<std::string> DikkatJsonTokenizer(const fs::path& path) {
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
   const fs::path dir(model_dir);
   // TODO(tokenizers): the file-based loaders land in the next commits.
-  for (const char* name : {"tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt"}) {
+  for (const char* name : {"tokenizer.json", "vocab.json"}) {
     if (IsFile(dir / name)) {
       return absl::UnimplementedError(
           absl::StrCat((dir / name).string(), ": this tokenizer kind is not supported yet"));
     }
+  }
+  if (IsFile(dir / "tokenizer.model")) return LoadSentencePiece((dir / "tokenizer.model").string());
+  if (IsFile(dir / "vocab.txt")) {
+    return absl::UnimplementedError(
+        absl::StrCat((dir / "vocab.txt").string(), ": WordPiece is not supported yet"));
   }
   auto from_config = DikkatJsonTokenizer(dir / "dikkat.json");
   if (!from_config.ok()) return from_config.status();

@@ -97,6 +97,13 @@ class IncrementalDecoder {
 // Used by models trained on raw bytes and by the build-time tiny model.
 std::unique_ptr<Tokenizer> MakeByteTokenizer();
 
+// A SentencePiece model file (tokenizer.model). add_special_tokens prepends
+// the model's BOS when it has one (Llama); control pieces are the specials.
+// libsentencepiece is reached through a dlopen()ed module
+// (libdikkat_sentencepiece_shim.so, see sentencepiece_shim/sentencepiece_shim.h):
+// FAILED_PRECONDITION if that module cannot be found.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePiece(const std::string& model_path);
+
 // Loads the tokenizer found in a model folder, in this order:
 // tokenizer.json, vocab.json + merges.txt, tokenizer.model (SentencePiece),
 // vocab.txt (WordPiece), or `"tokenizer": "byte"` in dikkat.json.

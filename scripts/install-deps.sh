@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference oracles for parity tests (Debian's own PyTorch and gRPC for Python)
   python3 python3-torch python3-numpy python3-grpcio python3-protobuf
+  # tokenizer references: SentencePiece trainer/encoder; Unicode categories for GPT-2 pre-tokenization
+  python3-sentencepiece libicu-dev
 )
 
 missing=()

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -46,6 +47,34 @@ inline std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Text that exercises what tokenizers get wrong: several scripts (Turkish
+// dotted/dotless i, CJK, Arabic), code, emoji with skin tones and ZWJ, digits,
+// contractions, runs of spaces / tabs / newlines, NFKC-sensitive characters.
+inline std::vector<std::string> ReferenceCorpus() {
+  return {
+      "Hello, world! This is a test of the tokenizer.",
+      "The quick brown fox jumps over the lazy dog.",
+      "Çok güzel bir gün; İstanbul'da ılık bir rüzgâr esiyor, şu ölçüleri değiştir.",
+      "ISPARTA ışık İĞNE ığdır Şişli Ödemiş Üsküdar çğıİöşü ÇĞIİÖŞÜ",
+      "def square(x):\n    return x ** 2  # the square\n",
+      "int main() {\n\treturn 0;\n}\n",
+      "for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; }",
+      "Emoji: 🙂 👍🏽 👨‍👩‍👧 🇹🇷 ✔️",
+      "Digits 1234567890 and 3.14159, 1,000,000 and 2024-01-31.",
+      "I'm sure you're right, they'll see we've done what she'd said; it's 'quoted'.",
+      "a    b     c\t\td",
+      "\n\n\nthree newlines before and two after\n\n",
+      "  leading and trailing spaces  ",
+      "日本語のテキストと中文文本",
+      "مرحبا بالعالم",
+      "Café naïve résumé e\u0301 ﬁnal ＡＢＣ１２３ ½ x\u00a0y",
+      "",
+      " ",
+      "!!!??? ... --- *** ///",
+      "MixedCASE camelCaseIdentifiers snake_case_words HTTPServer",
+  };
 }
 
 // Runs a shell command; returns its exit status (0 = success).
