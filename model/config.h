@@ -116,6 +116,8 @@ std::string ModelConfigToJson(const ModelConfig& config);
 const char* ArchitectureName(Architecture a);
 const char* ActivationName(Activation a);
 const char* PoolingName(Pooling p);
+const char* NormName(NormKind n);
+const char* PositionName(PositionKind p);
 
 }  // namespace dikkat::model
 

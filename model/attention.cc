@@ -1,0 +1,132 @@
+#include "model/attention.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+namespace dikkat::model {
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (x.dim() == 2 && x.size(0) == 1) {
+    // [1, in] -> [1, out] through GEMV.
+    at::Tensor row = x.select(0, 0);
+    at::Tensor y = b.defined() ? at::addmv(b, w, row) : at::mv(w, row);
+    return y.unsqueeze(0);
+  }
+  return at::linear(x, w, b);
+}
+
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& keep, at::Tensor* probs) {
+  const int64_t hq = q.size(-3), tq = q.size(-2), d = q.size(-1);
+  const int64_t hkv = k.size(-3), tk = k.size(-2);
+  TORCH_CHECK(hq % hkv == 0, "query heads ", hq, " not a multiple of kv heads ", hkv);
+  const int64_t group = hq / hkv;
+  auto lead = q.sizes().slice(0, q.dim() - 3).vec();
+
+  // Fold the query heads that share a KV head into the row dimension so that
+  // K and V are never repeated: [..., Hkv, G*Tq, D].
+  at::Tensor qg = q;
+  at::Tensor keep_g = keep;
+  if (group > 1) {
+    auto shape = lead;
+    shape.insert(shape.end(), {hkv, group * tq, d});
+    qg = q.reshape(shape);
+    if (keep.defined()) {
+      TORCH_CHECK(keep.dim() < 3 || keep.size(-3) == 1,
+                  "grouped-query attention needs a mask shared by all heads");
+      // [..., 1, Tq, Tk] -> [..., 1, G*Tq, Tk]
+      std::vector<int64_t> reps(keep.dim(), 1);
+      reps[keep.dim() - 2] = group;
+      keep_g = keep.repeat(reps);
+    }
+  }
+  // PyTorch scales q before the product; doing the same keeps parity tight.
+  at::Tensor scores = at::matmul(qg * (1.0 / std::sqrt(static_cast<double>(d))), k.transpose(-2, -1));
+  at::Tensor p;
+  if (keep_g.defined()) {
+    scores.masked_fill_(keep_g.logical_not(), -std::numeric_limits<double>::infinity());
+    p = at::softmax(scores, -1, at::kFloat);
+    // Rows with no visible key are NaN after softmax; they attend to nothing.
+    p.masked_fill_(keep_g.any(-1, /*keepdim=*/true).logical_not(), 0.0);
+  } else {
+    p = at::softmax(scores, -1, at::kFloat);
+  }
+  at::Tensor out = at::matmul(p.to(v.scalar_type()), v);  // [..., Hkv, G*Tq, D]
+  auto out_shape = lead;
+  out_shape.insert(out_shape.end(), {hq, tq, d});
+  if (probs != nullptr) {
+    auto p_shape = lead;
+    p_shape.insert(p_shape.end(), {hq, tq, tk});
+    *probs = p.reshape(p_shape);
+  }
+  return out.reshape(out_shape);
+}
+
+at::Tensor CausalKeepMask(int64_t q_len, int64_t q_start, int64_t k_len, int64_t window,
+                          c10::Device device) {
+  auto opts = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor qpos = at::arange(q_start, q_start + q_len, opts).unsqueeze(1);  // [Tq, 1]
+  at::Tensor kpos = at::arange(0, k_len, opts).unsqueeze(0);                  // [1, Tk]
+  at::Tensor keep = kpos <= qpos;
+  if (window > 0) keep = keep.logical_and(kpos > qpos - window);
+  return keep;
+}
+
+MultiHeadAttention::MultiHeadAttention(at::Tensor q_w, at::Tensor q_b, at::Tensor k_w,
+                                       at::Tensor k_b, at::Tensor v_w, at::Tensor v_b,
+                                       at::Tensor out_w, at::Tensor out_b, int64_t n_heads,
+                                       int64_t n_kv_heads)
+    : q_w_(std::move(q_w)),
+      q_b_(std::move(q_b)),
+      k_w_(std::move(k_w)),
+      k_b_(std::move(k_b)),
+      v_w_(std::move(v_w)),
+      v_b_(std::move(v_b)),
+      out_w_(std::move(out_w)),
+      out_b_(std::move(out_b)),
+      n_heads_(n_heads),
+      n_kv_heads_(n_kv_heads),
+      head_dim_(q_w_.size(0) / n_heads) {}
+
+MultiHeadAttention MultiHeadAttention::FromFused(const at::Tensor& in_w, const at::Tensor& in_b,
+                                                 at::Tensor out_w, at::Tensor out_b,
+                                                 int64_t n_heads, int64_t n_kv_heads) {
+  const int64_t head_dim = in_w.size(0) / (n_heads + 2 * n_kv_heads);
+  const int64_t q_rows = n_heads * head_dim, kv_rows = n_kv_heads * head_dim;
+  auto rows = [](const at::Tensor& t, int64_t start, int64_t len) {
+    return t.defined() ? t.narrow(0, start, len) : at::Tensor();
+  };
+  return MultiHeadAttention(rows(in_w, 0, q_rows), rows(in_b, 0, q_rows),
+                            rows(in_w, q_rows, kv_rows), rows(in_b, q_rows, kv_rows),
+                            rows(in_w, q_rows + kv_rows, kv_rows),
+                            rows(in_b, q_rows + kv_rows, kv_rows), std::move(out_w),
+                            std::move(out_b), n_heads, n_kv_heads);
+}
+
+at::Tensor MultiHeadAttention::ProjectQ(const at::Tensor& x) const { return Linear(x, q_w_, q_b_); }
+at::Tensor MultiHeadAttention::ProjectK(const at::Tensor& x) const { return Linear(x, k_w_, k_b_); }
+at::Tensor MultiHeadAttention::ProjectV(const at::Tensor& x) const { return Linear(x, v_w_, v_b_); }
+at::Tensor MultiHeadAttention::ProjectOut(const at::Tensor& x) const {
+  return Linear(x, out_w_, out_b_);
+}
+
+at::Tensor MultiHeadAttention::Forward(const at::Tensor& query, const at::Tensor& key,
+                                       const at::Tensor& value, const at::Tensor& key_padding,
+                                       bool causal, at::Tensor* probs) const {
+  const int64_t b = query.size(0), tq = query.size(1), tk = key.size(1);
+  // [B, T, H*D] -> [B, H, T, D]
+  at::Tensor q = ProjectQ(query).view({b, tq, n_heads_, head_dim_}).transpose(1, 2);
+  at::Tensor k = ProjectK(key).view({b, tk, n_kv_heads_, head_dim_}).transpose(1, 2);
+  at::Tensor v = ProjectV(value).view({b, tk, n_kv_heads_, head_dim_}).transpose(1, 2);
+  at::Tensor keep;  // [B or 1, 1, Tq, Tk]
+  if (causal) keep = CausalKeepMask(tq, 0, tk, 0, query.device()).view({1, 1, tq, tk});
+  if (key_padding.defined()) {
+    at::Tensor kp = key_padding.logical_not().view({b, 1, 1, tk});
+    keep = keep.defined() ? keep.logical_and(kp) : kp.expand({b, 1, tq, tk});
+  }
+  at::Tensor out = ScaledDotProductAttention(q, k, v, keep, probs);  // [B, Hq, Tq, D]
+  return ProjectOut(out.transpose(1, 2).reshape({b, tq, n_heads_ * head_dim_}));
+}
+
+}  // namespace dikkat::model

@@ -1,0 +1,82 @@
+// Multi-head attention: the scaled dot-product core and the projections
+// around it (fused or separate QKV, grouped-query heads, biases on or off).
+//
+// Conventions. A query head h reads KV head h / (n_heads / n_kv_heads), as in
+// Hugging Face's repeat_kv. Masks are boolean "keep" masks (true = may
+// attend). A query row whose keys are all masked yields zeros, never NaN.
+// Scale is 1/sqrt(head_dim), also with a single head.
+//
+// Classes hold weights only and are immutable after construction: safe to
+// use from several threads at once.
+#ifndef DIKKAT_MODEL_ATTENTION_H_
+#define DIKKAT_MODEL_ATTENTION_H_
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace dikkat::model {
+
+// softmax(q k^T / sqrt(D) masked) v.
+//   q:    [..., Hq, Tq, D]
+//   k, v: [..., Hkv, Tk, D]       Hq % Hkv == 0
+//   keep: undefined (attend everywhere) or bool broadcastable to
+//         [..., 1, Tq, Tk] (or [..., Hq, Tq, Tk] when Hq == Hkv)
+// Returns [..., Hq, Tq, D]. When `probs` is given it receives the attention
+// weights [..., Hq, Tq, Tk] (float32).
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& keep, at::Tensor* probs = nullptr);
+
+// keep[i, j] = query at position q_start + i may see key at position j
+// (k_len keys at positions 0..k_len-1): j <= q_start + i and, with a sliding
+// window W > 0, j > q_start + i - W. [q_len, k_len] bool on `device`.
+at::Tensor CausalKeepMask(int64_t q_len, int64_t q_start, int64_t k_len, int64_t window,
+                          c10::Device device);
+
+// Projection weights of one attention block. Shapes (d = model width,
+// D = head_dim): q [Hq*D, d], k and v [Hkv*D, d], out [d, Hq*D]; biases
+// optional (undefined). A fused in_proj [(Hq+2*Hkv)*D, d] is split into
+// views at construction (no copy).
+class MultiHeadAttention {
+ public:
+  MultiHeadAttention() = default;
+  MultiHeadAttention(at::Tensor q_w, at::Tensor q_b, at::Tensor k_w, at::Tensor k_b, at::Tensor v_w,
+                     at::Tensor v_b, at::Tensor out_w, at::Tensor out_b, int64_t n_heads,
+                     int64_t n_kv_heads);
+  static MultiHeadAttention FromFused(const at::Tensor& in_w, const at::Tensor& in_b,
+                                      at::Tensor out_w, at::Tensor out_b, int64_t n_heads,
+                                      int64_t n_kv_heads);
+
+  int64_t n_heads() const { return n_heads_; }
+  int64_t n_kv_heads() const { return n_kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+
+  // x [..., d] -> [..., Hq*D] / [..., Hkv*D].
+  at::Tensor ProjectQ(const at::Tensor& x) const;
+  at::Tensor ProjectK(const at::Tensor& x) const;
+  at::Tensor ProjectV(const at::Tensor& x) const;
+  // [..., Hq*D] -> [..., d].
+  at::Tensor ProjectOut(const at::Tensor& x) const;
+
+  // nn.MultiheadAttention(batch_first=True) semantics, for whole sequences:
+  //   query [B, Tq, d], key/value [B, Tk, d]
+  //   key_padding: undefined or bool [B, Tk], true = padding (ignored key)
+  //   causal: query i sees keys j <= i (Tq == Tk)
+  // Returns [B, Tq, d]; `probs` receives [B, Hq, Tq, Tk].
+  at::Tensor Forward(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                     const at::Tensor& key_padding, bool causal, at::Tensor* probs = nullptr) const;
+
+ private:
+  at::Tensor q_w_, q_b_, k_w_, k_b_, v_w_, v_b_, out_w_, out_b_;
+  int64_t n_heads_ = 0;
+  int64_t n_kv_heads_ = 0;
+  int64_t head_dim_ = 0;
+};
+
+// y = x W^T + b, taking the fast matrix-vector path for a single row
+// (OpenBLAS's GEMM is several times slower than GEMV at M = 1).
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_ATTENTION_H_

@@ -1,0 +1,116 @@
+#include "model/model_loader.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <ATen/Context.h>
+#include <c10/core/Device.h>
+
+#include "absl/strings/str_cat.h"
+#include "model/status_macros.h"
+#include "model/weights.h"
+
+namespace dikkat::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::Status WithFile(const absl::Status& s, const std::string& path) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+// The weights file LoadModelFolder reads, in order of preference.
+absl::StatusOr<std::string> FindWeights(const std::string& folder) {
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json",
+                           "pytorch_model.bin", "model.pt"}) {
+    fs::path p = fs::path(folder) / name;
+    if (fs::exists(p)) return p.string();
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no weights in ", folder,
+      "; looked for model.safetensors, model.safetensors.index.json, pytorch_model.bin, model.pt"));
+}
+
+}  // namespace
+
+absl::StatusOr<c10::ScalarType> ParseDType(const std::string& name) {
+  if (name == "float32" || name == "fp32") return c10::ScalarType::Float;
+  if (name == "bfloat16" || name == "bf16") return c10::ScalarType::BFloat16;
+  if (name == "float16" || name == "fp16") return c10::ScalarType::Half;
+  return absl::InvalidArgumentError(
+      absl::StrCat("dtype '", name, "' is not supported; use float32, bfloat16 or float16"));
+}
+
+absl::StatusOr<c10::Device> ParseDevice(const std::string& name) {
+  try {
+    c10::Device device(name);
+    if (device.is_cuda() && !at::hasCUDA()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device '", name, "' requested but this LibTorch build has no CUDA support; use cpu"));
+    }
+    if (!device.is_cpu() && !device.is_cuda()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device '", name, "' is not supported; use cpu or cuda:N"));
+    }
+    return device;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device '", name, "' is not a device name; use cpu or cuda:N"));
+  }
+}
+
+absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder) {
+  if (!fs::is_directory(folder)) {
+    return absl::NotFoundError(absl::StrCat("model folder ", folder, " does not exist"));
+  }
+  const std::string own = (fs::path(folder) / "dikkat.json").string();
+  if (fs::exists(own)) {
+    DIKKAT_ASSIGN_OR_RETURN(std::string text, ReadText(own));
+    absl::StatusOr<ModelConfig> config = ParseModelConfigJson(text);
+    if (!config.ok()) return WithFile(config.status(), own);
+    return config;
+  }
+  const std::string hf = (fs::path(folder) / "config.json").string();
+  if (fs::exists(hf)) {
+    return absl::UnimplementedError(
+        absl::StrCat(hf, ": Hugging Face config.json folders are not supported yet; "
+                         "write a dikkat.json (docs/model-format.md)"));
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no model config in ", folder, "; looked for dikkat.json and config.json"));
+}
+
+absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const LoadOptions& options) {
+  LoadedModel loaded;
+  DIKKAT_ASSIGN_OR_RETURN(loaded.config, ReadModelConfig(folder));
+  loaded.config_path = (fs::path(folder) / "dikkat.json").string();
+  DIKKAT_ASSIGN_OR_RETURN(loaded.weights_path, FindWeights(folder));
+  absl::StatusOr<TensorMap> weights = ReadWeights(loaded.weights_path);
+  if (!weights.ok()) return WithFile(weights.status(), loaded.weights_path);
+  absl::StatusOr<std::unique_ptr<Transformer>> transformer =
+      Transformer::Load(loaded.config, *weights, options, &loaded.report);
+  if (!transformer.ok()) return WithFile(transformer.status(), loaded.weights_path);
+  loaded.transformer = std::move(*transformer);
+  DIKKAT_ASSIGN_OR_RETURN(loaded.weights_sha256, Sha256File(loaded.weights_path));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(folder);
+  if (!tokenizer.ok()) return tokenizer.status();
+  loaded.tokenizer = std::move(*tokenizer);
+  if (loaded.tokenizer->vocab_size() > loaded.config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        folder, ": the tokenizer has ", loaded.tokenizer->vocab_size(),
+        " tokens but the model's vocab_size is ", loaded.config.vocab_size));
+  }
+  return loaded;
+}
+
+}  // namespace dikkat::model

@@ -1,0 +1,42 @@
+// LoadModelFolder: a model folder on disk -> config, weights on the chosen
+// device, tokenizer. The one entry point the server uses to load a model.
+//
+// A folder holds `dikkat.json` (dikkat's own config, docs/model-format.md)
+// or a Hugging Face `config.json`, the weights (model.safetensors, a sharded
+// model.safetensors.index.json, pytorch_model.bin or model.pt) and the
+// tokenizer files. Errors name the file and what is wrong with it.
+#ifndef DIKKAT_MODEL_MODEL_LOADER_H_
+#define DIKKAT_MODEL_MODEL_LOADER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+
+namespace dikkat::model {
+
+struct LoadedModel {
+  ModelConfig config;
+  std::unique_ptr<Transformer> transformer;
+  std::unique_ptr<Tokenizer> tokenizer;
+  LoadReport report;
+  std::string config_path;
+  std::string weights_path;    // the file (or index) the weights came from
+  std::string weights_sha256;  // of that file
+};
+
+// Reads the config only (cheap; no weights).
+absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder);
+
+absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const LoadOptions& options);
+
+// Parses "float32" | "bfloat16" | "float16" and "cpu" | "cuda" | "cuda:N".
+absl::StatusOr<c10::ScalarType> ParseDType(const std::string& name);
+absl::StatusOr<c10::Device> ParseDevice(const std::string& name);
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_MODEL_LOADER_H_

@@ -1,0 +1,123 @@
+// Transformer: every architecture of ModelConfig behind one forward API that
+// takes a *batch of sequences of different lengths at different positions*:
+// several prompts in one prefill, one decode step for many sequences, or a
+// mix. Linear layers run once over all tokens of the batch packed together
+// ([N, d], no padding); attention runs per sequence over its own KV blocks.
+//
+// Weights use dikkat's canonical names (docs/model-format.md), which for the
+// layers are PyTorch's own: a `torch.nn.Transformer` state_dict loads as is.
+//
+// Ownership and threads: a Transformer owns its weights and is immutable after
+// Load(); Forward calls mutate only the KvCache they are given. Calls with the
+// same KvCache must not overlap (the engine thread serializes them).
+#ifndef DIKKAT_MODEL_TRANSFORMER_H_
+#define DIKKAT_MODEL_TRANSFORMER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/attention.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace dikkat::model {
+
+struct LoadOptions {
+  c10::ScalarType dtype = c10::ScalarType::Float;  // compute/storage dtype of the weights
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+};
+
+struct LoadReport {
+  std::vector<std::string> unused_tensors;  // in the file but not used by the model
+  int64_t parameter_bytes = 0;              // bytes of the loaded weights (in the chosen dtype)
+  int64_t parameter_count = 0;
+};
+
+// Encoder-decoder: the cross-attention keys/values of one request, computed
+// once from the encoder output and reused at every decode step.
+struct CrossAttentionCache {
+  std::vector<at::Tensor> keys;    // per decoder layer [Hkv, S, D]
+  std::vector<at::Tensor> values;  // per decoder layer [Hkv, S, D]
+  int64_t source_len = 0;
+};
+
+// One sequence's share of a forward: `tokens` at positions
+// [start_pos, start_pos + tokens.size()).
+struct SequenceChunk {
+  absl::Span<const int32_t> tokens;
+  int64_t start_pos = 0;
+  // Decoder with cache: the sequence's block table, covering at least
+  // start_pos + tokens.size() tokens; K/V of the new tokens are written into
+  // it and attention reads positions [0, start_pos + n). Null: no cache, the
+  // chunk attends only to itself (start_pos must be 0).
+  const std::vector<int32_t>* block_table = nullptr;
+  const CrossAttentionCache* cross = nullptr;  // encoder-decoder decoder only
+  absl::Span<const int32_t> type_ids;          // encoder token types (BERT); empty = all 0
+};
+
+// Attention weights recorded during a forward of a single chunk.
+struct AttentionCapture {
+  bool self = false;   // self-attention of the stack being run
+  bool cross = false;  // decoder -> encoder (encoder-decoder decoder only)
+  std::vector<at::Tensor> self_probs;   // per layer [Hq, Tq, Tk] float32
+  std::vector<at::Tensor> cross_probs;  // per layer [Hq, Tq, S] float32
+};
+
+struct ForwardOptions {
+  bool last_logits = true;   // logits of each chunk's last token
+  bool all_logits = false;   // logits of every token (overrides last_logits)
+  // Hidden states to return per chunk: kNoHidden, 0 = embeddings, i = after
+  // layer i (1-based), kFinalHidden = the stack's output after its final norm.
+  int64_t hidden_layer = kNoHidden;
+  AttentionCapture* capture = nullptr;  // only with a single chunk
+
+  static constexpr int64_t kNoHidden = -2;
+  static constexpr int64_t kFinalHidden = -1;
+};
+
+struct ForwardResult {
+  at::Tensor logits;               // [chunks, V] or [total tokens, V], float32
+  std::vector<at::Tensor> hidden;  // per chunk [n, d] (when asked)
+};
+
+class Transformer {
+ public:
+  // Binds every tensor the config calls for (dtype/device converted) and
+  // checks shapes. Errors name the tensor and the expected and found shape.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const ModelConfig& config,
+                                                           const TensorMap& weights,
+                                                           const LoadOptions& options,
+                                                           LoadReport* report);
+  ~Transformer();
+
+  const ModelConfig& config() const;
+  const LoadOptions& options() const;
+
+  // The causal stack (decoder-only, or the decoder of an encoder-decoder).
+  ForwardResult Decode(const std::vector<SequenceChunk>& chunks, KvCache* cache,
+                       const ForwardOptions& options) const;
+
+  // The bidirectional stack (encoder-only, or the encoder of an
+  // encoder-decoder). No logits.
+  ForwardResult Encode(const std::vector<SequenceChunk>& chunks,
+                       const ForwardOptions& options) const;
+
+  // Encoder-decoder: cross-attention K/V from an encoder output [S, d].
+  CrossAttentionCache MakeCrossCache(const at::Tensor& memory) const;
+
+ private:
+  struct Impl;
+  explicit Transformer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_TRANSFORMER_H_
