@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   # serving stack
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
+  prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libssl-dev
   # model stack: LibTorch plus a fast BLAS (the default reference BLAS is ~50x slower)
   libtorch-dev libopenblas0-openmp libsentencepiece-dev
   # tests and benchmarks
