@@ -1,0 +1,635 @@
+#include "server/convert.h"
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "model/status_macros.h"
+
+namespace dikkat::server {
+namespace {
+
+static_assert(sizeof(float) == 4, "float must be IEEE 754 binary32");
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ToProtoTensor writes host-order bytes; the wire format is little-endian"
+#endif
+
+absl::Status Invalid(std::string message) {
+  return absl::InvalidArgumentError(std::move(message));
+}
+
+// Prefixes the field name to an error from a lower layer (tokenizer, sampler).
+absl::Status InField(absl::string_view field, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
+}
+
+const char* ArchitectureLabel(model::Architecture a) { return model::ArchitectureName(a); }
+
+absl::Status CheckLength(size_t n, absl::string_view field, const model::ModelConfig& config) {
+  if (config.max_positions > 0 && static_cast<int64_t>(n) > config.max_positions) {
+    return Invalid(absl::StrCat(field, " has ", n, " tokens; model '", config.name,
+                                "' accepts at most max_positions=", config.max_positions));
+  }
+  return absl::OkStatus();
+}
+
+int64_t LayersFor(const model::ModelConfig& config, AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kSelf:
+      return config.n_layers;
+    case AttentionKind::kEncoderSelf:
+      return config.n_encoder_layers;
+    case AttentionKind::kDecoderSelf:
+    case AttentionKind::kCross:
+      return config.n_decoder_layers;
+  }
+  return 0;
+}
+
+// Layers whose hidden states Encode can return: 0 (embeddings) .. L.
+int64_t EncodeLayers(const model::ModelConfig& config) {
+  return config.architecture == model::Architecture::kEncoderDecoder ? config.n_encoder_layers
+                                                                     : config.n_layers;
+}
+
+absl::StatusOr<AttentionKind> ResolveAttentionKind(v1::AttentionKind kind,
+                                                   const model::ModelConfig& config) {
+  const bool enc_dec = config.architecture == model::Architecture::kEncoderDecoder;
+  switch (kind) {
+    case v1::ATTENTION_KIND_UNSPECIFIED:
+      return enc_dec ? AttentionKind::kEncoderSelf : AttentionKind::kSelf;
+    case v1::ATTENTION_KIND_SELF:
+      if (!enc_dec) return AttentionKind::kSelf;
+      return Invalid(absl::StrCat(
+          "kind: ATTENTION_KIND_SELF is for decoder-only and encoder-only models; model '",
+          config.name, "' is encoder-decoder: use ATTENTION_KIND_ENCODER_SELF, "
+          "ATTENTION_KIND_DECODER_SELF or ATTENTION_KIND_CROSS"));
+    case v1::ATTENTION_KIND_ENCODER_SELF:
+    case v1::ATTENTION_KIND_DECODER_SELF:
+    case v1::ATTENTION_KIND_CROSS:
+      if (!enc_dec) {
+        return Invalid(absl::StrCat("kind: ", v1::AttentionKind_Name(kind),
+                                    " needs an encoder-decoder model; model '", config.name,
+                                    "' is ", ArchitectureLabel(config.architecture),
+                                    ": use ATTENTION_KIND_SELF"));
+      }
+      if (kind == v1::ATTENTION_KIND_ENCODER_SELF) return AttentionKind::kEncoderSelf;
+      if (kind == v1::ATTENTION_KIND_DECODER_SELF) return AttentionKind::kDecoderSelf;
+      return AttentionKind::kCross;
+    default:
+      return Invalid(absl::StrCat("kind: unknown AttentionKind value ", static_cast<int>(kind),
+                                  "; allowed: 0..4"));
+  }
+}
+
+// Indices must lie in [0, limit) and not repeat.
+absl::Status ValidateIndices(const google::protobuf::RepeatedField<int32_t>& values,
+                             absl::string_view field, int64_t limit, absl::string_view what) {
+  std::set<int32_t> seen;
+  for (int i = 0; i < values.size(); ++i) {
+    const int32_t v = values[i];
+    if (v < 0 || v >= limit) {
+      return Invalid(absl::StrCat(field, "[", i, "] = ", v, " is out of range: the model has ",
+                                  limit, " ", what, " (allowed 0..", limit - 1, ")"));
+    }
+    if (!seen.insert(v).second) {
+      return Invalid(absl::StrCat(field, "[", i, "] = ", v, " is repeated; list each at most once"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void AppendBytes(std::string* out, const void* data, size_t n) {
+  out->append(static_cast<const char*>(data), n);
+}
+
+}  // namespace
+
+// ---- inputs -----------------------------------------------------------------
+
+absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view field,
+                              int64_t vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return Invalid(absl::StrCat(field, "[", i, "] = ", ids[i],
+                                  " is not a token id: allowed 0..", vocab_size - 1,
+                                  " (vocab_size ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,
+                                                bool default_add_special_tokens,
+                                                const ModelLimits& limits,
+                                                std::vector<int32_t>* type_ids) {
+  const model::ModelConfig& config = *limits.config;
+  if (type_ids != nullptr) type_ids->clear();
+  std::vector<int32_t> ids;
+  switch (input.content_case()) {
+    case v1::Input::kText: {
+      if (input.text().empty()) {
+        return Invalid(absl::StrCat(field, ".text is empty; give some text or ", field,
+                                    ".tokens"));
+      }
+      const bool add_special = input.has_add_special_tokens() ? input.add_special_tokens()
+                                                              : default_add_special_tokens;
+      absl::StatusOr<model::Encoding> encoding = limits.tokenizer->Encode(input.text(), add_special);
+      if (!encoding.ok()) return InField(absl::StrCat(field, ".text"), encoding.status());
+      ids = std::move(encoding->ids);
+      if (type_ids != nullptr) *type_ids = std::move(encoding->type_ids);
+      if (ids.empty()) {
+        return Invalid(absl::StrCat(field, ".text tokenizes to no tokens"));
+      }
+      // A tokenizer larger than the embedding table is a model packaging
+      // problem, but the request cannot be served either way.
+      DIKKAT_RETURN_IF_ERROR(
+          ValidateTokenIds(ids, absl::StrCat(field, ".text tokens"), config.vocab_size));
+      break;
+    }
+    case v1::Input::kTokens: {
+      ids.assign(input.tokens().ids().begin(), input.tokens().ids().end());
+      if (ids.empty()) {
+        return Invalid(absl::StrCat(field, ".tokens.ids is empty; give at least one token id"));
+      }
+      DIKKAT_RETURN_IF_ERROR(
+          ValidateTokenIds(ids, absl::StrCat(field, ".tokens.ids"), config.vocab_size));
+      break;
+    }
+    case v1::Input::CONTENT_NOT_SET:
+      return Invalid(absl::StrCat(field, " is empty; set ", field, ".text or ", field,
+                                  ".tokens"));
+  }
+  DIKKAT_RETURN_IF_ERROR(CheckLength(ids.size(), field, config));
+  return ids;
+}
+
+// ---- Generate ---------------------------------------------------------------
+
+absl::StatusOr<model::SamplingParams> ToSamplingParams(const v1::SamplingOptions& options,
+                                                       int32_t top_logprobs) {
+  model::SamplingParams params;
+  params.temperature = options.has_temperature() ? options.temperature() : 1.0f;
+  params.top_k = options.top_k();
+  params.top_p = options.has_top_p() ? options.top_p() : 1.0f;
+  params.min_p = options.min_p();
+  params.repetition_penalty =
+      options.has_repetition_penalty() ? options.repetition_penalty() : 1.0f;
+  params.presence_penalty = options.presence_penalty();
+  params.frequency_penalty = options.frequency_penalty();
+  if (options.has_seed()) params.seed = options.seed();
+  params.top_logprobs = top_logprobs;
+  absl::Status status = model::Validate(params);
+  if (!status.ok()) return InField("sampling", status);
+  return params;
+}
+
+absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& request,
+                                                     const ModelLimits& limits) {
+  const model::ModelConfig& config = *limits.config;
+  const EngineOptions& options = *limits.options;
+  GenerateConversion out;
+  GenerateRequest& r = out.request;
+
+  switch (config.architecture) {
+    case model::Architecture::kEncoderOnly:
+      return Invalid(absl::StrCat("model '", config.name,
+                                  "' is encoder-only and cannot generate; use Encode or "
+                                  "Attention, or a decoder-only / encoder-decoder model"));
+    case model::Architecture::kDecoderOnly: {
+      if (request.has_decoder_prefix()) {
+        return Invalid(absl::StrCat("decoder_prefix is for encoder-decoder models; model '",
+                                    config.name,
+                                    "' is decoder-only: put the whole prompt in input"));
+      }
+      DIKKAT_ASSIGN_OR_RETURN(out.input_ids, InputToIds(request.input(), "input", false, limits));
+      if (config.max_positions > 0 &&
+          static_cast<int64_t>(out.input_ids.size()) >= config.max_positions) {
+        return Invalid(absl::StrCat("input has ", out.input_ids.size(),
+                                    " tokens, which leaves no room to generate: model '",
+                                    config.name, "' accepts at most max_positions=",
+                                    config.max_positions, " tokens in total"));
+      }
+      r.prompt = out.input_ids;
+      break;
+    }
+    case model::Architecture::kEncoderDecoder: {
+      DIKKAT_ASSIGN_OR_RETURN(out.input_ids, InputToIds(request.input(), "input", false, limits));
+      r.source = out.input_ids;
+      if (request.has_decoder_prefix()) {
+        DIKKAT_ASSIGN_OR_RETURN(r.prompt,
+                                InputToIds(request.decoder_prefix(), "decoder_prefix", false,
+                                           limits));
+      }
+      break;
+    }
+  }
+
+  int32_t top_logprobs = 0;
+  if (request.has_top_logprobs() && request.top_logprobs() != -1) {
+    if (request.top_logprobs() < 0 || request.top_logprobs() > 20) {
+      return Invalid(absl::StrCat("top_logprobs = ", request.top_logprobs(),
+                                  " is out of range: allowed 0..20, or -1 for none"));
+    }
+    top_logprobs = request.top_logprobs();
+    out.want_logprobs = true;
+  }
+  DIKKAT_ASSIGN_OR_RETURN(r.sampling, ToSamplingParams(request.sampling(), top_logprobs));
+
+  if (request.has_max_new_tokens()) {
+    const int32_t n = request.max_new_tokens();
+    if (n < 1 || n > options.max_new_tokens_cap) {
+      return Invalid(absl::StrCat("max_new_tokens = ", n, " is out of range: allowed 1..",
+                                  options.max_new_tokens_cap,
+                                  " (the server's --max_new_tokens_cap), or unset for the default ",
+                                  options.default_max_new_tokens));
+    }
+    r.max_new_tokens = n;
+  } else {
+    r.max_new_tokens = options.default_max_new_tokens;
+  }
+
+  for (int i = 0; i < request.stop_size(); ++i) {
+    if (request.stop(i).empty()) {
+      return Invalid(absl::StrCat("stop[", i, "] is an empty string; stop strings must be non-empty"));
+    }
+    if (!model::IsValidUtf8(request.stop(i))) {
+      return Invalid(absl::StrCat("stop[", i, "] is not valid UTF-8"));
+    }
+    r.stop_strings.push_back(request.stop(i));
+  }
+  r.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(r.stop_token_ids, "stop_token_ids", config.vocab_size));
+  r.ignore_eos = request.ignore_eos();
+  r.include_stop_text = request.include_stop_text();
+  return out;
+}
+
+v1::FinishReason ToProtoFinishReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kDeadline:
+      return v1::FINISH_REASON_DEADLINE;
+    case FinishReason::kError:
+      return v1::FINISH_REASON_UNSPECIFIED;  // errors end the call with a status instead
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void AppendChunk(const GeneratedChunk& chunk, bool want_logprobs,
+                 const model::Tokenizer& tokenizer, v1::GenerateResponse* response) {
+  for (const GeneratedToken& token : chunk.tokens) {
+    v1::GeneratedToken* out = response->add_tokens();
+    out->set_id(token.token_id);
+    if (!want_logprobs) continue;
+    out->set_logprob(token.logprob);
+    for (const TokenAlternative& alt : token.top) {
+      v1::TokenLogprob* t = out->add_top_logprobs();
+      t->set_token_id(alt.token_id);
+      t->set_logprob(alt.logprob);
+      t->set_text(tokenizer.TokenText(alt.token_id));
+    }
+  }
+  response->mutable_text()->append(chunk.text);
+}
+
+void FillFinish(const GenerateSummary& summary, v1::GenerateResponse* response) {
+  response->set_finish_reason(ToProtoFinishReason(summary.reason));
+  v1::GenerateStats* stats = response->mutable_stats();
+  stats->set_prompt_tokens(summary.prompt_tokens);
+  stats->set_generated_tokens(summary.generated_tokens);
+  stats->set_queue_seconds(absl::ToDoubleSeconds(summary.queue_time));
+  stats->set_time_to_first_token_seconds(absl::ToDoubleSeconds(summary.time_to_first_token));
+  stats->set_total_seconds(absl::ToDoubleSeconds(summary.total_time));
+  stats->set_seed(summary.seed);
+}
+
+// ---- Encode -----------------------------------------------------------------
+
+model::Pooling FromProtoPooling(v1::Pooling pooling, model::Pooling model_default) {
+  switch (pooling) {
+    case v1::POOLING_MEAN:
+      return model::Pooling::kMean;
+    case v1::POOLING_FIRST:
+      return model::Pooling::kFirst;
+    case v1::POOLING_LAST:
+      return model::Pooling::kLast;
+    default:
+      return model_default;
+  }
+}
+
+absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
+                                              const ModelLimits& limits) {
+  const model::ModelConfig& config = *limits.config;
+  const EngineOptions& options = *limits.options;
+  if (request.inputs_size() == 0) {
+    return Invalid("inputs is empty; give at least one input");
+  }
+  if (request.inputs_size() > options.max_batch_size) {
+    return Invalid(absl::StrCat("inputs has ", request.inputs_size(),
+                                " entries; the server accepts at most ", options.max_batch_size,
+                                " per call (--max_batch_size)"));
+  }
+  if (!v1::Pooling_IsValid(request.pooling())) {
+    return Invalid(absl::StrCat("pooling: unknown Pooling value ",
+                                static_cast<int>(request.pooling()), "; allowed 0..3"));
+  }
+  DIKKAT_RETURN_IF_ERROR(ResolveDType(request.output_dtype(), "output_dtype").status());
+
+  EncodeRequest r;
+  r.pooling = FromProtoPooling(request.pooling(), config.default_pooling);
+  r.normalize = request.normalize();
+  r.return_hidden_states = request.return_hidden_states();
+  if (request.has_hidden_layer()) {
+    const int64_t layers = EncodeLayers(config);
+    const int32_t h = request.hidden_layer();
+    if (h < -1 || h > layers) {
+      return Invalid(absl::StrCat("hidden_layer = ", h, " is out of range: allowed -1 (final "
+                                  "output), 0 (embeddings) or 1..", layers,
+                                  " (after that layer)"));
+    }
+    r.hidden_layer = h;
+  }
+
+  bool any_type_ids = false;
+  std::vector<std::vector<int32_t>> type_ids(request.inputs_size());
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                            InputToIds(request.inputs(i), absl::StrCat("inputs[", i, "]"), true,
+                                       limits, &type_ids[i]));
+    any_type_ids = any_type_ids || !type_ids[i].empty();
+    r.inputs.push_back(std::move(ids));
+  }
+  // The engine wants segment ids for every input or none: token-id inputs
+  // are a single segment (0).
+  if (any_type_ids) {
+    for (size_t i = 0; i < r.inputs.size(); ++i) {
+      if (type_ids[i].size() != r.inputs[i].size()) type_ids[i].assign(r.inputs[i].size(), 0);
+    }
+    r.type_ids = std::move(type_ids);
+  }
+  return r;
+}
+
+absl::Status FillEncodeResponse(const EncodeRequest& engine_request, const EncodeResult& result,
+                                v1::DType dtype, v1::EncodeResponse* response) {
+  DIKKAT_ASSIGN_OR_RETURN(v1::DType resolved, ResolveDType(dtype, "output_dtype"));
+  if (result.embeddings.size() != engine_request.inputs.size() ||
+      (engine_request.return_hidden_states &&
+       result.hidden_states.size() != engine_request.inputs.size())) {
+    return absl::InternalError(absl::StrCat(
+        "engine returned ", result.embeddings.size(), " embeddings and ",
+        result.hidden_states.size(), " hidden states for ", engine_request.inputs.size(),
+        " inputs"));
+  }
+  response->set_prompt_tokens(result.prompt_tokens);
+  for (size_t i = 0; i < engine_request.inputs.size(); ++i) {
+    v1::EncodeResult* out = response->add_results();
+    DIKKAT_RETURN_IF_ERROR(ToProtoTensor(result.embeddings[i], resolved, out->mutable_embedding()));
+    if (engine_request.return_hidden_states) {
+      DIKKAT_RETURN_IF_ERROR(
+          ToProtoTensor(result.hidden_states[i], resolved, out->mutable_hidden_states()));
+    }
+    out->mutable_token_ids()->Add(engine_request.inputs[i].begin(), engine_request.inputs[i].end());
+  }
+  return absl::OkStatus();
+}
+
+// ---- Attention --------------------------------------------------------------
+
+v1::AttentionKind ToProtoAttentionKind(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kSelf:
+      return v1::ATTENTION_KIND_SELF;
+    case AttentionKind::kEncoderSelf:
+      return v1::ATTENTION_KIND_ENCODER_SELF;
+    case AttentionKind::kDecoderSelf:
+      return v1::ATTENTION_KIND_DECODER_SELF;
+    case AttentionKind::kCross:
+      return v1::ATTENTION_KIND_CROSS;
+  }
+  return v1::ATTENTION_KIND_UNSPECIFIED;
+}
+
+absl::StatusOr<AttentionRequest> ToAttentionRequest(const v1::AttentionRequest& request,
+                                                    const ModelLimits& limits) {
+  const model::ModelConfig& config = *limits.config;
+  AttentionRequest r;
+  DIKKAT_ASSIGN_OR_RETURN(r.kind, ResolveAttentionKind(request.kind(), config));
+  if (request.aggregation() != v1::HEAD_AGGREGATION_NONE &&
+      request.aggregation() != v1::HEAD_AGGREGATION_MEAN &&
+      request.aggregation() != v1::HEAD_AGGREGATION_MAX) {
+    return Invalid(absl::StrCat("aggregation: unknown HeadAggregation value ",
+                                static_cast<int>(request.aggregation()), "; allowed 0..2"));
+  }
+  r.aggregation = request.aggregation() == v1::HEAD_AGGREGATION_MEAN  ? HeadAggregation::kMean
+                  : request.aggregation() == v1::HEAD_AGGREGATION_MAX ? HeadAggregation::kMax
+                                                                      : HeadAggregation::kNone;
+  DIKKAT_RETURN_IF_ERROR(ResolveDType(request.output_dtype(), "output_dtype").status());
+
+  DIKKAT_ASSIGN_OR_RETURN(r.input, InputToIds(request.input(), "input", true, limits));
+  const bool needs_target = r.kind == AttentionKind::kDecoderSelf || r.kind == AttentionKind::kCross;
+  if (needs_target) {
+    if (!request.has_target()) {
+      return Invalid(absl::StrCat("target is required for ", v1::AttentionKind_Name(request.kind()),
+                                  ": give the decoder input"));
+    }
+    DIKKAT_ASSIGN_OR_RETURN(r.target, InputToIds(request.target(), "target", false, limits));
+  } else if (request.has_target()) {
+    return Invalid(absl::StrCat("target is only used with ATTENTION_KIND_DECODER_SELF or "
+                                "ATTENTION_KIND_CROSS; this request asks for ",
+                                v1::AttentionKind_Name(ToProtoAttentionKind(r.kind))));
+  }
+
+  DIKKAT_RETURN_IF_ERROR(ValidateIndices(request.layers(), "layers", LayersFor(config, r.kind),
+                                         "layers of this kind"));
+  DIKKAT_RETURN_IF_ERROR(ValidateIndices(request.heads(), "heads", config.n_heads, "heads"));
+  r.layers.assign(request.layers().begin(), request.layers().end());
+  r.heads.assign(request.heads().begin(), request.heads().end());
+  return r;
+}
+
+absl::Status FillAttentionResponse(const AttentionRequest& engine_request,
+                                   const AttentionResult& result, v1::DType dtype,
+                                   const model::Tokenizer& tokenizer,
+                                   v1::AttentionResponse* response) {
+  DIKKAT_ASSIGN_OR_RETURN(v1::DType resolved, ResolveDType(dtype, "output_dtype"));
+  // Rows are the sequence that attends, columns the one attended to.
+  const bool rows_are_target = engine_request.kind == AttentionKind::kDecoderSelf ||
+                               engine_request.kind == AttentionKind::kCross;
+  const bool cols_are_target = engine_request.kind == AttentionKind::kDecoderSelf;
+  const std::vector<int32_t>& rows = rows_are_target ? engine_request.target : engine_request.input;
+  const std::vector<int32_t>& cols = cols_are_target ? engine_request.target : engine_request.input;
+  for (int32_t id : rows) {
+    response->add_query_token_ids(id);
+    response->add_query_tokens(tokenizer.TokenText(id));
+  }
+  for (int32_t id : cols) {
+    response->add_key_token_ids(id);
+    response->add_key_tokens(tokenizer.TokenText(id));
+  }
+  for (const AttentionMap& map : result.maps) {
+    v1::AttentionMap* out = response->add_maps();
+    out->set_layer(map.layer);
+    out->set_head(map.head);
+    out->set_kind(ToProtoAttentionKind(map.kind));
+    DIKKAT_RETURN_IF_ERROR(ToProtoTensor(map.weights, resolved, out->mutable_weights()));
+  }
+  return absl::OkStatus();
+}
+
+// ---- tensors ----------------------------------------------------------------
+
+absl::StatusOr<v1::DType> ResolveDType(v1::DType dtype, absl::string_view field) {
+  switch (dtype) {
+    case v1::DTYPE_UNSPECIFIED:
+    case v1::DTYPE_FLOAT32:
+      return v1::DTYPE_FLOAT32;
+    case v1::DTYPE_BFLOAT16:
+    case v1::DTYPE_FLOAT16:
+      return dtype;
+    default:
+      return Invalid(absl::StrCat(field, ": unknown DType value ", static_cast<int>(dtype),
+                                  "; allowed DTYPE_FLOAT32, DTYPE_BFLOAT16, DTYPE_FLOAT16"));
+  }
+}
+
+uint16_t FloatToBfloat16Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // keep NaN a (quiet) NaN
+  }
+  // Round to nearest, ties to even: add 0x7fff plus the lowest kept bit.
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+uint16_t FloatToFloat16Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs >= 0x7f800000u) {  // infinity or NaN
+    return sign | 0x7c00u | (abs > 0x7f800000u ? 0x0200u : 0u);
+  }
+  // 65520 is halfway between the largest half (65504) and 2^16; ties go to
+  // the even neighbour, which is infinity.
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;
+  const int32_t exponent = static_cast<int32_t>(abs >> 23);  // biased by 127
+  if (exponent < 113) {
+    // Below 2^-14: a half subnormal, in units of 2^-24. Values under 2^-25
+    // round to zero (2^-25 itself is a tie that goes to the even 0).
+    if (exponent < 102) return sign;
+    const uint32_t significand = (abs & 0x7fffffu) | 0x800000u;  // value = s * 2^(e-150)
+    const int shift = 126 - exponent;                            // 14..24
+    uint32_t half = significand >> shift;
+    const uint32_t rest = significand & ((1u << shift) - 1u);
+    const uint32_t midpoint = 1u << (shift - 1);
+    if (rest > midpoint || (rest == midpoint && (half & 1u))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  uint32_t half = (static_cast<uint32_t>(exponent - 112) << 10) | ((abs & 0x7fffffu) >> 13);
+  const uint32_t rest = abs & 0x1fffu;
+  // A carry out of the mantissa correctly bumps the exponent.
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;
+  return sign | static_cast<uint16_t>(half);
+}
+
+absl::Status ToProtoTensor(const DenseTensor& tensor, v1::DType dtype, v1::Tensor* out) {
+  int64_t count = 1;
+  for (int64_t d : tensor.shape) {
+    if (d < 0) return absl::InternalError(absl::StrCat("tensor has negative dimension ", d));
+    count *= d;
+  }
+  if (count != static_cast<int64_t>(tensor.values.size())) {
+    return absl::InternalError(absl::StrCat("tensor of shape [", absl::StrJoin(tensor.shape, ", "),
+                                            "] holds ", tensor.values.size(), " values, not ",
+                                            count));
+  }
+  DIKKAT_ASSIGN_OR_RETURN(v1::DType resolved, ResolveDType(dtype, "dtype"));
+  out->Clear();
+  out->mutable_shape()->Add(tensor.shape.begin(), tensor.shape.end());
+  out->set_dtype(resolved);
+  std::string* data = out->mutable_data();
+  if (resolved == v1::DTYPE_FLOAT32) {
+    data->resize(tensor.values.size() * sizeof(float));
+    if (!tensor.values.empty()) std::memcpy(data->data(), tensor.values.data(), data->size());
+    return absl::OkStatus();
+  }
+  data->reserve(tensor.values.size() * 2);
+  for (float v : tensor.values) {
+    const uint16_t h = resolved == v1::DTYPE_BFLOAT16 ? FloatToBfloat16Bits(v) : FloatToFloat16Bits(v);
+    AppendBytes(data, &h, sizeof(h));
+  }
+  return absl::OkStatus();
+}
+
+// ---- model info -------------------------------------------------------------
+
+void FillModelInfo(const ModelDescription& description, const EngineStats& stats,
+                   const model::Tokenizer& tokenizer, bool is_default, v1::ModelInfo* info) {
+  const model::ModelConfig& c = description.config;
+  info->set_name(description.name);
+  info->set_is_default(is_default);
+  info->set_architecture(model::ArchitectureName(c.architecture));
+  info->set_weight_layout(c.weight_layout);
+  info->set_vocab_size(c.vocab_size);
+  info->set_d_model(c.d_model);
+  info->set_n_layers(c.n_layers);
+  info->set_n_encoder_layers(c.n_encoder_layers);
+  info->set_n_decoder_layers(c.n_decoder_layers);
+  info->set_n_heads(c.n_heads);
+  info->set_n_kv_heads(c.kv_heads());
+  info->set_head_dim(c.head_size());
+  info->set_ffn_dim(c.ffn_dim);
+  info->set_max_context(c.max_positions);
+  info->set_positions(model::PositionName(c.positions));
+  info->set_activation(model::ActivationName(c.activation));
+  info->set_norm(model::NormName(c.norm));
+  info->set_pre_norm(c.pre_norm);
+  info->set_dtype(description.dtype);
+  info->set_device(description.device);
+  info->set_weights_sha256(description.weights_sha256);
+  info->set_weights_bytes(description.weights_bytes);
+  info->set_tokenizer(description.tokenizer_kind.empty() ? tokenizer.kind()
+                                                         : description.tokenizer_kind);
+  for (const std::string& sha : description.tokenizer_sha256) info->add_tokenizer_sha256(sha);
+
+  const model::SpecialTokens& special = tokenizer.special_tokens();
+  v1::SpecialTokens* s = info->mutable_special_tokens();
+  // The model config is authoritative for what generation uses; the
+  // tokenizer fills what the config does not say.
+  auto pick = [](int64_t from_config, int32_t from_tokenizer) {
+    return static_cast<int32_t>(from_config >= 0 ? from_config : from_tokenizer);
+  };
+  s->set_bos(pick(c.bos_token_id, special.bos));
+  s->set_eos(pick(c.eos_token_id, special.eos));
+  s->set_pad(pick(c.pad_token_id, special.pad));
+  s->set_unk(special.unk);
+  s->set_cls(special.cls);
+  s->set_sep(special.sep);
+  s->set_mask(special.mask);
+  s->set_decoder_start(static_cast<int32_t>(c.decoder_start_token_id));
+
+  info->set_kv_cache_bytes(stats.kv_cache_bytes);
+  info->set_kv_block_size(stats.kv_block_size);
+  info->set_kv_blocks(stats.kv_blocks_total);
+  if (c.has_decoder()) info->add_capabilities("generate");
+  info->add_capabilities("encode");
+  info->add_capabilities("attention");
+}
+
+}  // namespace dikkat::server

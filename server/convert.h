@@ -1,0 +1,122 @@
+// Conversion between the wire messages (proto/dikkat/v1/dikkat.proto) and the
+// engine's request/result structs (server/engine.h), with all request
+// validation that needs only the model's config, tokenizer and limits.
+//
+// Every function is pure (no gRPC call state, no engine): the service calls
+// them on gRPC threads and the tests call them directly. Invalid input gives
+// INVALID_ARGUMENT whose message names the field, the value and what is
+// allowed. Thread-safe (the tokenizer is immutable and thread-safe).
+#ifndef DIKKAT_SERVER_CONVERT_H_
+#define DIKKAT_SERVER_CONVERT_H_
+
+#include <cstdint>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dikkat/v1/dikkat.pb.h"
+#include "model/config.h"
+#include "model/sampling_params.h"
+#include "model/tokenizer.h"
+#include "server/engine.h"
+
+namespace dikkat::server {
+
+// What a request is checked against: one hosted model.
+struct ModelLimits {
+  const model::ModelConfig* config = nullptr;   // not owned
+  const model::Tokenizer* tokenizer = nullptr;  // not owned
+  const EngineOptions* options = nullptr;       // not owned
+};
+
+// ---- inputs -----------------------------------------------------------------
+
+// Every id in [0, vocab_size). `field` names the repeated field in errors.
+absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view field,
+                              int64_t vocab_size);
+
+// Text (tokenized, with special tokens unless the request says otherwise;
+// `default_add_special_tokens` applies when add_special_tokens is unset) or
+// token ids (checked < vocab_size). Never returns an empty sequence, nor one
+// longer than the model's max_positions. `type_ids` (optional) receives the
+// tokenizer's segment ids for text input (empty for token input).
+absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,
+                                                bool default_add_special_tokens,
+                                                const ModelLimits& limits,
+                                                std::vector<int32_t>* type_ids = nullptr);
+
+// ---- Generate ---------------------------------------------------------------
+
+// Unset optionals take their documented defaults (temperature, top_p and
+// repetition_penalty 1.0; seed random). `top_logprobs` is the request's value
+// after mapping "none" (-1 / unset) to 0. Then model::Validate.
+absl::StatusOr<model::SamplingParams> ToSamplingParams(const v1::SamplingOptions& options,
+                                                       int32_t top_logprobs);
+
+struct GenerateConversion {
+  GenerateRequest request;            // deadline left infinite: the caller sets it
+  bool want_logprobs = false;         // top_logprobs >= 0 was asked for
+  std::vector<int32_t> input_ids;     // the tokenized `input` (for echo_prompt_tokens)
+};
+
+// Decoder-only: `input` is the prompt; `decoder_prefix` must be unset.
+// Encoder-decoder: `input` is the source, `decoder_prefix` the decoder start.
+// Encoder-only models cannot generate (INVALID_ARGUMENT).
+absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& request,
+                                                     const ModelLimits& limits);
+
+v1::FinishReason ToProtoFinishReason(FinishReason reason);
+
+// Appends one chunk's tokens and text to `response` (several chunks may be
+// merged into one message). Logprobs are copied only when `want_logprobs`.
+void AppendChunk(const GeneratedChunk& chunk, bool want_logprobs,
+                 const model::Tokenizer& tokenizer, v1::GenerateResponse* response);
+
+// Sets finish_reason and stats on the last message.
+void FillFinish(const GenerateSummary& summary, v1::GenerateResponse* response);
+
+// ---- Encode -----------------------------------------------------------------
+
+absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
+                                              const ModelLimits& limits);
+
+// `engine_request` is what ToEncodeRequest produced (its token ids are echoed).
+absl::Status FillEncodeResponse(const EncodeRequest& engine_request, const EncodeResult& result,
+                                v1::DType dtype, v1::EncodeResponse* response);
+
+// ---- Attention --------------------------------------------------------------
+
+absl::StatusOr<AttentionRequest> ToAttentionRequest(const v1::AttentionRequest& request,
+                                                    const ModelLimits& limits);
+
+// Fills maps and the axis labels (token ids and readable token text).
+absl::Status FillAttentionResponse(const AttentionRequest& engine_request,
+                                   const AttentionResult& result, v1::DType dtype,
+                                   const model::Tokenizer& tokenizer,
+                                   v1::AttentionResponse* response);
+
+model::Pooling FromProtoPooling(v1::Pooling pooling, model::Pooling model_default);
+v1::AttentionKind ToProtoAttentionKind(AttentionKind kind);
+
+// ---- tensors ----------------------------------------------------------------
+
+// DTYPE_UNSPECIFIED means float32. Unknown enum values are INVALID_ARGUMENT.
+absl::StatusOr<v1::DType> ResolveDType(v1::DType dtype, absl::string_view field);
+
+// Packs `tensor` as little-endian `dtype` (bfloat16 and float16 round to
+// nearest even; NaN stays NaN, overflow becomes infinity). INTERNAL if the
+// values do not match the shape.
+absl::Status ToProtoTensor(const DenseTensor& tensor, v1::DType dtype, v1::Tensor* out);
+
+uint16_t FloatToBfloat16Bits(float value);
+uint16_t FloatToFloat16Bits(float value);
+
+// ---- model info -------------------------------------------------------------
+
+void FillModelInfo(const ModelDescription& description, const EngineStats& stats,
+                   const model::Tokenizer& tokenizer, bool is_default, v1::ModelInfo* info);
+
+}  // namespace dikkat::server
+
+#endif  // DIKKAT_SERVER_CONVERT_H_

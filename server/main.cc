@@ -1,0 +1,285 @@
+// dikkat-server: loads the models, serves dikkat.v1.Dikkat (plus health and
+// reflection) over gRPC and Prometheus metrics over HTTP. Wiring only: the
+// work is in the engine, the service and the metrics.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <thread>
+#include <vector>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/byte_size.h"
+#include "server/engine.h"
+#include "server/metrics.h"
+#include "server/metrics_http.h"
+#include "server/model_registry.h"
+#include "server/runtime.h"
+#include "server/service.h"
+
+#ifndef DIKKAT_VERSION
+#define DIKKAT_VERSION "dev"
+#endif
+
+using dikkat::server::ByteSize;
+
+ABSL_FLAG(std::vector<std::string>, model, {},
+          "Model folder to serve, as name=path or path (the name is then the folder's name). "
+          "Repeat the flag or give a comma-separated list to host several models; the first "
+          "is the default for requests that name none.");
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "gRPC address host:port. Port 0 picks a free port; the chosen one is printed as "
+          "'listening on HOST:PORT'.");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9090",
+          "HTTP address for /metrics (Prometheus text format) and /healthz. Empty disables it.");
+ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu or cuda:N.");
+ABSL_FLAG(std::string, dtype, "float32",
+          "Weights and activations dtype: float32, bfloat16 or float16.");
+ABSL_FLAG(int32_t, threads, 0,
+          "LibTorch intra-op threads (at::set_num_threads); 0 = the number of cores.");
+ABSL_FLAG(int32_t, max_batch_size, 64, "Most sequences an engine runs in one step.");
+ABSL_FLAG(int32_t, max_batch_tokens, 2048,
+          "Most tokens through one forward (the prefill budget per step).");
+ABSL_FLAG(ByteSize, kv_cache_bytes, ByteSize{256ll << 20},
+          "KV cache memory per model, e.g. 256MiB, 2GiB or a plain number of bytes.");
+ABSL_FLAG(int32_t, kv_block_size, 16, "Tokens per KV cache block.");
+ABSL_FLAG(int32_t, max_queue, 256,
+          "Waiting requests per model before new ones get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
+ABSL_FLAG(int32_t, default_max_new_tokens, 64,
+          "max_new_tokens for requests that leave it unset.");
+ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
+          "On SIGTERM/SIGINT: how long in-flight requests may run before they are cancelled.");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::ZeroDuration(),
+          "Close client connections after this age (GRPC_ARG_MAX_CONNECTION_AGE_MS) so that "
+          "clients re-resolve and rebalance across replicas; 0 = never.");
+ABSL_FLAG(ByteSize, max_message_bytes, ByteSize{64ll << 20},
+          "Largest gRPC message received or sent, e.g. 64MiB.");
+
+namespace dikkat::server {
+namespace {
+
+constexpr char kServiceName[] = "dikkat.v1.Dikkat";
+
+// Shared with the signal thread, which is detached and may outlive Run().
+absl::Notification g_stop;
+std::atomic<int> g_received_signal{0};
+
+// absl keeps only the last occurrence of a flag; --model may be repeated, so
+// collect every occurrence before absl parses the command line.
+std::vector<std::string> CollectRepeatedFlag(int argc, char** argv, absl::string_view name) {
+  std::vector<std::string> values;
+  const std::string single = absl::StrCat("-", name), dbl = absl::StrCat("--", name);
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    for (const std::string& prefix : {dbl, single}) {
+      if (arg == prefix && i + 1 < argc) {
+        values.emplace_back(argv[++i]);
+        break;
+      }
+      if (absl::StartsWith(arg, prefix + "=")) {
+        values.emplace_back(arg.substr(prefix.size() + 1));
+        break;
+      }
+    }
+  }
+  return values;
+}
+
+EngineOptions OptionsFromFlags() {
+  EngineOptions o;
+  o.device = absl::GetFlag(FLAGS_device);
+  o.dtype = absl::GetFlag(FLAGS_dtype);
+  o.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  o.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  o.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
+  o.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  o.max_queue = absl::GetFlag(FLAGS_max_queue);
+  o.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
+  o.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
+  return o;
+}
+
+double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// Loads every model; false (after printing why) if one fails.
+bool LoadModels(const std::vector<ModelSpec>& specs, const EngineOptions& options,
+                Metrics* metrics, ModelRegistry* registry, const absl::Notification& stop) {
+  for (const ModelSpec& spec : specs) {
+    if (stop.HasBeenNotified()) return false;
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::unique_ptr<Engine>> engine =
+        Engine::Create(spec.name, spec.path, options, metrics->AddModel(spec.name));
+    if (!engine.ok()) {
+      absl::FPrintF(stderr, "dikkat-server: cannot load model '%s' from %s: %s\n", spec.name,
+                    spec.path, engine.status().ToString());
+      return false;
+    }
+    const ModelDescription& d = (*engine)->description();
+    const EngineStats stats = (*engine)->stats();
+    absl::FPrintF(stderr,
+                  "dikkat-server: loaded '%s' from %s in %.2fs: %s, %s on %s, weights %.1f MiB, "
+                  "KV cache %.1f MiB (%d blocks x %d tokens)\n",
+                  spec.name, spec.path, absl::ToDoubleSeconds(absl::Now() - start),
+                  model::ArchitectureName(d.config.architecture), d.dtype, d.device,
+                  MiB(d.weights_bytes), MiB(stats.kv_cache_bytes), stats.kv_blocks_total,
+                  stats.kv_block_size);
+    metrics->SetModelLoaded(spec.name, d, engine->get());
+    absl::Status added = registry->Add(spec.name, std::move(*engine));
+    if (!added.ok()) {
+      absl::FPrintF(stderr, "dikkat-server: %s\n", added.ToString());
+      return false;
+    }
+  }
+  return true;
+}
+
+void SetHealth(grpc::Server* server, bool serving) {
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(kServiceName, serving);
+}
+
+int Run(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dikkat-server --model=[name=]path [--model=...] [--listen=host:port] [flags]\n"
+      "Serves Transformer models over gRPC (dikkat.v1.Dikkat, health, reflection) and "
+      "Prometheus metrics over HTTP.");
+  std::vector<std::string> model_flags = CollectRepeatedFlag(argc, argv, "model");
+  absl::ParseCommandLine(argc, argv);
+
+  // Block SIGTERM/SIGINT before any thread starts (threads inherit the mask)
+  // and take them with sigwait on one thread: no code runs in signal context.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([signals] {
+    int sig = 0;
+    if (sigwait(&signals, &sig) == 0) g_received_signal = sig;
+    g_stop.Notify();
+  }).detach();
+  absl::Notification& stop = g_stop;
+
+  absl::StatusOr<std::vector<ModelSpec>> specs = ParseModelSpecs(model_flags);
+  if (!specs.ok() || specs->empty()) {
+    absl::FPrintF(stderr, "dikkat-server: %s\n",
+                  specs.ok() ? "no model given: pass --model=[name=]path" : specs.status().ToString());
+    return 2;
+  }
+  const int threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
+  absl::FPrintF(stderr, "dikkat-server %s: %d compute threads\n", DIKKAT_VERSION, threads);
+
+  Metrics metrics(DIKKAT_VERSION);
+  ModelRegistry registry;
+  if (!LoadModels(*specs, OptionsFromFlags(), &metrics, &registry, stop)) {
+    registry.ShutdownAll(absl::ZeroDuration());
+    return stop.HasBeenNotified() ? 0 : 1;
+  }
+
+  DikkatService service(&registry, &metrics, DIKKAT_VERSION);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes).bytes;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_message, INT32_MAX)));
+  builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(max_message, INT32_MAX)));
+  const absl::Duration max_age = absl::GetFlag(FLAGS_max_connection_age);
+  if (max_age > absl::ZeroDuration()) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(absl::ToInt64Milliseconds(max_age)));
+    // Let calls in flight on an old connection finish before it is closed.
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+        static_cast<int>(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_grace_period))));
+  }
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    absl::FPrintF(stderr, "dikkat-server: cannot listen on %s\n", listen);
+    registry.ShutdownAll(absl::ZeroDuration());
+    return 1;
+  }
+  SetHealth(server.get(), false);
+
+  std::atomic<bool> serving{false};
+  MetricsHttpServer http(&metrics, [&serving] { return serving.load(); });
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    absl::StatusOr<int> metrics_port = http.Start(metrics_listen);
+    if (!metrics_port.ok()) {
+      absl::FPrintF(stderr, "dikkat-server: %s\n", metrics_port.status().ToString());
+      server->Shutdown();
+      registry.ShutdownAll(absl::ZeroDuration());
+      return 1;
+    }
+    absl::FPrintF(stderr, "dikkat-server: metrics on http://%s:%d/metrics\n",
+                  SplitHostPort(metrics_listen)->first, *metrics_port);
+  }
+  const std::string host = SplitHostPort(listen).ok() ? SplitHostPort(listen)->first : listen;
+  absl::PrintF("listening on %s:%d\n", absl::StrContains(host, ':') ? absl::StrCat("[", host, "]")
+                                                                    : host,
+               port);
+  std::fflush(stdout);
+
+  for (const ModelRegistry::Entry& e : registry.entries()) {
+    const absl::Time start = absl::Now();
+    absl::Status warm = e.engine->Warmup();
+    if (!warm.ok()) {
+      absl::FPrintF(stderr, "dikkat-server: warm-up of '%s' failed: %s\n", e.name, warm.ToString());
+      registry.ShutdownAll(absl::ZeroDuration());
+      server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      return 1;
+    }
+    absl::FPrintF(stderr, "dikkat-server: warmed up '%s' in %.2fs\n", e.name,
+                  absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  SetHealth(server.get(), true);
+  serving = true;
+  absl::FPrintF(stderr, "dikkat-server: serving %d model(s); default '%s'\n",
+                static_cast<int>(registry.size()), registry.default_name());
+
+  stop.WaitForNotification();
+  const absl::Duration grace = absl::GetFlag(FLAGS_grace_period);
+  absl::FPrintF(stderr, "dikkat-server: %s, draining for up to %s\n",
+                g_received_signal == SIGINT ? "SIGINT" : "SIGTERM", absl::FormatDuration(grace));
+  // Health first so load balancers stop routing here; then the engines refuse
+  // new work (UNAVAILABLE) and finish what runs; then the transport closes.
+  SetHealth(server.get(), false);
+  serving = false;
+  registry.ShutdownAll(grace);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  http.Stop();
+  absl::FPrintF(stderr, "dikkat-server: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace dikkat::server
+
+int main(int argc, char** argv) { return dikkat::server::Run(argc, argv); }

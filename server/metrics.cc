@@ -1,0 +1,420 @@
+#include "server/metrics.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "absl/status/status.h"
+
+namespace dikkat::server {
+namespace {
+
+using prometheus::Counter;
+using prometheus::Family;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+constexpr int kNumCodes = 17;  // canonical status codes 0..16
+constexpr char kUnknownModel[] = "unknown";
+
+const Histogram::BucketBoundaries& RequestSecondsBuckets() {
+  static const Histogram::BucketBoundaries b = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                1,     2.5,  5,     10,   30,  60,   120};
+  return b;
+}
+const Histogram::BucketBoundaries& WaitSecondsBuckets() {
+  static const Histogram::BucketBoundaries b = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                0.25,  0.5,    1,     2.5,  5,     10,   30};
+  return b;
+}
+const Histogram::BucketBoundaries& TokenLatencyBuckets() {
+  static const Histogram::BucketBoundaries b = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04,
+                                                0.08,  0.16,   0.32,  0.64, 1.28};
+  return b;
+}
+const Histogram::BucketBoundaries& StepSecondsBuckets() {
+  static const Histogram::BucketBoundaries b = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                0.05,   0.1,   0.25,   0.5,   1,    2.5};
+  return b;
+}
+const Histogram::BucketBoundaries& BatchSizeBuckets() {
+  static const Histogram::BucketBoundaries b = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  return b;
+}
+const Histogram::BucketBoundaries& TokenCountBuckets() {
+  static const Histogram::BucketBoundaries b = {1, 4, 16, 64, 256, 1024, 4096, 16384};
+  return b;
+}
+
+double ResidentBytes() {
+  // statm: size resident shared text lib data dt, in pages.
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  if (n != 2) return 0;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+const char* RpcName(Rpc rpc) {
+  switch (rpc) {
+    case Rpc::kEncode:
+      return "Encode";
+    case Rpc::kGenerate:
+      return "Generate";
+    case Rpc::kAttention:
+      return "Attention";
+    case Rpc::kGetModelInfo:
+      return "GetModelInfo";
+    case Rpc::kTokenize:
+      return "Tokenize";
+    case Rpc::kDetokenize:
+      return "Detokenize";
+  }
+  return "unknown";
+}
+
+const char* FailureReason(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return "";
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return "invalid";
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnavailable:  // draining: the client should go elsewhere
+      return "overloaded";
+    case absl::StatusCode::kCancelled:
+      return "cancelled";
+    case absl::StatusCode::kDeadlineExceeded:
+      return "deadline";
+    default:
+      return "internal";
+  }
+}
+
+// All families of the registry, created once.
+struct Families {
+  explicit Families(prometheus::Registry& r)
+      : requests(prometheus::BuildCounter()
+                     .Name("dikkat_requests_total")
+                     .Help("Finished RPCs by model, method and gRPC status code.")
+                     .Register(r)),
+        failures(prometheus::BuildCounter()
+                     .Name("dikkat_request_failures_total")
+                     .Help("Failed RPCs by reason: invalid, overloaded, cancelled, deadline, "
+                           "internal.")
+                     .Register(r)),
+        request_duration(prometheus::BuildHistogram()
+                             .Name("dikkat_request_duration_seconds")
+                             .Help("RPC latency, from arrival to the final status.")
+                             .Register(r)),
+        queue_time(prometheus::BuildHistogram()
+                       .Name("dikkat_queue_time_seconds")
+                       .Help("Generate: time from submit to first scheduled.")
+                       .Register(r)),
+        time_to_first_token(prometheus::BuildHistogram()
+                                .Name("dikkat_time_to_first_token_seconds")
+                                .Help("Generate: time from submit to the first generated token.")
+                                .Register(r)),
+        inter_token(prometheus::BuildHistogram()
+                        .Name("dikkat_inter_token_latency_seconds")
+                        .Help("Generate: time between consecutive tokens of one request.")
+                        .Register(r)),
+        step_duration(prometheus::BuildHistogram()
+                          .Name("dikkat_step_duration_seconds")
+                          .Help("Engine step time (one batched forward plus sampling), by phase.")
+                          .Register(r)),
+        step_batch_size(prometheus::BuildHistogram()
+                            .Name("dikkat_step_batch_size")
+                            .Help("Sequences per engine step, by phase.")
+                            .Register(r)),
+        prompt_tokens(prometheus::BuildCounter()
+                          .Name("dikkat_prompt_tokens_total")
+                          .Help("Prompt (input) tokens processed.")
+                          .Register(r)),
+        generated_tokens(prometheus::BuildCounter()
+                             .Name("dikkat_generated_tokens_total")
+                             .Help("Tokens generated.")
+                             .Register(r)),
+        request_prompt_tokens(prometheus::BuildHistogram()
+                                  .Name("dikkat_request_prompt_tokens")
+                                  .Help("Generate: prompt tokens per request.")
+                                  .Register(r)),
+        request_generated_tokens(prometheus::BuildHistogram()
+                                     .Name("dikkat_request_generated_tokens")
+                                     .Help("Generate: generated tokens per request.")
+                                     .Register(r)),
+        running(prometheus::BuildGauge()
+                    .Name("dikkat_requests_running")
+                    .Help("Sequences in the engine's running batch.")
+                    .Register(r)),
+        waiting(prometheus::BuildGauge()
+                    .Name("dikkat_requests_waiting")
+                    .Help("Requests queued, not yet admitted.")
+                    .Register(r)),
+        kv_usage(prometheus::BuildGauge()
+                     .Name("dikkat_kv_cache_usage_ratio")
+                     .Help("Fraction of KV cache blocks in use (0..1).")
+                     .Register(r)),
+        kv_used(prometheus::BuildGauge()
+                    .Name("dikkat_kv_cache_blocks_used")
+                    .Help("KV cache blocks in use.")
+                    .Register(r)),
+        kv_total(prometheus::BuildGauge()
+                     .Name("dikkat_kv_cache_blocks_total")
+                     .Help("KV cache blocks allocated at start.")
+                     .Register(r)),
+        preemptions(prometheus::BuildCounter()
+                        .Name("dikkat_preemptions_total")
+                        .Help("Sequences preempted (KV blocks freed, recomputed later).")
+                        .Register(r)),
+        load_seconds(prometheus::BuildGauge()
+                         .Name("dikkat_model_load_seconds")
+                         .Help("Time it took to load the model at start.")
+                         .Register(r)),
+        model_info(prometheus::BuildGauge()
+                       .Name("dikkat_model_info")
+                       .Help("Hosted model; the value is always 1.")
+                       .Register(r)),
+        resident_memory(prometheus::BuildGauge()
+                            .Name("process_resident_memory_bytes")
+                            .Help("Resident memory size in bytes.")
+                            .Register(r)
+                            .Add({})) {}
+
+  Family<Counter>& requests;
+  Family<Counter>& failures;
+  Family<Histogram>& request_duration;
+  Family<Histogram>& queue_time;
+  Family<Histogram>& time_to_first_token;
+  Family<Histogram>& inter_token;
+  Family<Histogram>& step_duration;
+  Family<Histogram>& step_batch_size;
+  Family<Counter>& prompt_tokens;
+  Family<Counter>& generated_tokens;
+  Family<Histogram>& request_prompt_tokens;
+  Family<Histogram>& request_generated_tokens;
+  Family<Gauge>& running;
+  Family<Gauge>& waiting;
+  Family<Gauge>& kv_usage;
+  Family<Gauge>& kv_used;
+  Family<Gauge>& kv_total;
+  Family<Counter>& preemptions;
+  Family<Gauge>& load_seconds;
+  Family<Gauge>& model_info;
+  Gauge& resident_memory;
+};
+
+// The cached handles of one model; also its engine listener.
+class ModelMetrics final : public EngineListener {
+ public:
+  ModelMetrics(Families& f, const std::string& model)
+      : families_(f),
+        model_(model),
+        queue_time_(f.queue_time.Add({{"model", model}}, WaitSecondsBuckets())),
+        time_to_first_token_(f.time_to_first_token.Add({{"model", model}}, WaitSecondsBuckets())),
+        inter_token_(f.inter_token.Add({{"model", model}}, TokenLatencyBuckets())),
+        prefill_duration_(
+            f.step_duration.Add({{"model", model}, {"phase", "prefill"}}, StepSecondsBuckets())),
+        decode_duration_(
+            f.step_duration.Add({{"model", model}, {"phase", "decode"}}, StepSecondsBuckets())),
+        prefill_batch_(
+            f.step_batch_size.Add({{"model", model}, {"phase", "prefill"}}, BatchSizeBuckets())),
+        decode_batch_(
+            f.step_batch_size.Add({{"model", model}, {"phase", "decode"}}, BatchSizeBuckets())),
+        prompt_tokens_(f.prompt_tokens.Add({{"model", model}})),
+        generated_tokens_(f.generated_tokens.Add({{"model", model}})),
+        request_prompt_tokens_(
+            f.request_prompt_tokens.Add({{"model", model}}, TokenCountBuckets())),
+        request_generated_tokens_(
+            f.request_generated_tokens.Add({{"model", model}}, TokenCountBuckets())),
+        running_(f.running.Add({{"model", model}})),
+        waiting_(f.waiting.Add({{"model", model}})),
+        kv_usage_(f.kv_usage.Add({{"model", model}})),
+        kv_used_(f.kv_used.Add({{"model", model}})),
+        kv_total_(f.kv_total.Add({{"model", model}})),
+        preemptions_(f.preemptions.Add({{"model", model}})),
+        load_seconds_(f.load_seconds.Add({{"model", model}})) {
+    for (int r = 0; r < kNumRpcs; ++r) {
+      const char* rpc = RpcName(static_cast<Rpc>(r));
+      duration_[r] = &f.request_duration.Add({{"model", model}, {"rpc", rpc}}, RequestSecondsBuckets());
+      for (auto& c : requests_[r]) c.store(nullptr, std::memory_order_relaxed);
+    }
+    for (const char* reason : {"invalid", "overloaded", "cancelled", "deadline", "internal"}) {
+      failures_[reason] = &f.failures.Add({{"model", model}, {"reason", reason}});
+    }
+  }
+
+  // ---- EngineListener (engine thread) ----
+  void OnStep(const StepTiming& step) override {
+    const double seconds = absl::ToDoubleSeconds(step.duration);
+    (step.prefill ? prefill_duration_ : decode_duration_).Observe(seconds);
+    (step.prefill ? prefill_batch_ : decode_batch_).Observe(step.sequences);
+  }
+  void OnGenerateFinished(const GenerateSummary& s) override {
+    queue_time_.Observe(absl::ToDoubleSeconds(s.queue_time));
+    if (s.generated_tokens > 0) {
+      time_to_first_token_.Observe(absl::ToDoubleSeconds(s.time_to_first_token));
+    }
+    prompt_tokens_.Increment(s.prompt_tokens);
+    generated_tokens_.Increment(s.generated_tokens);
+    request_prompt_tokens_.Observe(s.prompt_tokens);
+    request_generated_tokens_.Observe(s.generated_tokens);
+  }
+  void OnTokenEmitted(absl::Duration since_previous) override {
+    inter_token_.Observe(absl::ToDoubleSeconds(since_previous));
+  }
+  void OnPreemption() override { preemptions_.Increment(); }
+
+  // ---- service / scrape ----
+  void RecordRpc(Rpc rpc, absl::StatusCode code, absl::Duration latency) {
+    const int r = static_cast<int>(rpc);
+    int c = static_cast<int>(code);
+    if (c < 0 || c >= kNumCodes) c = static_cast<int>(absl::StatusCode::kUnknown);
+    Counter* counter = requests_[r][c].load(std::memory_order_acquire);
+    if (counter == nullptr) {
+      // Family::Add returns the existing series for equal labels, so racing
+      // threads end up with the same pointer.
+      counter = &families_.requests.Add(
+          {{"model", model_}, {"rpc", RpcName(rpc)},
+           {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(c))}});
+      requests_[r][c].store(counter, std::memory_order_release);
+    }
+    counter->Increment();
+    duration_[r]->Observe(absl::ToDoubleSeconds(latency));
+    const char* reason = FailureReason(static_cast<absl::StatusCode>(c));
+    if (*reason != '\0') failures_.at(reason)->Increment();
+  }
+
+  void AddPromptTokens(int64_t n) { prompt_tokens_.Increment(static_cast<double>(n)); }
+
+  void SetLoaded(const ModelDescription& d, const Engine* engine, const std::string& version) {
+    load_seconds_.Set(absl::ToDoubleSeconds(d.load_time));
+    families_.model_info
+        .Add({{"model", model_},
+              {"architecture", model::ArchitectureName(d.config.architecture)},
+              {"dtype", d.dtype},
+              {"device", d.device},
+              {"version", version}})
+        .Set(1);
+    engine_.store(engine, std::memory_order_release);
+  }
+
+  void Refresh() {
+    const Engine* engine = engine_.load(std::memory_order_acquire);
+    if (engine == nullptr) return;
+    const EngineStats s = engine->stats();
+    running_.Set(s.running);
+    waiting_.Set(s.waiting);
+    kv_used_.Set(s.kv_blocks_used);
+    kv_total_.Set(s.kv_blocks_total);
+    kv_usage_.Set(s.kv_blocks_total > 0
+                      ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total
+                      : 0.0);
+  }
+
+ private:
+  Families& families_;
+  const std::string model_;
+  Histogram& queue_time_;
+  Histogram& time_to_first_token_;
+  Histogram& inter_token_;
+  Histogram& prefill_duration_;
+  Histogram& decode_duration_;
+  Histogram& prefill_batch_;
+  Histogram& decode_batch_;
+  Counter& prompt_tokens_;
+  Counter& generated_tokens_;
+  Histogram& request_prompt_tokens_;
+  Histogram& request_generated_tokens_;
+  Gauge& running_;
+  Gauge& waiting_;
+  Gauge& kv_usage_;
+  Gauge& kv_used_;
+  Gauge& kv_total_;
+  Counter& preemptions_;
+  Gauge& load_seconds_;
+  std::array<Histogram*, kNumRpcs> duration_{};
+  std::array<std::array<std::atomic<Counter*>, kNumCodes>, kNumRpcs> requests_;
+  std::map<std::string, Counter*> failures_;  // filled in the constructor, read-only after
+  std::atomic<const Engine*> engine_{nullptr};
+};
+
+struct Metrics::Impl {
+  explicit Impl(std::string v)
+      : version(std::move(v)), registry(std::make_shared<prometheus::Registry>()),
+        families(*registry) {}
+
+  ModelMetrics* Find(absl::string_view model) {
+    auto it = models.find(model);
+    if (it != models.end()) return it->second.get();
+    // Created on first use so that a server nobody misaddresses exports no
+    // model="unknown" series.
+    std::call_once(unknown_once, [this] {
+      unknown = std::make_unique<ModelMetrics>(families, kUnknownModel);
+    });
+    return unknown.get();
+  }
+
+  const std::string version;
+  std::shared_ptr<prometheus::Registry> registry;
+  Families families;
+  // Written only during start-up (AddModel), read-only while serving.
+  std::map<std::string, std::unique_ptr<ModelMetrics>, std::less<>> models;
+  std::once_flag unknown_once;
+  std::unique_ptr<ModelMetrics> unknown;  // requests naming a model we do not host
+};
+
+Metrics::Metrics(std::string server_version)
+    : impl_(std::make_unique<Impl>(std::move(server_version))) {}
+
+Metrics::~Metrics() = default;
+
+EngineListener* Metrics::AddModel(const std::string& model) {
+  auto& slot = impl_->models[model];
+  if (slot == nullptr) slot = std::make_unique<ModelMetrics>(impl_->families, model);
+  return slot.get();
+}
+
+void Metrics::SetModelLoaded(const std::string& model, const ModelDescription& description,
+                             const Engine* engine) {
+  static_cast<ModelMetrics*>(AddModel(model))->SetLoaded(description, engine, impl_->version);
+}
+
+void Metrics::RecordRpc(absl::string_view model, Rpc rpc, absl::StatusCode code,
+                        absl::Duration latency) {
+  impl_->Find(model)->RecordRpc(rpc, code, latency);
+}
+
+void Metrics::AddPromptTokens(absl::string_view model, int64_t tokens) {
+  impl_->Find(model)->AddPromptTokens(tokens);
+}
+
+std::string Metrics::Scrape() {
+  for (auto& [name, m] : impl_->models) m->Refresh();
+  impl_->families.resident_memory.Set(ResidentBytes());
+  return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
+}
+
+}  // namespace dikkat::server

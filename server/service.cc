@@ -1,0 +1,524 @@
+#include "server/service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/convert.h"
+#include "server/status_util.h"
+
+namespace dikkat::server {
+namespace {
+
+absl::Time DeadlineOf(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
+// A call the transport cancelled because its deadline passed is reported
+// (and counted) as DEADLINE_EXCEEDED, which is what the caller sees too.
+absl::Status CancelledByDeadline(absl::Status status, absl::Time deadline) {
+  if (status.code() == absl::StatusCode::kCancelled && absl::Now() >= deadline) {
+    return absl::DeadlineExceededError("the call's deadline passed");
+  }
+  return status;
+}
+
+ModelLimits LimitsOf(const Engine& engine) {
+  return ModelLimits{&engine.description().config, &engine.tokenizer(), &engine.options()};
+}
+
+// Records one RPC's outcome in the metrics when the call finishes.
+class CallRecord {
+ public:
+  CallRecord(Metrics* metrics, std::string model, Rpc rpc)
+      : metrics_(metrics), model_(std::move(model)), rpc_(rpc), start_(absl::Now()) {}
+
+  void Finished(const grpc::Status& status) const {
+    if (metrics_ == nullptr) return;
+    metrics_->RecordRpc(model_, rpc_, static_cast<absl::StatusCode>(status.error_code()),
+                        absl::Now() - start_);
+  }
+  void AddPromptTokens(int64_t n) const {
+    if (metrics_ != nullptr) metrics_->AddPromptTokens(model_, n);
+  }
+
+ private:
+  Metrics* const metrics_;
+  const std::string model_;
+  const Rpc rpc_;
+  const absl::Time start_;
+};
+
+// ---- Generate -----------------------------------------------------------------
+
+class GenerateReactor;
+
+// The engine's handle on one Generate call. The engine may keep its
+// shared_ptr after OnFinish; the reactor it points to is only finished (and
+// later deleted) after OnFinish, so the pointer is valid for every call the
+// engine is allowed to make. `done_` guards against calls past that point.
+class GenerateSink final : public GenerateObserver {
+ public:
+  explicit GenerateSink(GenerateReactor* reactor) : reactor_(reactor) {}
+  void OnChunk(GeneratedChunk chunk) override;
+  void OnFinish(GenerateSummary summary) override;
+
+ private:
+  GenerateReactor* const reactor_;
+  std::atomic<bool> done_{false};
+};
+
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateReactor(grpc::CallbackServerContext* context, const ModelRegistry* registry,
+                  Metrics* metrics, const v1::GenerateRequest& request)
+      : context_(context),
+        record_(metrics, std::string(registry->ResolveName(request.model())), Rpc::kGenerate) {
+    Start(registry, request);
+  }
+
+  // Engine thread.
+  void OnEngineChunk(GeneratedChunk chunk) {
+    {
+      absl::MutexLock lock(&mu_);
+      AppendChunk(chunk, want_logprobs_, engine_->tokenizer(), PendingMessageLocked());
+    }
+    Pump();
+  }
+
+  void OnEngineFinish(GenerateSummary summary) {
+    {
+      absl::MutexLock lock(&mu_);
+      std::optional<grpc::Status> status;
+      bool final_message = true;
+      switch (summary.reason) {
+        case FinishReason::kError: {
+          absl::Status s = summary.status.ok()
+                               ? absl::InternalError("the engine failed without a status")
+                               : summary.status;
+          status = ToGrpcStatus(s, context_);
+          final_message = false;
+          break;
+        }
+        case FinishReason::kCancelled:
+          if (cancel_requested_) {
+            status = ToGrpcStatus(CancelledByDeadline(absl::CancelledError("the call was cancelled"),
+                                                      deadline_));
+            final_message = false;  // nobody is listening
+          } else {
+            // Not the caller's doing: the engine dropped it while shutting down.
+            status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                  "the server is shutting down; generation was stopped");
+          }
+          break;
+        case FinishReason::kDeadline:
+          status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                "the call's deadline passed during generation");
+          break;
+        default:
+          status = grpc::Status::OK;
+          break;
+      }
+      if (final_message) FillFinish(summary, PendingMessageLocked());
+      final_status_ = std::move(status);
+    }
+    Pump();
+  }
+
+ private:
+  void Start(const ModelRegistry* registry, const v1::GenerateRequest& request) {
+    absl::StatusOr<Engine*> engine = registry->Find(request.model());
+    if (!engine.ok()) return FinishNow(ToGrpcStatus(engine.status()));
+    engine_ = *engine;
+    absl::StatusOr<GenerateConversion> converted = ToGenerateRequest(request, LimitsOf(*engine_));
+    if (!converted.ok()) return FinishNow(ToGrpcStatus(converted.status()));
+    deadline_ = DeadlineOf(context_);
+    converted->request.deadline = deadline_;
+    want_logprobs_ = converted->want_logprobs;
+    if (request.echo_prompt_tokens()) echo_ids_ = std::move(converted->input_ids);
+
+    absl::StatusOr<RequestId> id =
+        engine_->SubmitGenerate(std::move(converted->request), std::make_shared<GenerateSink>(this));
+    if (!id.ok()) return FinishNow(ToGrpcStatus(id.status(), context_));
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      id_ = *id;
+      submitted_ = true;
+      cancel = cancel_requested_;
+    }
+    if (cancel) engine_->Cancel(*id);
+  }
+
+  // Only when the engine never got (or already let go of) the request.
+  void FinishNow(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      finish_called_ = true;
+    }
+    record_.Finished(status);
+    Finish(status);
+  }
+
+  // The message new output goes into: the last queued one unless it is
+  // the one being written. Merging keeps a slow reader from queueing one
+  // message per token.
+  v1::GenerateResponse* PendingMessageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (queue_.size() <= (write_in_flight_ ? 1u : 0u)) {
+      queue_.emplace_back();
+      if (!echo_ids_.empty()) {
+        queue_.back().mutable_prompt_token_ids()->Add(echo_ids_.begin(), echo_ids_.end());
+        echo_ids_.clear();
+      }
+    }
+    return &queue_.back();
+  }
+
+  // Starts the next write, or finishes the call once the engine is done and
+  // everything is written. At most one write is in flight; gRPC ops are
+  // started without holding mu_ because their reactions may run inline.
+  void Pump() {
+    const v1::GenerateResponse* next = nullptr;
+    std::optional<grpc::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      if (write_in_flight_ || finish_called_) return;
+      if (write_failed_) queue_.clear();  // the stream is dead; drop what is left
+      if (!queue_.empty()) {
+        next = &queue_.front();  // deque push_back keeps this reference valid
+        if (queue_.size() == 1 && final_status_.has_value()) {
+          finish = final_status_;
+          finish_called_ = true;
+        } else {
+          write_in_flight_ = true;
+        }
+      } else if (final_status_.has_value()) {
+        finish = final_status_;
+        finish_called_ = true;
+      } else {
+        return;
+      }
+    }
+    if (finish.has_value()) record_.Finished(*finish);
+    if (next != nullptr && finish.has_value()) {
+      StartWriteAndFinish(next, grpc::WriteOptions(), *finish);
+    } else if (next != nullptr) {
+      StartWrite(next);
+    } else {
+      Finish(*finish);
+    }
+  }
+
+  void CancelEngineRequest() {
+    RequestId id = 0;
+    bool submitted = false;
+    {
+      absl::MutexLock lock(&mu_);
+      cancel_requested_ = true;
+      id = id_;
+      submitted = submitted_;
+    }
+    if (submitted) engine_->Cancel(id);  // the engine answers with OnFinish(kCancelled)
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.pop_front();
+      write_in_flight_ = false;
+      if (!ok) write_failed_ = true;
+    }
+    if (!ok) CancelEngineRequest();
+    Pump();
+  }
+
+  // Client cancel, disconnect, or the deadline passing.
+  void OnCancel() override { CancelEngineRequest(); }
+
+  void OnDone() override { delete this; }
+
+  grpc::CallbackServerContext* const context_;
+  const CallRecord record_;
+  Engine* engine_ = nullptr;  // not owned; set before submitting
+  bool want_logprobs_ = false;
+  absl::Time deadline_ = absl::InfiniteFuture();
+
+  absl::Mutex mu_;
+  std::vector<int32_t> echo_ids_ ABSL_GUARDED_BY(mu_);  // prompt ids for the first message
+  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);  // front is in flight if writing
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(mu_);  // set once the engine is done
+  bool submitted_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
+  RequestId id_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+void GenerateSink::OnChunk(GeneratedChunk chunk) {
+  if (done_.load(std::memory_order_acquire)) return;
+  reactor_->OnEngineChunk(std::move(chunk));
+}
+
+void GenerateSink::OnFinish(GenerateSummary summary) {
+  if (done_.exchange(true, std::memory_order_acq_rel)) return;
+  reactor_->OnEngineFinish(std::move(summary));
+}
+
+// ---- Encode / Attention ----------------------------------------------------------
+
+// A unary call answered by the engine's callback. Finish is called only from
+// that callback (or before submitting), so the reactor outlives every engine
+// call; OnCancel cancels the engine request.
+class EngineUnaryReactor : public grpc::ServerUnaryReactor {
+ protected:
+  EngineUnaryReactor(grpc::CallbackServerContext* context, CallRecord record)
+      : context_(context), record_(std::move(record)), deadline_(DeadlineOf(context)) {}
+
+  void Complete(const absl::Status& status) {
+    grpc::Status s = ToGrpcStatus(CancelledByDeadline(status, deadline_), context_);
+    record_.Finished(s);
+    Finish(s);
+  }
+
+  void Submitted(Engine* engine, RequestId id) {
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      engine_ = engine;
+      id_ = id;
+      submitted_ = true;
+      cancel = cancel_requested_;
+    }
+    if (cancel) engine->Cancel(id);
+  }
+
+  grpc::CallbackServerContext* const context_;
+  const CallRecord record_;
+  const absl::Time deadline_;
+
+ private:
+  void OnCancel() override {
+    Engine* engine = nullptr;
+    RequestId id = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      cancel_requested_ = true;
+      if (!submitted_) return;
+      engine = engine_;
+      id = id_;
+    }
+    engine->Cancel(id);
+  }
+
+  void OnDone() override { delete this; }
+
+  absl::Mutex mu_;
+  Engine* engine_ ABSL_GUARDED_BY(mu_) = nullptr;
+  RequestId id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool submitted_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class EncodeReactor final : public EngineUnaryReactor {
+ public:
+  EncodeReactor(grpc::CallbackServerContext* context, const ModelRegistry* registry,
+                Metrics* metrics, const v1::EncodeRequest* request, v1::EncodeResponse* response)
+      : EngineUnaryReactor(context, CallRecord(metrics,
+                                               std::string(registry->ResolveName(request->model())),
+                                               Rpc::kEncode)),
+        response_(response) {
+    absl::StatusOr<Engine*> engine = registry->Find(request->model());
+    if (!engine.ok()) {
+      Complete(engine.status());
+      return;
+    }
+    absl::StatusOr<EncodeRequest> converted = ToEncodeRequest(*request, LimitsOf(**engine));
+    if (!converted.ok()) {
+      Complete(converted.status());
+      return;
+    }
+    converted->deadline = deadline_;
+    engine_request_ = *converted;  // kept to echo the token ids
+    dtype_ = request->output_dtype();
+    response_->set_model((*engine)->description().name);
+    absl::StatusOr<RequestId> id = (*engine)->SubmitEncode(
+        std::move(*converted), [this](absl::StatusOr<EncodeResult> result) { Done(std::move(result)); });
+    if (!id.ok()) {
+      Complete(id.status());
+      return;
+    }
+    Submitted(*engine, *id);
+  }
+
+ private:
+  // Engine thread.
+  void Done(absl::StatusOr<EncodeResult> result) {
+    if (!result.ok()) return Complete(result.status());
+    record_.AddPromptTokens(result->prompt_tokens);
+    Complete(FillEncodeResponse(engine_request_, *result, dtype_, response_));
+  }
+
+  v1::EncodeResponse* const response_;
+  EncodeRequest engine_request_;
+  v1::DType dtype_ = v1::DTYPE_FLOAT32;
+};
+
+class AttentionReactor final : public EngineUnaryReactor {
+ public:
+  AttentionReactor(grpc::CallbackServerContext* context, const ModelRegistry* registry,
+                   Metrics* metrics, const v1::AttentionRequest* request,
+                   v1::AttentionResponse* response)
+      : EngineUnaryReactor(context, CallRecord(metrics,
+                                               std::string(registry->ResolveName(request->model())),
+                                               Rpc::kAttention)),
+        response_(response) {
+    absl::StatusOr<Engine*> engine = registry->Find(request->model());
+    if (!engine.ok()) {
+      Complete(engine.status());
+      return;
+    }
+    engine_ = *engine;
+    absl::StatusOr<AttentionRequest> converted = ToAttentionRequest(*request, LimitsOf(*engine_));
+    if (!converted.ok()) {
+      Complete(converted.status());
+      return;
+    }
+    converted->deadline = deadline_;
+    engine_request_ = *converted;  // kept for the axis labels
+    dtype_ = request->output_dtype();
+    response_->set_model(engine_->description().name);
+    absl::StatusOr<RequestId> id = engine_->SubmitAttention(
+        std::move(*converted),
+        [this](absl::StatusOr<AttentionResult> result) { Done(std::move(result)); });
+    if (!id.ok()) {
+      Complete(id.status());
+      return;
+    }
+    Submitted(engine_, *id);
+  }
+
+ private:
+  // Engine thread.
+  void Done(absl::StatusOr<AttentionResult> result) {
+    if (!result.ok()) return Complete(result.status());
+    record_.AddPromptTokens(
+        static_cast<int64_t>(engine_request_.input.size() + engine_request_.target.size()));
+    Complete(FillAttentionResponse(engine_request_, *result, dtype_, engine_->tokenizer(),
+                                   response_));
+  }
+
+  v1::AttentionResponse* const response_;
+  Engine* engine_ = nullptr;
+  AttentionRequest engine_request_;
+  v1::DType dtype_ = v1::DTYPE_FLOAT32;
+};
+
+// Finishes an inline-answered call.
+grpc::ServerUnaryReactor* FinishInline(grpc::CallbackServerContext* context,
+                                       const CallRecord& record, const absl::Status& status) {
+  grpc::Status s = ToGrpcStatus(status, context);
+  record.Finished(s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(s);
+  return reactor;
+}
+
+}  // namespace
+
+DikkatService::DikkatService(const ModelRegistry* registry, Metrics* metrics,
+                             std::string server_version)
+    : registry_(registry), metrics_(metrics), server_version_(std::move(server_version)) {}
+
+grpc::ServerUnaryReactor* DikkatService::Encode(grpc::CallbackServerContext* context,
+                                                const v1::EncodeRequest* request,
+                                                v1::EncodeResponse* response) {
+  return new EncodeReactor(context, registry_, metrics_, request, response);
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* DikkatService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return new GenerateReactor(context, registry_, metrics_, *request);
+}
+
+grpc::ServerUnaryReactor* DikkatService::Attention(grpc::CallbackServerContext* context,
+                                                   const v1::AttentionRequest* request,
+                                                   v1::AttentionResponse* response) {
+  return new AttentionReactor(context, registry_, metrics_, request, response);
+}
+
+grpc::ServerUnaryReactor* DikkatService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                      const v1::GetModelInfoRequest* request,
+                                                      v1::GetModelInfoResponse* response) {
+  CallRecord record(metrics_, std::string(registry_->ResolveName(request->model())),
+                    Rpc::kGetModelInfo);
+  response->set_server_version(server_version_);
+  if (!request->model().empty()) {
+    absl::StatusOr<Engine*> engine = registry_->Find(request->model());
+    if (!engine.ok()) return FinishInline(context, record, engine.status());
+  }
+  const auto& entries = registry_->entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!request->model().empty() && entries[i].name != request->model()) continue;
+    const Engine& engine = *entries[i].engine;
+    FillModelInfo(engine.description(), engine.stats(), engine.tokenizer(), i == 0,
+                  response->add_models());
+    // The registry name is what requests use; the description may predate it.
+    response->mutable_models(response->models_size() - 1)->set_name(entries[i].name);
+  }
+  return FinishInline(context, record, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* DikkatService::Tokenize(grpc::CallbackServerContext* context,
+                                                  const v1::TokenizeRequest* request,
+                                                  v1::TokenizeResponse* response) {
+  CallRecord record(metrics_, std::string(registry_->ResolveName(request->model())),
+                    Rpc::kTokenize);
+  absl::StatusOr<Engine*> engine = registry_->Find(request->model());
+  if (!engine.ok()) return FinishInline(context, record, engine.status());
+  const model::Tokenizer& tokenizer = (*engine)->tokenizer();
+  absl::StatusOr<model::Encoding> encoding =
+      tokenizer.Encode(request->text(), request->add_special_tokens());
+  if (!encoding.ok()) {
+    return FinishInline(context, record,
+                        absl::Status(encoding.status().code(),
+                                     absl::StrCat("text: ", encoding.status().message())));
+  }
+  for (int32_t id : encoding->ids) {
+    response->add_ids(id);
+    response->add_tokens(tokenizer.TokenText(id));
+  }
+  response->mutable_type_ids()->Add(encoding->type_ids.begin(), encoding->type_ids.end());
+  return FinishInline(context, record, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* DikkatService::Detokenize(grpc::CallbackServerContext* context,
+                                                    const v1::DetokenizeRequest* request,
+                                                    v1::DetokenizeResponse* response) {
+  CallRecord record(metrics_, std::string(registry_->ResolveName(request->model())),
+                    Rpc::kDetokenize);
+  absl::StatusOr<Engine*> engine = registry_->Find(request->model());
+  if (!engine.ok()) return FinishInline(context, record, engine.status());
+  const model::Tokenizer& tokenizer = (*engine)->tokenizer();
+  std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
+  // Generated ids may come from embedding rows past the tokenizer's
+  // vocabulary (padded tables); those decode to nothing rather than fail.
+  const int64_t vocab = std::max<int64_t>(tokenizer.vocab_size(),
+                                          (*engine)->description().config.vocab_size);
+  absl::Status valid = ValidateTokenIds(ids, "ids", vocab);
+  if (!valid.ok()) return FinishInline(context, record, valid);
+  response->set_text(tokenizer.Decode(ids, request->skip_special_tokens()));
+  return FinishInline(context, record, absl::OkStatus());
+}
+
+}  // namespace dikkat::server
