@@ -1,0 +1,329 @@
+// The engine on the build-time tiny models: generation, continuous batching
+// equivalence, cancellation and deadlines freeing KV blocks, backpressure,
+// Encode and Attention.
+#include "server/engine.h"
+
+#include <memory>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+
+namespace dikkat::server {
+namespace {
+
+std::string ModelPath(const std::string& name) {
+  return std::string(DIKKAT_BINARY_DIR) + "/models/" + name;
+}
+
+// Collects one Generate stream and lets a test wait for its end.
+class Collector : public GenerateObserver {
+ public:
+  void OnChunk(GeneratedChunk chunk) override {
+    absl::MutexLock lock(&mu_);
+    for (const GeneratedToken& t : chunk.tokens) ids_.push_back(t.token_id);
+    text_ += chunk.text;
+    ++chunks_;
+  }
+  void OnFinish(GenerateSummary summary) override {
+    absl::MutexLock lock(&mu_);
+    summary_ = summary;
+    done_.Notify();
+  }
+  bool Wait(absl::Duration timeout = absl::Seconds(60)) {
+    return done_.WaitForNotificationWithTimeout(timeout);
+  }
+  std::vector<int32_t> ids() {
+    absl::MutexLock lock(&mu_);
+    return ids_;
+  }
+  std::string text() {
+    absl::MutexLock lock(&mu_);
+    return text_;
+  }
+  int chunks() {
+    absl::MutexLock lock(&mu_);
+    return chunks_;
+  }
+  GenerateSummary summary() {
+    absl::MutexLock lock(&mu_);
+    return summary_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int32_t> ids_;
+  std::string text_;
+  int chunks_ = 0;
+  GenerateSummary summary_;
+  absl::Notification done_;
+};
+
+GenerateRequest Greedy(const std::string& prompt, int max_new) {
+  GenerateRequest r;
+  r.prompt.assign(prompt.begin(), prompt.end());  // byte tokenizer: id == byte
+  r.sampling.temperature = 0;
+  r.max_new_tokens = max_new;
+  r.ignore_eos = true;
+  return r;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> Make(const std::string& model, EngineOptions options = {}) {
+    options.kv_cache_bytes = options.kv_cache_bytes ? options.kv_cache_bytes : 8 << 20;
+    auto engine = Engine::Create(model, ModelPath(model), options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? std::move(*engine) : nullptr;
+  }
+
+  std::vector<int32_t> RunAlone(Engine& engine, const GenerateRequest& request) {
+    auto c = std::make_shared<Collector>();
+    EXPECT_TRUE(engine.SubmitGenerate(request, c).ok());
+    EXPECT_TRUE(c->Wait());
+    return c->ids();
+  }
+
+  void WaitIdle(Engine& engine) {
+    for (int i = 0; i < 200; ++i) {
+      EngineStats s = engine.stats();
+      if (s.running == 0 && s.waiting == 0 && s.kv_blocks_used == 0) return;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+};
+
+TEST_F(EngineTest, GeneratesExactlyMaxNewTokensAndFreesBlocks) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(engine->Warmup().ok());
+  auto c = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->SubmitGenerate(Greedy("Hello, dikkat", 20), c).ok());
+  ASSERT_TRUE(c->Wait());
+  EXPECT_EQ(c->ids().size(), 20u);
+  EXPECT_EQ(c->summary().reason, FinishReason::kLength);
+  EXPECT_EQ(c->summary().prompt_tokens, 13);
+  EXPECT_EQ(c->summary().generated_tokens, 20);
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, ConcurrentGreedyStreamsMatchEachAlone) {
+  EngineOptions options;
+  options.max_batch_tokens = 64;  // forces chunked prefill and mixed steps
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 16; ++i) {
+    requests.push_back(Greedy(std::string(5 + 7 * i, static_cast<char>('a' + i)) + "xyz", 8 + i));
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& r : requests) alone.push_back(RunAlone(*engine, r));
+  std::vector<std::shared_ptr<Collector>> collectors;
+  for (const auto& r : requests) {
+    collectors.push_back(std::make_shared<Collector>());
+    ASSERT_TRUE(engine->SubmitGenerate(r, collectors.back()).ok());
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(collectors[i]->Wait());
+    EXPECT_EQ(collectors[i]->ids(), alone[i]) << "request " << i;
+  }
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, CancelStopsGenerationAndFreesBlocks) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  auto c = std::make_shared<Collector>();
+  auto id = engine->SubmitGenerate(Greedy("cancel me", 400), c);
+  ASSERT_TRUE(id.ok());
+  while (c->chunks() < 2) absl::SleepFor(absl::Milliseconds(1));
+  engine->Cancel(*id);
+  ASSERT_TRUE(c->Wait());
+  EXPECT_EQ(c->summary().reason, FinishReason::kCancelled);
+  EXPECT_LT(c->summary().generated_tokens, 400);
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, DeadlineStopsGeneration) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  auto c = std::make_shared<Collector>();
+  GenerateRequest r = Greedy("deadline", 480);
+  r.deadline = absl::Now() + absl::Milliseconds(30);
+  ASSERT_TRUE(engine->SubmitGenerate(r, c).ok());
+  ASSERT_TRUE(c->Wait());
+  EXPECT_EQ(c->summary().reason, FinishReason::kDeadline);
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, FullQueueIsResourceExhausted) {
+  EngineOptions options;
+  options.max_queue = 2;
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+  std::vector<std::shared_ptr<Collector>> collectors;
+  int exhausted = 0;
+  for (int i = 0; i < 20; ++i) {
+    collectors.push_back(std::make_shared<Collector>());
+    auto id = engine->SubmitGenerate(Greedy("overload", 50), collectors.back());
+    if (!id.ok()) {
+      EXPECT_EQ(id.status().code(), absl::StatusCode::kResourceExhausted) << id.status();
+      ++exhausted;
+      collectors.pop_back();
+    }
+  }
+  EXPECT_GT(exhausted, 0);
+  for (auto& c : collectors) ASSERT_TRUE(c->Wait());
+}
+
+TEST_F(EngineTest, InvalidRequestsAreRejectedWithTheField) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  auto c = std::make_shared<Collector>();
+  GenerateRequest empty;
+  auto s = engine->SubmitGenerate(empty, c);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("input is empty"));
+
+  GenerateRequest bad_id = Greedy("x", 1);
+  bad_id.prompt.push_back(100000);
+  s = engine->SubmitGenerate(bad_id, c);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("100000"));
+
+  GenerateRequest too_long = Greedy(std::string(600, 'a'), 1);
+  s = engine->SubmitGenerate(too_long, c);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("context"));
+
+  GenerateRequest bad_temp = Greedy("x", 1);
+  bad_temp.sampling.temperature = -1;
+  s = engine->SubmitGenerate(bad_temp, c);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("temperature"));
+
+  GenerateRequest too_many = Greedy("x", 100000);
+  s = engine->SubmitGenerate(too_many, c);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("max_new_tokens"));
+}
+
+TEST_F(EngineTest, StopStringEndsTheTextBeforeIt) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  // Find what the model says greedily, then stop on a piece of it.
+  auto first = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->SubmitGenerate(Greedy("stop test", 12), first).ok());
+  ASSERT_TRUE(first->Wait());
+  const std::vector<int32_t> ids = first->ids();
+  // Choose the 6th..7th generated bytes as the stop string when they are ASCII.
+  std::string stop;
+  for (int i = 5; i < 7; ++i) {
+    if (ids[i] < 128 && ids[i] > 0) stop.push_back(static_cast<char>(ids[i]));
+  }
+  if (stop.size() < 2) GTEST_SKIP() << "random model produced non-ASCII bytes";
+  GenerateRequest r = Greedy("stop test", 12);
+  r.stop_strings = {stop};
+  auto c = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->SubmitGenerate(r, c).ok());
+  ASSERT_TRUE(c->Wait());
+  EXPECT_EQ(c->summary().reason, FinishReason::kStop);
+  EXPECT_EQ(c->text().find(stop), std::string::npos);
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducible) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest r = Greedy("seed", 24);
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.seed = 42;
+  EXPECT_EQ(RunAlone(*engine, r), RunAlone(*engine, r));
+}
+
+TEST_F(EngineTest, EncodeReturnsPooledAndHiddenStates) {
+  for (const char* model : {"tiny-lm", "tiny-encoder", "tiny-seq2seq"}) {
+    auto engine = Make(model);
+    ASSERT_NE(engine, nullptr);
+    EncodeRequest req;
+    req.inputs = {{'a', 'b', 'c'}, {'d', 'e'}};
+    req.normalize = true;
+    req.return_hidden_states = true;
+    absl::Notification done;
+    absl::StatusOr<EncodeResult> result;
+    ASSERT_TRUE(engine->SubmitEncode(req, [&](absl::StatusOr<EncodeResult> r) {
+                          result = std::move(r);
+                          done.Notify();
+                        }).ok());
+    done.WaitForNotification();
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->embeddings.size(), 2u);
+    ASSERT_EQ(result->hidden_states[0].shape, (std::vector<int64_t>{3, 64}));
+    double norm = 0;
+    for (float v : result->embeddings[0].values) norm += v * v;
+    EXPECT_NEAR(norm, 1.0, 1e-4) << model;
+  }
+}
+
+TEST_F(EngineTest, AttentionMapsAreDistributions) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  AttentionRequest req;
+  req.input = {'h', 'e', 'l', 'l', 'o'};
+  req.layers = {1};
+  absl::Notification done;
+  absl::StatusOr<AttentionResult> result;
+  ASSERT_TRUE(engine->SubmitAttention(req, [&](absl::StatusOr<AttentionResult> r) {
+                      result = std::move(r);
+                      done.Notify();
+                    }).ok());
+  done.WaitForNotification();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->maps.size(), 4u);  // 4 heads of layer 1
+  for (const AttentionMap& m : result->maps) {
+    ASSERT_EQ(m.weights.shape, (std::vector<int64_t>{5, 5}));
+    for (int i = 0; i < 5; ++i) {
+      double sum = 0;
+      for (int j = 0; j < 5; ++j) {
+        const float w = m.weights.values[i * 5 + j];
+        if (j > i) {
+          EXPECT_EQ(w, 0.0f) << "causal mask leaks at " << i << "," << j;
+        }
+        sum += w;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-5);
+    }
+  }
+  AttentionRequest bad = req;
+  bad.layers = {7};
+  auto s = engine->SubmitAttention(bad, [](absl::StatusOr<AttentionResult>) {});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, EncoderDecoderGeneratesAndShutsDownCleanly) {
+  auto engine = Make("tiny-seq2seq");
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(engine->Warmup().ok());
+  GenerateRequest r;
+  r.source = {'1', '2', '3'};
+  r.sampling.temperature = 0;
+  r.max_new_tokens = 10;
+  r.ignore_eos = true;
+  auto c = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->SubmitGenerate(r, c).ok());
+  ASSERT_TRUE(c->Wait());
+  EXPECT_EQ(c->ids().size(), 10u);
+  engine->Shutdown(absl::Seconds(1));
+  auto after = engine->SubmitGenerate(r, std::make_shared<Collector>());
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace dikkat::server
