@@ -98,12 +98,9 @@ absl::StatusOr<std::string> DikkatJsonTokenizer(const fs::path& path) {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
   const fs::path dir(model_dir);
-  // TODO(tokenizers): the file-based loaders land in the next commits.
-  for (const char* name : {"tokenizer.json", "vocab.json"}) {
-    if (IsFile(dir / name)) {
-      return absl::UnimplementedError(
-          absl::StrCat((dir / name).string(), ": this tokenizer kind is not supported yet"));
-    }
+  if (IsFile(dir / "tokenizer.json")) return LoadTokenizerJson((dir / "tokenizer.json").string());
+  if (IsFile(dir / "vocab.json") && IsFile(dir / "merges.txt")) {
+    return LoadGpt2Bpe((dir / "vocab.json").string(), (dir / "merges.txt").string());
   }
   if (IsFile(dir / "tokenizer.model")) return LoadSentencePiece((dir / "tokenizer.model").string());
   if (IsFile(dir / "vocab.txt")) {

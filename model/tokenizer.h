@@ -104,6 +104,20 @@ std::unique_ptr<Tokenizer> MakeByteTokenizer();
 // FAILED_PRECONDITION if that module cannot be found.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePiece(const std::string& model_path);
 
+// GPT-2 byte-level BPE from vocab.json (token -> id) and merges.txt ("a b"
+// per line, rank order). Encode never adds specials; <|endoftext|> (when in
+// the vocabulary) is BOS and EOS. Special-token text inside the input is
+// encoded as plain text, never as the special id.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2Bpe(const std::string& vocab_json,
+                                                       const std::string& merges_txt);
+
+// A Hugging Face tokenizer.json. Supported: model "BPE" with the GPT-2
+// ByteLevel pre-tokenizer and no normalizer (kind "gpt2-bpe"), model
+// "WordPiece" with the BERT normalizer / pre-tokenizer (kind "wordpiece").
+// Post-processors RobertaProcessing, BertProcessing and TemplateProcessing
+// decide what add_special_tokens adds. UNIMPLEMENTED names anything else.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& path);
+
 // Loads the tokenizer found in a model folder, in this order:
 // tokenizer.json, vocab.json + merges.txt, tokenizer.model (SentencePiece),
 // vocab.txt (WordPiece), or `"tokenizer": "byte"` in dikkat.json.

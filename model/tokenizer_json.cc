@@ -1,0 +1,140 @@
+// Hugging Face tokenizer.json: reads the parts dikkat supports and refuses
+// the rest by name, so an unsupported pipeline never yields wrong ids quietly.
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "model/byte_level_bpe.h"
+#include "model/status_macros.h"
+#include "model/tokenizer.h"
+#include "model/tokenizer_files.h"
+#include "nlohmann/json.hpp"
+
+namespace dikkat::model {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string TypeOf(const Json& j) {
+  if (j.is_null()) return "null";
+  if (j.is_object() && j.contains("type") && j["type"].is_string()) return j["type"].get<std::string>();
+  return j.dump();
+}
+
+// The ByteLevel pre-tokenizer, directly or as the only member of a Sequence.
+const Json* FindByteLevel(const Json& pre) {
+  if (TypeOf(pre) == "ByteLevel") return &pre;
+  if (TypeOf(pre) == "Sequence" && pre.contains("pretokenizers") &&
+      pre["pretokenizers"].size() == 1 && TypeOf(pre["pretokenizers"][0]) == "ByteLevel") {
+    return &pre["pretokenizers"][0];
+  }
+  return nullptr;
+}
+
+struct SpecialFrame {
+  std::vector<int32_t> prefix;
+  std::vector<int32_t> suffix;
+};
+
+// What add_special_tokens puts around a single sequence.
+absl::StatusOr<SpecialFrame> ParsePostProcessor(const std::string& path, const Json& post) {
+  SpecialFrame frame;
+  const std::string type = TypeOf(post);
+  if (type == "null" || type == "ByteLevel") return frame;
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    frame.prefix.push_back(post.at("cls").at(1).get<int32_t>());
+    frame.suffix.push_back(post.at("sep").at(1).get<int32_t>());
+    return frame;
+  }
+  if (type == "TemplateProcessing") {
+    bool seen_sequence = false;
+    for (const Json& piece : post.at("single")) {
+      if (piece.contains("Sequence")) {
+        seen_sequence = true;
+        continue;
+      }
+      const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+      for (const Json& id : post.at("special_tokens").at(name).at("ids")) {
+        (seen_sequence ? frame.suffix : frame.prefix).push_back(id.get<int32_t>());
+      }
+    }
+    return frame;
+  }
+  return absl::UnimplementedError(
+      absl::StrCat(path, ": post_processor \"", type,
+                   "\" is not supported (supported: ByteLevel, RobertaProcessing, "
+                   "BertProcessing, TemplateProcessing)"));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadByteLevelBpeJson(const std::string& path,
+                                                                const Json& j) {
+  static const Json kNull;
+  const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : kNull;
+  const Json* byte_level = FindByteLevel(pre);  // points into `j`
+  if (byte_level == nullptr || !byte_level->value("use_regex", true)) {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": BPE with pre_tokenizer ", TypeOf(pre),
+        " is not supported (supported: ByteLevel with the GPT-2 pattern)"));
+  }
+  if (!j.value("normalizer", Json()).is_null()) {
+    return absl::UnimplementedError(absl::StrCat(path, ": byte-level BPE with normalizer ",
+                                                 TypeOf(j["normalizer"]), " is not supported"));
+  }
+  const Json& model = j.at("model");
+  ByteLevelBpeSpec spec;
+  spec.add_prefix_space = byte_level->value("add_prefix_space", false);
+  for (const auto& [token, id] : model.at("vocab").items()) spec.vocab.emplace(token, id.get<int32_t>());
+  for (const Json& m : model.at("merges")) {
+    if (m.is_array() && m.size() == 2) {
+      spec.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+      continue;
+    }
+    const std::string line = m.get<std::string>();
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": merge \"", line, "\" is not two space-separated tokens"));
+    }
+    spec.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  for (const Json& added : j.value("added_tokens", Json::array())) {
+    spec.added_tokens.push_back({added.at("id").get<int32_t>(),
+                                 added.at("content").get<std::string>(),
+                                 added.value("special", false)});
+  }
+  DIKKAT_ASSIGN_OR_RETURN(SpecialFrame frame,
+                          ParsePostProcessor(path, j.value("post_processor", Json())));
+  spec.prefix_ids = std::move(frame.prefix);
+  spec.suffix_ids = std::move(frame.suffix);
+  DIKKAT_ASSIGN_OR_RETURN(spec.fingerprints, FingerprintFiles({path}));
+  return MakeByteLevelBpe(std::move(spec));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& path) {
+  DIKKAT_ASSIGN_OR_RETURN(std::string text, ReadTokenizerFile(path));
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("model")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a tokenizer.json (a JSON object with a \"model\")"));
+  }
+  const std::string type = TypeOf(j["model"]);
+  try {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok;
+    if (type == "BPE") {
+      tok = LoadByteLevelBpeJson(path, j);
+    } else {
+      return absl::UnimplementedError(absl::StrCat(
+          path, ": model type \"", type, "\" is not supported (supported: BPE, WordPiece)"));
+    }
+    if (!tok.ok() && tok.status().message().find(path) == std::string_view::npos) {
+      return absl::Status(tok.status().code(), absl::StrCat(path, ": ", tok.status().message()));
+    }
+    return tok;
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": malformed ", type, " model: ", e.what()));
+  }
+}
+
+}  // namespace dikkat::model
