@@ -293,7 +293,7 @@ def suite_seq2seq(out):
     config = {"architecture": "encoder-decoder", "name": "parity-seq2seq", "vocab_size": vocab,
               "d_model": d, "n_heads": heads, "ffn_dim": ffn, "n_encoder_layers": layers,
               "n_decoder_layers": layers, "max_positions": positions, "pre_norm": False,
-              "activation": "relu", "positions": "sinusoidal", "embedding_scale": "sqrt_d_model",
+              "activation": "relu", "positions": "sinusoidal", "embedding_scale": math.sqrt(d),
               "tie_embeddings": False, "decoder_start_token_id": start}
     folder = os.path.join(out, "model")
     write_model(folder, config, state)
