@@ -1,12 +1,14 @@
 #include "model/sampler.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <exception>
 #include <numeric>
 #include <string>
@@ -24,11 +26,19 @@ namespace {
 // boundary token would flip in and out with the last bit.
 constexpr double kTopPTolerance = 1e-6;
 
+// Ranks sorted up front: covers the whole draw for a peaked distribution.
+constexpr size_t kSortedBlock = 64;
+// top_k up to this is sorted with partial_sort, larger ones selected with
+// nth_element: on 50k, partial_sort costs ~50 us for k = 64 and overtakes
+// nth_element's ~240 us near k = 1000.
+constexpr size_t kSortTopKUpTo = 256;
+
 // Reused across calls on a thread: a 50k vocab would otherwise cost two
-// 200 KB allocations (each an mmap/munmap pair) per token.
+// vocab-sized allocations (each an mmap/munmap pair) per token.
 struct Scratch {
   std::vector<float> logits;
-  std::vector<int32_t> order;
+  std::vector<float> weights;
+  std::vector<uint64_t> keys;
 };
 
 Scratch& ThreadScratch() {
@@ -38,72 +48,206 @@ Scratch& ThreadScratch() {
 
 // 53 random bits -> [0, 1). Spelled out rather than std::uniform_real_distribution /
 // generate_canonical, whose algorithms differ between standard libraries.
-double UniformDouble(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
+double UniformDouble(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
-// Token ids in descending logit order (ties -> lower id), sorted lazily: only
-// as long a prefix as the caller reads is ever sorted. Each extension runs
-// nth_element on the unsorted rest and sorts the new block; blocks double, so
-// a scan through the whole vocab stays O(V log V) and a short one O(V).
-class DescendingOrder {
+// Tokens ranked by penalized logit (descending, ties -> lower id), held as
+// 64-bit keys whose ascending integer order is exactly that rank order, so
+// the selection algorithms compare integers instead of chasing indices.
+// Nothing is fully sorted: a short sorted prefix serves greedy alternatives
+// and peaked distributions; beyond it, a weighted quickselect finds where a
+// cumulative mass is crossed in expected O(V).
+//
+// Invariants: keys_[0, positive_) are the tokens of weight > 0 (a prefix of
+// the ranking, since weights are monotone in the logit); keys_[0, sorted_)
+// are ranks 0 .. sorted_ - 1 in order. Later reorderings only touch
+// [sorted_, ...).
+class Ranking {
  public:
-  DescendingOrder(const float* logits, std::vector<int32_t>* order)
-      : logits_(logits), order_(*order) {}
-
-  // Token at rank `rank` (0 = most likely). rank < size().
-  int32_t operator[](size_t rank) {
-    EnsureSorted(rank + 1);
-    return order_[rank];
+  // weights[id] = exp((logit - max) / T) in [0, 1].
+  Ranking(absl::Span<const float> logits, const float* weights, std::vector<uint64_t>* keys)
+      : weights_(weights), keys_(*keys) {
+    keys_.resize(logits.size());
+    size_t front = 0, back = logits.size();
+    for (size_t id = 0; id < logits.size(); ++id) {
+      const uint64_t key = Key(logits[id], static_cast<uint32_t>(id));
+      if (weights[id] > 0.0f) {
+        keys_[front++] = key;
+      } else {
+        keys_[--back] = key;
+      }
+    }
+    positive_ = front;
   }
-  size_t size() const { return order_.size(); }
 
-  void EnsureSorted(size_t n) {
-    n = std::min(n, order_.size());
-    if (n <= sorted_) return;
-    const size_t target =
-        std::max(n, std::min(order_.size(), std::max<size_t>(2 * sorted_, kFirstBlock)));
-    const auto better = [this](int32_t a, int32_t b) {
-      return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b);
-    };
-    const auto first = order_.begin() + sorted_;
-    const auto mid = order_.begin() + target;
-    if (mid != order_.end()) std::nth_element(first, mid, order_.end(), better);
-    std::sort(first, mid, better);
-    sorted_ = target;
+  size_t positive() const { return positive_; }
+  // Token of rank `rank`; rank < sorted_, or rank = a FindCrossing result.
+  int32_t Id(size_t rank) const { return static_cast<int32_t>(keys_[rank] & 0xffffffffu); }
+  double Weight(size_t rank) const { return weights_[Id(rank)]; }
+
+  // Sorts ranks [0, n). Called once, before any other reordering.
+  void SortPrefix(size_t n) {
+    n = std::min(n, keys_.size());
+    const auto begin = keys_.begin();
+    std::partial_sort(begin, begin + std::min(n, positive_), begin + positive_);
+    if (n > positive_) std::partial_sort(begin + positive_, begin + n, keys_.end());
+    sorted_ = n;
+  }
+
+  // Puts the n best tokens (n <= positive_) in keys_[0, n), unordered past sorted_.
+  void SelectBest(size_t n) {
+    if (n <= sorted_ || n >= positive_) return;
+    std::nth_element(keys_.begin() + sorted_, keys_.begin() + n, keys_.begin() + positive_);
+  }
+
+  // Of the candidates keys_[0, n) (the n best, n <= positive_), moves those of
+  // weight >= min_weight, a prefix of the ranking, to the front; returns how many.
+  size_t KeepAtLeast(size_t n, float min_weight) {
+    const auto heavy = [&](uint64_t key) { return weights_[key & 0xffffffffu] >= min_weight; };
+    const size_t kept = std::count_if(keys_.begin(), keys_.begin() + n, heavy);
+    if (kept > sorted_) std::partition(keys_.begin() + sorted_, keys_.begin() + n, heavy);
+    return kept;
+  }
+
+  double Mass(size_t n) const {
+    double mass = 0.0;
+    for (size_t r = 0; r < n; ++r) mass += Weight(r);
+    return mass;
+  }
+
+  // The smallest rank r < n with reached(mass of ranks 0..r), n - 1 if none.
+  // Afterwards keys_[r] holds rank r and keys_[0, r] the r + 1 best.
+  template <typename Reached>
+  size_t FindCrossing(size_t n, Reached reached) {
+    double mass = 0.0;
+    const size_t sorted_end = std::min(sorted_, n);
+    for (size_t r = 0; r < sorted_end; ++r) {
+      mass += Weight(r);
+      if (reached(mass)) return r;
+    }
+    // Bisect by rank: split the rest into its better and worse halves and
+    // keep the half the crossing lies in.
+    auto first = keys_.begin() + sorted_end;
+    auto last = keys_.begin() + n;
+    while (last - first > kLinearScan) {
+      const auto mid = first + (last - first) / 2;
+      std::nth_element(first, mid, last);
+      double half = 0.0;
+      for (auto it = first; it != mid; ++it) half += weights_[*it & 0xffffffffu];
+      if (reached(mass + half)) {
+        last = mid;
+      } else {
+        mass += half;
+        first = mid;
+      }
+    }
+    std::sort(first, last);
+    for (auto it = first; it != last; ++it) {
+      mass += weights_[*it & 0xffffffffu];
+      if (reached(mass)) return it - keys_.begin();
+    }
+    return n - 1;
   }
 
  private:
-  static constexpr size_t kFirstBlock = 64;
-  const float* logits_;
-  std::vector<int32_t>& order_;
+  static constexpr ptrdiff_t kLinearScan = 32;
+
+  // Ascending key = descending logit, then ascending id. The float's bits are
+  // mapped to an unsigned integer of the same order (flip all bits of
+  // negatives, the sign bit of positives), then inverted.
+  // Branch-free: logit signs are random, and a branch on them mispredicted
+  // half the time.
+  static uint64_t Key(float logit, uint32_t id) {
+    logit += 0.0f;  // -0 -> +0: one logit, so the tie goes to id order
+    uint32_t bits;
+    std::memcpy(&bits, &logit, sizeof(bits));
+    bits ^= (0u - (bits >> 31)) | 0x80000000u;
+    return (static_cast<uint64_t>(~bits) << 32) | id;
+  }
+
+  const float* weights_;
+  std::vector<uint64_t>& keys_;
+  size_t positive_ = 0;
   size_t sorted_ = 0;
 };
 
-// NaN and +inf would poison the softmax; -inf is a legitimate mask.
-absl::Status CheckValues(absl::Span<const float> logits) {
-  bool any_finite = false;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float v = logits[i];
-    if (std::isnan(v) || v == INFINITY) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "logits[%d] = %f (after penalties): logits must be finite or -inf", i, v));
+// Independent accumulators: a single running max or sum is one long
+// dependency chain (~4 cycles per element); lanes let the compiler vectorize.
+constexpr size_t kLanes = 8;
+
+// The largest logit, after checking the values: NaN and +inf would poison
+// the softmax; -inf is a legitimate mask, but not everywhere.
+absl::StatusOr<float> CheckedMax(absl::Span<const float> logits) {
+  float lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, -INFINITY);
+  bool bad = false;  // NaN or +inf
+  const size_t n = logits.size();
+  const float* v = logits.data();
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      bad |= !(v[i + l] < INFINITY);
+      lane_max[l] = v[i + l] > lane_max[l] ? v[i + l] : lane_max[l];
     }
-    any_finite |= std::isfinite(v);
   }
-  if (!any_finite) {
+  for (; i < n; ++i) {
+    bad |= !(v[i] < INFINITY);
+    lane_max[0] = v[i] > lane_max[0] ? v[i] : lane_max[0];
+  }
+  if (bad) {
+    const size_t at = std::find_if(v, v + n, [](float x) { return !(x < INFINITY); }) - v;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "logits[%d] = %f (after penalties): logits must be finite or -inf", at, v[at]));
+  }
+  const float max = *std::max_element(lane_max, lane_max + kLanes);
+  if (max == -INFINITY) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("logits: all %d values are -inf, nothing can be sampled", logits.size()));
+        absl::StrFormat("logits: all %d values are -inf, nothing can be sampled", n));
+  }
+  return max;
+}
+
+double Sum(absl::Span<const float> values) {
+  double lane_sum[kLanes] = {};
+  const size_t n = values.size();
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lane_sum[l] += values[i + l];
+  }
+  for (; i < n; ++i) lane_sum[0] += values[i];
+  return std::accumulate(lane_sum, lane_sum + kLanes, 0.0);
+}
+
+// weights[i] = exp((logits[i] - max) / temperature). The exponential runs
+// through ATen for its vectorized (SLEEF) exp: scalar expf over 50k entries
+// was the largest single cost of a draw. Elementwise, so the result does not
+// depend on the thread count.
+absl::Status ComputeWeights(absl::Span<const float> logits, float max, float temperature,
+                            std::vector<float>* weights) {
+  weights->resize(logits.size());
+  float* w = weights->data();
+  for (size_t i = 0; i < logits.size(); ++i) w[i] = (logits[i] - max) / temperature;
+  try {
+    at::from_blob(w, {static_cast<int64_t>(logits.size())}, at::kFloat).exp_();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("sampler: exp failed: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }
 
-int32_t Argmax(absl::Span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);  // strict: ties keep lowest id
+// Filters (top_k, then top_p, then min_p) and draws one token; see sampler.h.
+int32_t Draw(const SamplingParams& params, std::mt19937_64& rng, Ranking& ranking, size_t top_k) {
+  // Candidates are ranks [0, n); zero-weight tokens never are.
+  size_t n = std::min(ranking.positive(), top_k);
+  ranking.SelectBest(n);
+  if (params.top_p < 1.0f) {
+    const double goal = (params.top_p - kTopPTolerance) * ranking.Mass(n);
+    n = ranking.FindCrossing(n, [goal](double mass) { return mass >= goal; }) + 1;
   }
-  return best;
+  // The max's weight is 1, so min_p * p_max is min_p in weight units.
+  if (params.min_p > 0.0f) n = ranking.KeepAtLeast(n, params.min_p);
+  // Always one draw, so the generator advances the same way whatever the filters.
+  const double target = UniformDouble(rng) * ranking.Mass(n);
+  return ranking.Id(ranking.FindCrossing(n, [target](double mass) { return mass > target; }));
 }
 
 std::string ShapeString(const at::Tensor& t) {
@@ -172,81 +316,40 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
   scratch.logits.assign(input.begin(), input.end());
   const absl::Span<float> x(scratch.logits);
   ApplyPenalties(x);
-  if (absl::Status s = CheckValues(x); !s.ok()) return s;
+  DIKKAT_ASSIGN_OR_RETURN(const float max_logit, CheckedMax(x));
 
+  // Everything below works on exp((x - max) / T): the distribution of
+  // softmax(x / T) without overflow for tiny temperatures. The rank order is
+  // that of x itself (dividing by T > 0 is monotone), so rounding in x / T
+  // never reorders or ties two tokens. Greedy reports T = 1.
   const bool greedy = params_.greedy();
-  const int32_t greedy_token = greedy ? Argmax(x) : 0;
-
-  // Probabilities are exp((x - max) / T - log_z), in double: the same
-  // distribution as softmax(x / T), without overflow for tiny temperatures.
-  // The order is that of x itself (division by T > 0 is monotone), so float
-  // rounding in x / T can never reorder or tie two tokens.
-  const double max_logit = *std::max_element(x.begin(), x.end());
-  const double temperature = greedy ? 1.0 : params_.temperature;
-  double sum_exp = 0.0;  // the max term is exp(0) = 1, so sum_exp >= 1
-  for (float v : x) sum_exp += std::exp((v - max_logit) / temperature);
+  const float temperature = greedy ? 1.0f : params_.temperature;
+  DIKKAT_RETURN_IF_ERROR(ComputeWeights(x, max_logit, temperature, &scratch.weights));
+  const double sum_exp = Sum(scratch.weights);  // >= 1: the max's weight is exp(0)
   const double log_z = std::log(sum_exp);
-  const auto logprob = [&](int32_t id) { return (x[id] - max_logit) / temperature - log_z; };
-  const auto prob = [&](int32_t id) { return std::exp(logprob(id)); };
-
-  scratch.order.resize(x.size());
-  std::iota(scratch.order.begin(), scratch.order.end(), 0);
-  DescendingOrder order(x.data(), &scratch.order);
+  const auto logprob = [&](int32_t id) {
+    return (static_cast<double>(x[id]) - max_logit) / temperature - log_z;
+  };
 
   SampledToken out;
-  if (greedy) {
-    out.token_id = greedy_token;
-  } else {
-    // Candidates are order[0, n); their total mass is kept_mass.
-    size_t n = x.size();
-    double kept_mass = 1.0;  // all tokens (up to rounding, handled below)
-    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-      n = static_cast<size_t>(params_.top_k);
-      kept_mass = 0.0;
-      for (size_t r = 0; r < n; ++r) kept_mass += prob(order[r]);
-    }
-    if (params_.top_p < 1.0f || params_.min_p > 0.0f) {
-      // Both are prefix filters on the same order, so applying top_p and then
-      // min_p keeps the shorter of the two prefixes. top_p is relative to the
-      // top-k survivors' mass; min_p's ratio does not depend on normalization.
-      const double mass_goal = (params_.top_p - kTopPTolerance) * kept_mass;
-      const double min_prob = params_.min_p * prob(order[0]);
-      double mass = 0.0;
-      size_t kept = 0;
-      while (kept < n) {
-        const double p = prob(order[kept]);
-        if (kept > 0 && p < min_prob) break;
-        mass += p;
-        ++kept;
-        if (params_.top_p < 1.0f && mass >= mass_goal) break;
-      }
-      n = kept;
-      kept_mass = mass;
-    }
-    // The first candidate whose cumulative mass exceeds the target. A token of
-    // probability 0 never exceeds it, so masked (-inf) tokens are never drawn;
-    // if rounding leaves the target past the end, the last candidate with
-    // mass is the one whose interval it lies in.
-    const double target = UniformDouble(rng_) * kept_mass;
-    double mass = 0.0;
-    int32_t chosen = order[0];
-    for (size_t r = 0; r < n; ++r) {
-      const int32_t id = order[r];
-      const double p = prob(id);
-      if (p <= 0.0) break;  // sorted: everything after is 0 as well
-      chosen = id;
-      mass += p;
-      if (mass > target) break;
-    }
-    out.token_id = chosen;
-  }
-
-  out.logprob = static_cast<float>(logprob(out.token_id));
   const size_t num_top = std::min<size_t>(params_.top_logprobs, x.size());
+  if (greedy && num_top == 0) {
+    out.token_id = static_cast<int32_t>(std::find(x.begin(), x.end(), max_logit) - x.begin());
+    out.logprob = static_cast<float>(logprob(out.token_id));
+    return out;
+  }
+  Ranking ranking(x, scratch.weights.data(), &scratch.keys);
+  const size_t top_k = params_.top_k > 0 ? static_cast<size_t>(params_.top_k) : x.size();
+  // Greedy needs only the alternatives sorted; a draw starts from a sorted
+  // block (and the whole top-k when partial_sort is the cheaper selection).
+  ranking.SortPrefix(
+      greedy ? num_top
+             : std::max({num_top, kSortedBlock, top_k <= kSortTopKUpTo ? top_k : size_t{0}}));
+  out.token_id = greedy ? ranking.Id(0) : Draw(params_, rng_, ranking, top_k);
+  out.logprob = static_cast<float>(logprob(out.token_id));
   out.top.reserve(num_top);
   for (size_t r = 0; r < num_top; ++r) {
-    const int32_t id = order[r];
-    out.top.push_back({id, static_cast<float>(logprob(id))});
+    out.top.push_back({ranking.Id(r), static_cast<float>(logprob(ranking.Id(r)))});
   }
   return out;
 }

@@ -18,9 +18,10 @@
 //  2. temperature == 0: greedy. The token is the argmax of the penalized
 //     logits (ties -> lowest id). No random number is drawn.
 //  3. Otherwise the penalized logits are divided by the temperature and
-//     log-softmaxed. Candidates are the tokens in descending probability
-//     order (ties -> lower id first), filtered in this order, each filter on
-//     the renormalized survivors of the previous one:
+//     softmaxed. Candidates are the tokens in descending probability order
+//     (which is the order of the penalized logits; ties -> lower id first),
+//     filtered in this order, each filter on the renormalized survivors of
+//     the previous one:
 //       top_k > 0: the first k (exactly k, even with ties at the boundary);
 //       top_p < 1: the shortest prefix whose mass >= top_p (a tolerance of
 //                  1e-6 absorbs float rounding; always at least one token);
@@ -29,7 +30,11 @@
 //     (rng() >> 11) * 2^-53 from the request's std::mt19937_64, and the token
 //     is the first candidate, in the order above, whose cumulative mass
 //     exceeds u * (total candidate mass). The same seed, history and logits
-//     therefore always give the same token, whatever the thread count.
+//     therefore always give the same token, whatever the thread count (on
+//     one machine: the vectorized exp may differ in the last bit between
+//     CPU instruction sets). Zero-probability tokens are never drawn.
+//     Cost on a 50k vocab: O(V) expected, never a full sort (a short sorted
+//     prefix plus a weighted quickselect; see bench/sampler_bench.cc).
 //  4. Reported log-probabilities (the chosen token's and the top_logprobs
 //     alternatives) are of the distribution after penalties and temperature,
 //     before top-k / top-p / min-p filtering (greedy: temperature 1), so they

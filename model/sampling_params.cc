@@ -29,8 +29,7 @@ absl::Status Validate(const SamplingParams& params) {
     return OutOfRange("min_p", params.min_p, "in [0, 1] (0 = off)");
   }
   if (!(params.repetition_penalty > 0.0f && std::isfinite(params.repetition_penalty))) {
-    return OutOfRange("repetition_penalty", params.repetition_penalty,
-                      "finite and > 0 (1 = off)");
+    return OutOfRange("repetition_penalty", params.repetition_penalty, "finite and > 0 (1 = off)");
   }
   if (!(params.presence_penalty >= -2.0f && params.presence_penalty <= 2.0f)) {
     return OutOfRange("presence_penalty", params.presence_penalty, "in [-2, 2] (0 = off)");
