@@ -3,9 +3,9 @@
 //
 // A Sampler holds one request's state: its random generator and the counts of
 // tokens seen so far (for the penalties). It is not thread-safe; the engine
-// thread owns every Sampler. Working buffers (a vocab-sized float copy of the
-// logits and an index array) are per thread, not per Sampler, so thousands of
-// live requests do not each hold vocab-sized memory.
+// thread owns every Sampler. The vocab-sized working buffers (logits copy,
+// weights, rank keys: 16 bytes per vocab entry) are per thread, not per
+// Sampler, so thousands of live requests do not each hold them.
 //
 // What Sample() does, in order (the contract the tests check):
 //  1. Penalties, on the logits of every token seen so far (Observe*), with
