@@ -176,5 +176,16 @@ TEST_F(CliTest, BenchRunsEveryRequestAndReportsPercentiles) {
   EXPECT_EQ(server_.service().generate_chunks_written.load(), 10 * 5);
 }
 
+TEST_F(CliTest, GenerateExampleRunsItsThreeSteps) {
+  const std::string command = absl::StrCat(DIKKAT_BINARY_DIR, "/client/generate_example ",
+                                           server_.address(), " Hi >", dir_, "/out 2>&1");
+  ASSERT_EQ(std::system(command.c_str()), 0) << ReadFile(dir_ + "/out");
+  const std::string out = ReadFile(dir_ + "/out");
+  EXPECT_THAT(out, HasSubstr("server fake\n  tiny (default): decoder-only, d_model 4"));
+  EXPECT_THAT(out, HasSubstr("Hit0 t1 t2"));
+  EXPECT_THAT(out, HasSubstr("[finished: LENGTH]"));
+  EXPECT_THAT(out, HasSubstr("embedding: 4 values, norm 2.5, first: 0.5 -1 2 1"));
+}
+
 }  // namespace
 }  // namespace dikkat::client
