@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/status_macros.h"
 #include "model/utf8.h"
 #include "nlohmann/json.hpp"
 
@@ -94,6 +95,29 @@ absl::StatusOr<std::string> DikkatJsonTokenizer(const fs::path& path) {
   return it->get<std::string>();
 }
 
+// Hugging Face's BertTokenizer settings, when the folder has them.
+absl::StatusOr<WordPieceOptions> WordPieceOptionsFromConfig(const fs::path& path) {
+  WordPieceOptions options;
+  if (!IsFile(path)) return options;
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
+  }
+  const auto flag = [&](const char* key, bool fallback) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+  };
+  options.lower_case = flag("do_lower_case", true);
+  options.strip_accents = flag("strip_accents", options.lower_case);  // null: follows lower-casing
+  options.tokenize_chinese_chars = flag("tokenize_chinese_chars", true);
+  if (auto it = j.find("unk_token"); it != j.end()) {
+    if (it->is_string()) options.unk_token = it->get<std::string>();
+    if (it->is_object() && it->contains("content")) options.unk_token = (*it)["content"].get<std::string>();
+  }
+  return options;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
@@ -104,8 +128,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& mode
   }
   if (IsFile(dir / "tokenizer.model")) return LoadSentencePiece((dir / "tokenizer.model").string());
   if (IsFile(dir / "vocab.txt")) {
-    return absl::UnimplementedError(
-        absl::StrCat((dir / "vocab.txt").string(), ": WordPiece is not supported yet"));
+    DIKKAT_ASSIGN_OR_RETURN(WordPieceOptions options,
+                            WordPieceOptionsFromConfig(dir / "tokenizer_config.json"));
+    return LoadWordPiece((dir / "vocab.txt").string(), options);
   }
   auto from_config = DikkatJsonTokenizer(dir / "dikkat.json");
   if (!from_config.ok()) return from_config.status();

@@ -118,9 +118,29 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2Bpe(const std::string& vocab_
 // decide what add_special_tokens adds. UNIMPLEMENTED names anything else.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& path);
 
+// BERT's WordPiece (vocab.txt: one token per line, id = line number).
+struct WordPieceOptions {
+  bool lower_case = true;             // BERT "uncased": full Unicode lower-casing
+  bool strip_accents = true;          // NFD, then drop nonspacing marks (Mn)
+  bool tokenize_chinese_chars = true;  // each CJK ideograph is its own word
+  std::string unk_token = "[UNK]";
+  std::string continuing_subword_prefix = "##";
+  int max_input_chars_per_word = 100;  // longer words become [UNK]
+};
+
+// Encode: BERT's BasicTokenizer (clean control characters, split CJK,
+// lower-case / strip accents as configured, split punctuation) then greedy
+// longest-match-first WordPiece; add_special_tokens wraps [CLS] ... [SEP];
+// type_ids are all 0. Decode joins tokens with spaces and glues "##" pieces
+// (no further clean-up). Specials: [CLS] [SEP] [PAD] [MASK]; [UNK] is not.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadWordPiece(const std::string& vocab_txt,
+                                                         const WordPieceOptions& options);
+
 // Loads the tokenizer found in a model folder, in this order:
 // tokenizer.json, vocab.json + merges.txt, tokenizer.model (SentencePiece),
-// vocab.txt (WordPiece), or `"tokenizer": "byte"` in dikkat.json.
+// vocab.txt (WordPiece; options from tokenizer_config.json's do_lower_case,
+// strip_accents, tokenize_chinese_chars when present), or
+// `"tokenizer": "byte"` in dikkat.json.
 // NOT_FOUND lists what was looked for.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);
 

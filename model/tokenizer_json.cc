@@ -8,6 +8,7 @@
 #include "model/status_macros.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_files.h"
+#include "model/wordpiece.h"
 #include "nlohmann/json.hpp"
 
 namespace dikkat::model {
@@ -110,6 +111,43 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadByteLevelBpeJson(const std::strin
   return MakeByteLevelBpe(std::move(spec));
 }
 
+// BERT's pipeline: BertNormalizer + BertPreTokenizer + WordPiece.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadWordPieceJson(const std::string& path,
+                                                            const Json& j) {
+  static const Json kNull;
+  const Json& norm = j.contains("normalizer") ? j["normalizer"] : kNull;
+  const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : kNull;
+  if (TypeOf(norm) != "BertNormalizer" || TypeOf(pre) != "BertPreTokenizer") {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": WordPiece with normalizer ", TypeOf(norm), " and pre_tokenizer ", TypeOf(pre),
+        " is not supported (supported: BertNormalizer + BertPreTokenizer)"));
+  }
+  if (!norm.value("clean_text", true)) {
+    return absl::UnimplementedError(absl::StrCat(path, ": BertNormalizer clean_text=false"));
+  }
+  const Json& model = j.at("model");
+  WordPieceOptions options;
+  options.lower_case = norm.value("lowercase", true);
+  const Json strip = norm.value("strip_accents", Json());
+  options.strip_accents = strip.is_boolean() ? strip.get<bool>() : options.lower_case;
+  options.tokenize_chinese_chars = norm.value("handle_chinese_chars", true);
+  options.unk_token = model.value("unk_token", std::string("[UNK]"));
+  options.continuing_subword_prefix = model.value("continuing_subword_prefix", std::string("##"));
+  options.max_input_chars_per_word = model.value("max_input_chars_per_word", 100);
+  std::vector<std::string> vocab;
+  for (const auto& [token, id_json] : model.at("vocab").items()) {
+    const int32_t id = id_json.get<int32_t>();
+    if (id < 0 || id > 10'000'000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": token \"", token, "\" has id ", id, "; allowed 0..10000000"));
+    }
+    if (static_cast<size_t>(id) >= vocab.size()) vocab.resize(id + 1);
+    vocab[id] = token;
+  }
+  DIKKAT_ASSIGN_OR_RETURN(auto fingerprints, FingerprintFiles({path}));
+  return MakeWordPiece(std::move(vocab), options, std::move(fingerprints));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& path) {
@@ -124,6 +162,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& 
     absl::StatusOr<std::unique_ptr<Tokenizer>> tok;
     if (type == "BPE") {
       tok = LoadByteLevelBpeJson(path, j);
+    } else if (type == "WordPiece") {
+      tok = LoadWordPieceJson(path, j);
     } else {
       return absl::UnimplementedError(absl::StrCat(
           path, ": model type \"", type, "\" is not supported (supported: BPE, WordPiece)"));

