@@ -122,11 +122,21 @@ absl::StatusOr<WordPieceOptions> WordPieceOptionsFromConfig(const fs::path& path
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
   const fs::path dir(model_dir);
-  if (IsFile(dir / "tokenizer.json")) return LoadTokenizerJson((dir / "tokenizer.json").string());
-  if (IsFile(dir / "vocab.json") && IsFile(dir / "merges.txt")) {
+  const bool has_bpe_pair = IsFile(dir / "vocab.json") && IsFile(dir / "merges.txt");
+  const bool has_spm = IsFile(dir / "tokenizer.model");
+  if (IsFile(dir / "tokenizer.json")) {
+    auto tok = LoadTokenizerJson((dir / "tokenizer.json").string());
+    // Folders with an unsupported tokenizer.json (Llama's Metaspace BPE)
+    // usually also ship the original files, which read the same text.
+    if (tok.ok() || tok.status().code() != absl::StatusCode::kUnimplemented ||
+        !(has_bpe_pair || has_spm)) {
+      return tok;
+    }
+  }
+  if (has_bpe_pair) {
     return LoadGpt2Bpe((dir / "vocab.json").string(), (dir / "merges.txt").string());
   }
-  if (IsFile(dir / "tokenizer.model")) return LoadSentencePiece((dir / "tokenizer.model").string());
+  if (has_spm) return LoadSentencePiece((dir / "tokenizer.model").string());
   if (IsFile(dir / "vocab.txt")) {
     DIKKAT_ASSIGN_OR_RETURN(WordPieceOptions options,
                             WordPieceOptionsFromConfig(dir / "tokenizer_config.json"));

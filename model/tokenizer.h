@@ -140,7 +140,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadWordPiece(const std::string& voca
 // tokenizer.json, vocab.json + merges.txt, tokenizer.model (SentencePiece),
 // vocab.txt (WordPiece; options from tokenizer_config.json's do_lower_case,
 // strip_accents, tokenize_chinese_chars when present), or
-// `"tokenizer": "byte"` in dikkat.json.
+// `"tokenizer": "byte"` in dikkat.json. A tokenizer.json that is
+// UNIMPLEMENTED (e.g. Llama's Metaspace BPE) gives way to vocab.json +
+// merges.txt or tokenizer.model when the folder has them.
 // NOT_FOUND lists what was looked for.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);
 

@@ -140,6 +140,26 @@ TEST_F(SentencePieceTest, LoadTokenizerFindsModelAndFingerprintsIt) {
   EXPECT_EQ((*tok)->file_fingerprints()[0], want);
 }
 
+// Llama folders ship a tokenizer.json dikkat does not read (Metaspace BPE)
+// next to tokenizer.model: the SentencePiece model is used; alone, the
+// tokenizer.json is refused by name.
+TEST_F(SentencePieceTest, UnsupportedTokenizerJsonGivesWayToTokenizerModel) {
+  ScratchDir model_dir;
+  testing_util::WriteFile(
+      model_dir.File("tokenizer.json"),
+      R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+          "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581"}})");
+  auto alone = LoadTokenizer(model_dir.path());
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(alone.status().message(), HasSubstr("Metaspace"));
+
+  const std::string src = (*ref_)["bpe_byte_fallback"]["path"].get<std::string>();
+  ASSERT_EQ(testing_util::Run("cp " + src + " " + model_dir.File("tokenizer.model")), 0);
+  auto tok = LoadTokenizer(model_dir.path());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->kind(), "sentencepiece");
+}
+
 TEST_F(SentencePieceTest, RejectsBadModelAndInvalidText) {
   ScratchDir dir;
   testing_util::WriteFile(dir.File("tokenizer.model"), "this is not a protobuf");
