@@ -260,6 +260,11 @@ class ModelMetrics final : public EngineListener {
       const char* rpc = RpcName(static_cast<Rpc>(r));
       duration_[r] = &f.request_duration.Add({{"model", model}, {"rpc", rpc}}, RequestSecondsBuckets());
       for (auto& c : requests_[r]) c.store(nullptr, std::memory_order_relaxed);
+      // The OK series exists from the start so that rate() sees its first
+      // increment; error codes appear when they first happen.
+      requests_[r][0].store(
+          &f.requests.Add({{"model", model}, {"rpc", rpc}, {"code", "OK"}}),
+          std::memory_order_relaxed);
     }
     for (const char* reason : {"invalid", "overloaded", "cancelled", "deadline", "internal"}) {
       failures_[reason] = &f.failures.Add({{"model", model}, {"reason", reason}});

@@ -1,6 +1,7 @@
 #include "server/metrics_http.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <utility>
@@ -37,6 +38,13 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
   const auto& [host, port] = *host_port;
 
   http_ = std::make_unique<httplib::Server>();
+  // httplib's default options add SO_REUSEPORT, which lets a second process
+  // bind the same port and silently take half of the scrapes. Keep only
+  // SO_REUSEADDR (restarts do not wait for TIME_WAIT).
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
   });

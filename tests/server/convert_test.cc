@@ -1,0 +1,566 @@
+// Request conversion and validation (server/convert.h): every invalid input
+// is INVALID_ARGUMENT naming the field and value; tensors are packed the
+// way the proto documents (little-endian, bfloat16/float16 rounded to
+// nearest even, checked against c10's own conversions).
+#include "server/convert.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/tokenizer.h"
+
+namespace dikkat::server {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+model::ModelConfig Config(model::Architecture arch) {
+  model::ModelConfig c;
+  c.architecture = arch;
+  c.name = "m";
+  c.vocab_size = 259;  // the byte tokenizer's
+  c.d_model = 8;
+  c.n_heads = 4;
+  c.ffn_dim = 16;
+  if (arch == model::Architecture::kEncoderDecoder) {
+    c.n_encoder_layers = 2;
+    c.n_decoder_layers = 3;
+  } else {
+    c.n_layers = 2;
+  }
+  c.max_positions = 16;
+  c.default_pooling = model::Pooling::kLast;
+  return c;
+}
+
+class ConvertTest : public ::testing::Test {
+ protected:
+  ConvertTest() : tokenizer_(model::MakeByteTokenizer()) {
+    options_.max_new_tokens_cap = 50;
+    options_.default_max_new_tokens = 9;
+    options_.max_batch_size = 3;
+    Use(model::Architecture::kDecoderOnly);
+  }
+  void Use(model::Architecture arch) {
+    config_ = Config(arch);
+    limits_ = ModelLimits{&config_, tokenizer_.get(), &options_};
+  }
+  static v1::Input Text(const std::string& s) {
+    v1::Input in;
+    in.set_text(s);
+    return in;
+  }
+  static v1::Input Ids(std::initializer_list<int32_t> ids) {
+    v1::Input in;
+    in.mutable_tokens();  // set even when empty
+    for (int32_t id : ids) in.mutable_tokens()->add_ids(id);
+    return in;
+  }
+  // Asserts INVALID_ARGUMENT with every substring in the message.
+  template <typename T>
+  static void ExpectInvalid(const absl::StatusOr<T>& result,
+                            std::initializer_list<std::string> parts) {
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+    const std::string message(result.status().message());
+    for (const std::string& p : parts) EXPECT_THAT(message, HasSubstr(p));
+  }
+  v1::GenerateRequest Prompt(const std::string& text) {
+    v1::GenerateRequest r;
+    *r.mutable_input() = Text(text);
+    return r;
+  }
+
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  model::ModelConfig config_;
+  EngineOptions options_;
+  ModelLimits limits_;
+};
+
+// ---- inputs -----------------------------------------------------------------
+
+TEST_F(ConvertTest, TextInputIsTokenizedWithOrWithoutSpecialTokens) {
+  auto ids = InputToIds(Text("hi"), "input", false, limits_);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre('h', 'i'));
+  ids = InputToIds(Text("hi"), "input", true, limits_);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_THAT(*ids, ElementsAre(257, 'h', 'i'));  // <bos> first
+  v1::Input explicit_off = Text("hi");
+  explicit_off.set_add_special_tokens(false);
+  ids = InputToIds(explicit_off, "input", true, limits_);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_THAT(*ids, ElementsAre('h', 'i'));
+}
+
+TEST_F(ConvertTest, TokenInputIsUsedAsGiven) {
+  auto ids = InputToIds(Ids({0, 5, 258}), "input", true, limits_);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre(0, 5, 258));
+}
+
+TEST_F(ConvertTest, InvalidInputsNameTheField) {
+  ExpectInvalid(InputToIds(v1::Input(), "input", false, limits_),
+                {"input is empty", "input.text", "input.tokens"});
+  ExpectInvalid(InputToIds(Text(""), "input", false, limits_), {"input.text is empty"});
+  ExpectInvalid(InputToIds(Ids({}), "input", false, limits_), {"input.tokens.ids is empty"});
+  ExpectInvalid(InputToIds(Ids({1, 259}), "input", false, limits_),
+                {"input.tokens.ids[1] = 259", "0..258"});
+  ExpectInvalid(InputToIds(Ids({-1}), "target", false, limits_), {"target.tokens.ids[0] = -1"});
+  ExpectInvalid(InputToIds(Text("\xff\xfe"), "input", false, limits_),
+                {"input.text", "UTF-8"});
+  ExpectInvalid(InputToIds(Text(std::string(17, 'a')), "input", false, limits_),
+                {"input has 17 tokens", "max_positions=16"});
+}
+
+// ---- Generate ---------------------------------------------------------------
+
+TEST_F(ConvertTest, SamplingDefaultsApplyToUnsetFields) {
+  auto params = ToSamplingParams(v1::SamplingOptions(), 0);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(params->temperature, 1.0f);
+  EXPECT_EQ(params->top_p, 1.0f);
+  EXPECT_EQ(params->repetition_penalty, 1.0f);
+  EXPECT_EQ(params->top_k, 0);
+  EXPECT_FALSE(params->seed.has_value());
+
+  v1::SamplingOptions greedy;
+  greedy.set_temperature(0.0f);  // explicitly 0 is greedy, not "unset"
+  greedy.set_seed(7);
+  greedy.set_top_k(5);
+  params = ToSamplingParams(greedy, 3);
+  ASSERT_TRUE(params.ok());
+  EXPECT_TRUE(params->greedy());
+  EXPECT_EQ(params->seed, std::optional<uint64_t>(7));
+  EXPECT_EQ(params->top_k, 5);
+  EXPECT_EQ(params->top_logprobs, 3);
+}
+
+TEST_F(ConvertTest, InvalidSamplingFieldsAreRejected) {
+  struct Case {
+    std::function<void(v1::SamplingOptions*)> set;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::SamplingOptions* o) { o->set_temperature(-0.5f); }, "temperature"},
+      {[](v1::SamplingOptions* o) { o->set_temperature(NAN); }, "temperature"},
+      {[](v1::SamplingOptions* o) { o->set_top_k(-1); }, "top_k"},
+      {[](v1::SamplingOptions* o) { o->set_top_p(0.0f); }, "top_p"},
+      {[](v1::SamplingOptions* o) { o->set_top_p(1.5f); }, "top_p"},
+      {[](v1::SamplingOptions* o) { o->set_min_p(1.5f); }, "min_p"},
+      {[](v1::SamplingOptions* o) { o->set_repetition_penalty(0.0f); }, "repetition_penalty"},
+      {[](v1::SamplingOptions* o) { o->set_presence_penalty(2.5f); }, "presence_penalty"},
+      {[](v1::SamplingOptions* o) { o->set_frequency_penalty(-3.0f); }, "frequency_penalty"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest r = Prompt("ab");
+    c.set(r.mutable_sampling());
+    SCOPED_TRACE(c.field);
+    ExpectInvalid(ToGenerateRequest(r, limits_), {"sampling", c.field});
+  }
+}
+
+TEST_F(ConvertTest, GenerateDecoderOnly) {
+  v1::GenerateRequest r = Prompt("abc");
+  r.add_stop("\n\n");
+  r.add_stop_token_ids(258);
+  r.set_ignore_eos(true);
+  r.set_top_logprobs(2);
+  auto out = ToGenerateRequest(r, limits_);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->request.prompt, ElementsAre('a', 'b', 'c'));  // no <bos> by default
+  EXPECT_TRUE(out->request.source.empty());
+  EXPECT_EQ(out->request.max_new_tokens, 9);  // the server default
+  EXPECT_THAT(out->request.stop_strings, ElementsAre("\n\n"));
+  EXPECT_THAT(out->request.stop_token_ids, ElementsAre(258));
+  EXPECT_TRUE(out->request.ignore_eos);
+  EXPECT_TRUE(out->want_logprobs);
+  EXPECT_EQ(out->request.sampling.top_logprobs, 2);
+  EXPECT_THAT(out->input_ids, ElementsAre('a', 'b', 'c'));
+
+  r.set_top_logprobs(-1);
+  r.set_max_new_tokens(50);
+  out = ToGenerateRequest(r, limits_);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(out->want_logprobs);
+  EXPECT_EQ(out->request.sampling.top_logprobs, 0);
+  EXPECT_EQ(out->request.max_new_tokens, 50);
+}
+
+TEST_F(ConvertTest, GenerateRejectsBadLimitsAndStops) {
+  v1::GenerateRequest r = Prompt("abc");
+  r.set_max_new_tokens(51);
+  ExpectInvalid(ToGenerateRequest(r, limits_), {"max_new_tokens = 51", "1..50"});
+  r.set_max_new_tokens(0);
+  ExpectInvalid(ToGenerateRequest(r, limits_), {"max_new_tokens = 0"});
+  r.set_max_new_tokens(-3);
+  ExpectInvalid(ToGenerateRequest(r, limits_), {"max_new_tokens = -3"});
+
+  r = Prompt("abc");
+  r.set_top_logprobs(21);
+  ExpectInvalid(ToGenerateRequest(r, limits_), {"top_logprobs = 21", "0..20"});
+  r.set_top_logprobs(-2);
+  ExpectInvalid(ToGenerateRequest(r, limits_), {"top_logprobs = -2"});
+
+  r = Prompt("abc");
+  r.add_stop("x");
+  r.add_stop("");
+  ExpectInvalid(ToGenerateRequest(r, limits_), {"stop[1]", "empty"});
+
+  r = Prompt("abc");
+  r.add_stop_token_ids(1000);
+  ExpectInvalid(ToGenerateRequest(r, limits_), {"stop_token_ids[0] = 1000"});
+
+  // A prompt that fills the whole context leaves nothing to generate.
+  ExpectInvalid(ToGenerateRequest(Prompt(std::string(16, 'a')), limits_),
+                {"input has 16 tokens", "max_positions=16"});
+  EXPECT_TRUE(ToGenerateRequest(Prompt(std::string(15, 'a')), limits_).ok());
+
+  v1::GenerateRequest missing;
+  ExpectInvalid(ToGenerateRequest(missing, limits_), {"input is empty"});
+}
+
+TEST_F(ConvertTest, GenerateRespectsTheArchitecture) {
+  v1::GenerateRequest r = Prompt("abc");
+  *r.mutable_decoder_prefix() = Ids({1});
+  ExpectInvalid(ToGenerateRequest(r, limits_), {"decoder_prefix", "decoder-only"});
+
+  Use(model::Architecture::kEncoderOnly);
+  ExpectInvalid(ToGenerateRequest(Prompt("abc"), limits_), {"encoder-only", "cannot generate"});
+
+  Use(model::Architecture::kEncoderDecoder);
+  auto out = ToGenerateRequest(r, limits_);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->request.source, ElementsAre('a', 'b', 'c'));
+  EXPECT_THAT(out->request.prompt, ElementsAre(1));
+  out = ToGenerateRequest(Prompt("abc"), limits_);
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(out->request.prompt.empty());  // the engine starts from decoder_start
+}
+
+TEST_F(ConvertTest, ChunksAndFinishFillTheResponse) {
+  GeneratedChunk chunk;
+  chunk.tokens = {{'h', -0.25f, {{'h', -0.25f}, {'j', -1.5f}}}, {'i', -0.5f, {}}};
+  chunk.text = "hi";
+  v1::GenerateResponse with;
+  AppendChunk(chunk, true, *tokenizer_, &with);
+  AppendChunk(chunk, true, *tokenizer_, &with);  // merged messages append
+  ASSERT_EQ(with.tokens_size(), 4);
+  EXPECT_EQ(with.text(), "hihi");
+  EXPECT_EQ(with.tokens(0).id(), 'h');
+  EXPECT_FLOAT_EQ(with.tokens(0).logprob(), -0.25f);
+  ASSERT_EQ(with.tokens(0).top_logprobs_size(), 2);
+  EXPECT_EQ(with.tokens(0).top_logprobs(1).text(), "j");
+  EXPECT_FLOAT_EQ(with.tokens(0).top_logprobs(1).logprob(), -1.5f);
+
+  v1::GenerateResponse without;
+  AppendChunk(chunk, false, *tokenizer_, &without);
+  EXPECT_EQ(without.tokens(0).logprob(), 0.0f);
+  EXPECT_EQ(without.tokens(0).top_logprobs_size(), 0);
+
+  GenerateSummary s;
+  s.reason = FinishReason::kStop;
+  s.prompt_tokens = 3;
+  s.generated_tokens = 4;
+  s.seed = 99;
+  s.total_time = absl::Milliseconds(1500);
+  FillFinish(s, &without);
+  EXPECT_EQ(without.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(without.stats().generated_tokens(), 4);
+  EXPECT_EQ(without.stats().seed(), 99u);
+  EXPECT_DOUBLE_EQ(without.stats().total_seconds(), 1.5);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kEos), v1::FINISH_REASON_EOS);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kLength), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kCancelled), v1::FINISH_REASON_CANCELLED);
+  EXPECT_EQ(ToProtoFinishReason(FinishReason::kDeadline), v1::FINISH_REASON_DEADLINE);
+}
+
+// ---- Encode -----------------------------------------------------------------
+
+TEST_F(ConvertTest, EncodeConvertsInputsAndDefaults) {
+  v1::EncodeRequest r;
+  *r.add_inputs() = Text("ab");
+  *r.add_inputs() = Ids({7});
+  r.set_return_hidden_states(true);
+  r.set_hidden_layer(0);
+  auto out = ToEncodeRequest(r, limits_);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->inputs.size(), 2u);
+  EXPECT_THAT(out->inputs[0], ElementsAre(257, 'a', 'b'));  // special tokens by default
+  EXPECT_THAT(out->inputs[1], ElementsAre(7));
+  EXPECT_EQ(out->pooling, model::Pooling::kLast);  // the model's default
+  EXPECT_EQ(out->hidden_layer, 0);
+  EXPECT_TRUE(out->type_ids.empty());
+
+  r.set_pooling(v1::POOLING_FIRST);
+  r.clear_hidden_layer();
+  out = ToEncodeRequest(r, limits_);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->pooling, model::Pooling::kFirst);
+  EXPECT_EQ(out->hidden_layer, -1);
+}
+
+TEST_F(ConvertTest, EncodeRejectsInvalidRequests) {
+  v1::EncodeRequest empty;
+  ExpectInvalid(ToEncodeRequest(empty, limits_), {"inputs is empty"});
+
+  v1::EncodeRequest many;
+  for (int i = 0; i < 4; ++i) *many.add_inputs() = Text("a");
+  ExpectInvalid(ToEncodeRequest(many, limits_), {"inputs has 4 entries", "at most 3"});
+
+  v1::EncodeRequest r;
+  *r.add_inputs() = Text("a");
+  *r.add_inputs() = Ids({300});
+  ExpectInvalid(ToEncodeRequest(r, limits_), {"inputs[1].tokens.ids[0] = 300"});
+
+  r.mutable_inputs(1)->mutable_tokens()->set_ids(0, 3);
+  r.set_hidden_layer(3);
+  ExpectInvalid(ToEncodeRequest(r, limits_), {"hidden_layer = 3", "1..2"});
+  r.set_hidden_layer(-2);
+  ExpectInvalid(ToEncodeRequest(r, limits_), {"hidden_layer = -2"});
+  r.set_hidden_layer(2);
+  EXPECT_TRUE(ToEncodeRequest(r, limits_).ok());
+
+  r.set_pooling(static_cast<v1::Pooling>(9));
+  ExpectInvalid(ToEncodeRequest(r, limits_), {"pooling", "9"});
+  r.set_pooling(v1::POOLING_MEAN);
+  r.set_output_dtype(static_cast<v1::DType>(7));
+  ExpectInvalid(ToEncodeRequest(r, limits_), {"output_dtype", "7"});
+}
+
+TEST_F(ConvertTest, EncodeResponseEchoesIdsAndPacksTensors) {
+  EncodeRequest req;
+  req.inputs = {{1, 2}, {3}};
+  req.return_hidden_states = true;
+  EncodeResult result;
+  result.embeddings = {DenseTensor{{2}, {1.0f, 2.0f}}, DenseTensor{{2}, {3.0f, 4.0f}}};
+  result.hidden_states = {DenseTensor{{2, 2}, {1, 2, 3, 4}}, DenseTensor{{1, 2}, {5, 6}}};
+  result.prompt_tokens = 3;
+  v1::EncodeResponse response;
+  ASSERT_TRUE(FillEncodeResponse(req, result, v1::DTYPE_BFLOAT16, &response).ok());
+  ASSERT_EQ(response.results_size(), 2);
+  EXPECT_EQ(response.prompt_tokens(), 3);
+  EXPECT_THAT(response.results(0).token_ids(), ElementsAre(1, 2));
+  EXPECT_EQ(response.results(1).embedding().dtype(), v1::DTYPE_BFLOAT16);
+  EXPECT_EQ(response.results(1).embedding().data().size(), 4u);
+  EXPECT_THAT(response.results(0).hidden_states().shape(), ElementsAre(2, 2));
+
+  result.hidden_states.pop_back();  // engine bug: one missing
+  v1::EncodeResponse bad;
+  EXPECT_EQ(FillEncodeResponse(req, result, v1::DTYPE_FLOAT32, &bad).code(),
+            absl::StatusCode::kInternal);
+}
+
+// ---- Attention --------------------------------------------------------------
+
+TEST_F(ConvertTest, AttentionDefaultsAndLabels) {
+  v1::AttentionRequest r;
+  *r.mutable_input() = Text("ab");
+  r.add_layers(1);
+  r.add_heads(3);
+  r.set_aggregation(v1::HEAD_AGGREGATION_MAX);
+  auto out = ToAttentionRequest(r, limits_);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->kind, AttentionKind::kSelf);
+  EXPECT_EQ(out->aggregation, HeadAggregation::kMax);
+  EXPECT_THAT(out->input, ElementsAre(257, 'a', 'b'));
+  EXPECT_THAT(out->layers, ElementsAre(1));
+  EXPECT_THAT(out->heads, ElementsAre(3));
+
+  Use(model::Architecture::kEncoderDecoder);
+  r.set_kind(v1::ATTENTION_KIND_CROSS);
+  r.clear_layers();
+  r.add_layers(2);  // the decoder has 3 layers
+  *r.mutable_target() = Ids({5, 6, 7});
+  out = ToAttentionRequest(r, limits_);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->kind, AttentionKind::kCross);
+  EXPECT_THAT(out->target, ElementsAre(5, 6, 7));
+
+  AttentionResult result;
+  result.q_len = 3;
+  result.k_len = 3;
+  result.maps.push_back(AttentionMap{2, -1, AttentionKind::kCross, DenseTensor{{3, 3}, std::vector<float>(9, 0.25f)}});
+  v1::AttentionResponse response;
+  ASSERT_TRUE(FillAttentionResponse(*out, result, v1::DTYPE_FLOAT16, *tokenizer_, &response).ok());
+  // Cross attention: rows are the decoder (target), columns the encoder.
+  EXPECT_THAT(response.query_token_ids(), ElementsAre(5, 6, 7));
+  EXPECT_THAT(response.key_token_ids(), ElementsAre(257, 'a', 'b'));
+  EXPECT_THAT(response.key_tokens(), ElementsAre("<bos>", "a", "b"));
+  EXPECT_THAT(response.query_tokens(), ElementsAre("<0x05>", "<0x06>", "<0x07>"));
+  ASSERT_EQ(response.maps_size(), 1);
+  EXPECT_EQ(response.maps(0).kind(), v1::ATTENTION_KIND_CROSS);
+  EXPECT_EQ(response.maps(0).head(), -1);
+  EXPECT_EQ(response.maps(0).weights().data().size(), 18u);
+
+  r.set_kind(v1::ATTENTION_KIND_UNSPECIFIED);
+  r.clear_target();
+  r.clear_layers();
+  out = ToAttentionRequest(r, limits_);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->kind, AttentionKind::kEncoderSelf);
+}
+
+TEST_F(ConvertTest, AttentionRejectsInvalidRequests) {
+  v1::AttentionRequest r;
+  *r.mutable_input() = Text("ab");
+  r.add_layers(2);
+  ExpectInvalid(ToAttentionRequest(r, limits_), {"layers[0] = 2", "0..1"});
+  r.set_layers(0, 1);
+  r.add_layers(1);
+  ExpectInvalid(ToAttentionRequest(r, limits_), {"layers[1] = 1", "repeated"});
+  r.clear_layers();
+  r.add_heads(4);
+  ExpectInvalid(ToAttentionRequest(r, limits_), {"heads[0] = 4", "0..3"});
+  r.clear_heads();
+  r.set_kind(v1::ATTENTION_KIND_CROSS);
+  ExpectInvalid(ToAttentionRequest(r, limits_),
+                {"ATTENTION_KIND_CROSS", "encoder-decoder", "decoder-only"});
+  r.set_kind(static_cast<v1::AttentionKind>(11));
+  ExpectInvalid(ToAttentionRequest(r, limits_), {"kind", "11"});
+  r.set_kind(v1::ATTENTION_KIND_SELF);
+  *r.mutable_target() = Text("x");
+  ExpectInvalid(ToAttentionRequest(r, limits_), {"target", "ATTENTION_KIND_SELF"});
+  r.clear_target();
+  r.set_aggregation(static_cast<v1::HeadAggregation>(5));
+  ExpectInvalid(ToAttentionRequest(r, limits_), {"aggregation", "5"});
+
+  Use(model::Architecture::kEncoderDecoder);
+  v1::AttentionRequest e;
+  *e.mutable_input() = Text("ab");
+  e.set_kind(v1::ATTENTION_KIND_SELF);
+  ExpectInvalid(ToAttentionRequest(e, limits_), {"ATTENTION_KIND_SELF", "encoder-decoder"});
+  e.set_kind(v1::ATTENTION_KIND_DECODER_SELF);
+  ExpectInvalid(ToAttentionRequest(e, limits_), {"target is required"});
+  e.set_kind(v1::ATTENTION_KIND_ENCODER_SELF);
+  e.add_layers(2);  // the encoder has 2 layers
+  ExpectInvalid(ToAttentionRequest(e, limits_), {"layers[0] = 2"});
+}
+
+// ---- tensors ----------------------------------------------------------------
+
+TEST_F(ConvertTest, Float32IsPackedLittleEndian) {
+  DenseTensor t{{2, 2}, {1.0f, -2.5f, 0.0f, 3.25f}};
+  v1::Tensor out;
+  ASSERT_TRUE(ToProtoTensor(t, v1::DTYPE_UNSPECIFIED, &out).ok());
+  EXPECT_EQ(out.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_THAT(out.shape(), ElementsAre(2, 2));
+  ASSERT_EQ(out.data().size(), 16u);
+  // 1.0f = 0x3f800000: little-endian bytes 00 00 80 3f.
+  EXPECT_EQ(static_cast<uint8_t>(out.data()[2]), 0x80);
+  EXPECT_EQ(static_cast<uint8_t>(out.data()[3]), 0x3f);
+  float back[4];
+  std::memcpy(back, out.data().data(), 16);
+  EXPECT_EQ(back[1], -2.5f);
+  EXPECT_EQ(back[3], 3.25f);
+
+  DenseTensor wrong{{3}, {1.0f}};
+  EXPECT_EQ(ToProtoTensor(wrong, v1::DTYPE_FLOAT32, &out).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(ToProtoTensor(t, static_cast<v1::DType>(9), &out).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// c10::BFloat16 and c10::Half (LibTorch's own conversions) are the reference.
+std::vector<float> InterestingFloats() {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 65536.0f,
+                          1e-8f, 5.96e-8f, 2.98e-8f, 2.9802322e-8f, 6.1e-5f, 6.0975552e-5f,
+                          3.0e38f, -3.4e38f, 1.00390625f, 1.0078125f, 1.01171875f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::denorm_min(),
+                          std::numeric_limits<float>::min()};
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t b = bits(rng);
+    float f;
+    std::memcpy(&f, &b, 4);
+    v.push_back(f);
+  }
+  // Dense coverage of the half range, including subnormals and ties.
+  for (uint32_t b = 0x33000000u; b < 0x47800000u; b += 0x1fffu) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    v.push_back(f);
+    v.push_back(-f);
+  }
+  return v;
+}
+
+TEST_F(ConvertTest, Bfloat16MatchesLibTorch) {
+  int checked = 0;
+  for (float f : InterestingFloats()) {
+    const uint16_t ours = FloatToBfloat16Bits(f);
+    const c10::BFloat16 ref(f);
+    if (std::isnan(f)) {
+      EXPECT_EQ(ours & 0x7f80u, 0x7f80u);
+      EXPECT_NE(ours & 0x7fu, 0u) << "NaN must stay NaN";
+      continue;
+    }
+    ASSERT_EQ(ours, ref.x) << "value " << f;
+    ++checked;
+  }
+  EXPECT_GT(checked, 100000);
+}
+
+TEST_F(ConvertTest, Float16MatchesLibTorch) {
+  int checked = 0;
+  for (float f : InterestingFloats()) {
+    const uint16_t ours = FloatToFloat16Bits(f);
+    const c10::Half ref(f);
+    if (std::isnan(f)) {
+      EXPECT_EQ(ours & 0x7c00u, 0x7c00u);
+      EXPECT_NE(ours & 0x3ffu, 0u) << "NaN must stay NaN";
+      continue;
+    }
+    ASSERT_EQ(ours, ref.x) << "value " << f;
+    ++checked;
+  }
+  EXPECT_GT(checked, 100000);
+}
+
+// ---- model info -------------------------------------------------------------
+
+TEST_F(ConvertTest, ModelInfoReportsConfigAndCapabilities) {
+  ModelDescription d;
+  d.name = "m";
+  d.config = Config(model::Architecture::kEncoderOnly);
+  d.dtype = "bfloat16";
+  d.device = "cpu";
+  d.weights_bytes = 1000;
+  EngineStats stats;
+  stats.kv_blocks_total = 12;
+  stats.kv_block_size = 16;
+  stats.kv_cache_bytes = 4096;
+  v1::ModelInfo info;
+  FillModelInfo(d, stats, *tokenizer_, true, &info);
+  EXPECT_EQ(info.architecture(), "encoder-only");
+  EXPECT_TRUE(info.is_default());
+  EXPECT_EQ(info.vocab_size(), 259);
+  EXPECT_EQ(info.head_dim(), 2);
+  EXPECT_EQ(info.n_kv_heads(), 4);
+  EXPECT_EQ(info.kv_blocks(), 12);
+  EXPECT_EQ(info.tokenizer(), "byte");
+  EXPECT_EQ(info.special_tokens().bos(), 257);
+  EXPECT_EQ(info.special_tokens().cls(), -1);
+  EXPECT_THAT(info.capabilities(), ElementsAre("encode", "attention"));
+
+  d.config = Config(model::Architecture::kDecoderOnly);
+  v1::ModelInfo lm;
+  FillModelInfo(d, stats, *tokenizer_, false, &lm);
+  EXPECT_THAT(lm.capabilities(), ElementsAre("generate", "encode", "attention"));
+  EXPECT_EQ(lm.norm(), "layernorm");
+  EXPECT_EQ(lm.positions(), "learned");
+}
+
+}  // namespace
+}  // namespace dikkat::server

@@ -1,0 +1,405 @@
+// DikkatService over a real in-process gRPC server (127.0.0.1:0) with a
+// FakeEngine test double behind it: streaming, merging and finishing of
+// Generate, client cancel and deadline reaching the engine, status mapping
+// (with the retry hint), and the unary RPCs.
+#include "server/service.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "fake_engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/status_util.h"
+
+namespace dikkat::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::FakeEngine;
+using testing::TextChunk;
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto lm = std::make_unique<FakeEngine>("lm", model::Architecture::kDecoderOnly);
+    auto enc = std::make_unique<FakeEngine>("enc", model::Architecture::kEncoderOnly);
+    lm_ = lm.get();
+    enc_ = enc.get();
+    ASSERT_TRUE(registry_.Add("lm", std::move(lm)).ok());
+    ASSERT_TRUE(registry_.Add("enc", std::move(enc)).ok());
+    metrics_ = std::make_unique<Metrics>("test");
+    metrics_->AddModel("lm");
+    metrics_->AddModel("enc");
+    service_ = std::make_unique<DikkatService>(&registry_, metrics_.get(), "test-version");
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port, 0);
+    stub_ = v1::Dikkat::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    registry_.ShutdownAll(absl::ZeroDuration());
+  }
+
+  static v1::GenerateRequest Prompt(const std::string& text) {
+    v1::GenerateRequest r;
+    r.mutable_input()->set_text(text);
+    return r;
+  }
+
+  struct StreamResult {
+    std::vector<v1::GenerateResponse> messages;
+    grpc::Status status;
+    std::multimap<grpc::string_ref, grpc::string_ref> trailers;
+  };
+
+  StreamResult ReadAll(const v1::GenerateRequest& request, grpc::ClientContext* context) {
+    StreamResult out;
+    auto reader = stub_->Generate(context, request);
+    v1::GenerateResponse message;
+    while (reader->Read(&message)) out.messages.push_back(message);
+    out.status = reader->Finish();
+    out.trailers = context->GetServerTrailingMetadata();
+    return out;
+  }
+
+  std::string Text(const StreamResult& r) {
+    std::string text;
+    for (const auto& m : r.messages) text += m.text();
+    return text;
+  }
+
+  std::string Scrape() { return metrics_->Scrape(); }
+
+  ModelRegistry registry_;
+  FakeEngine* lm_ = nullptr;
+  FakeEngine* enc_ = nullptr;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<DikkatService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Dikkat::Stub> stub_;
+};
+
+TEST_F(ServiceTest, GenerateStreamsChunksThenTheFinishMessage) {
+  lm_->set_script({{TextChunk("he"), TextChunk("ll"), TextChunk("o")},
+                   absl::Milliseconds(30), FinishReason::kEos, {}});
+  v1::GenerateRequest request = Prompt("abc");
+  request.set_echo_prompt_tokens(true);
+  grpc::ClientContext context;
+  StreamResult r = ReadAll(request, &context);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(Text(r), "hello");
+  ASSERT_GE(r.messages.size(), 2u);
+  // Chunks 30 ms apart arrive as separate messages.
+  EXPECT_GE(r.messages.size(), 3u);
+  EXPECT_THAT(r.messages.front().prompt_token_ids(), ElementsAre('a', 'b', 'c'));
+  for (size_t i = 1; i < r.messages.size(); ++i) {
+    EXPECT_EQ(r.messages[i].prompt_token_ids_size(), 0);
+  }
+  std::vector<int32_t> ids;
+  for (const auto& m : r.messages) {
+    for (const auto& t : m.tokens()) ids.push_back(t.id());
+  }
+  EXPECT_THAT(ids, ElementsAre('h', 'e', 'l', 'l', 'o'));
+  for (size_t i = 0; i + 1 < r.messages.size(); ++i) {
+    EXPECT_EQ(r.messages[i].finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+  }
+  const v1::GenerateResponse& last = r.messages.back();
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_EOS);
+  EXPECT_EQ(last.stats().generated_tokens(), 5);
+  EXPECT_EQ(last.stats().seed(), 42u);
+  // No logprobs unless asked for.
+  EXPECT_EQ(r.messages.front().tokens(0).top_logprobs_size(), 0);
+
+  // What reached the engine.
+  std::optional<GenerateRequest> submitted = lm_->last_generate();
+  ASSERT_TRUE(submitted.has_value());
+  EXPECT_THAT(submitted->prompt, ElementsAre('a', 'b', 'c'));
+  EXPECT_EQ(submitted->max_new_tokens, 7);  // the engine's default_max_new_tokens
+  EXPECT_EQ(submitted->deadline, absl::InfiniteFuture());
+  EXPECT_THAT(Scrape(), HasSubstr("dikkat_requests_total{code=\"OK\",model=\"lm\",rpc=\"Generate\"} 1"));
+}
+
+TEST_F(ServiceTest, GenerateWithLogprobsAndAnImmediateFinish) {
+  lm_->set_script({{TextChunk("x")}, absl::ZeroDuration(), FinishReason::kLength, {}});
+  v1::GenerateRequest request = Prompt("abc");
+  request.set_top_logprobs(2);
+  grpc::ClientContext context;
+  StreamResult r = ReadAll(request, &context);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_FALSE(r.messages.empty());
+  EXPECT_EQ(r.messages.back().finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(Text(r), "x");
+  const v1::GeneratedToken& token = r.messages.front().tokens(0);
+  EXPECT_FLOAT_EQ(token.logprob(), -0.5f);
+  ASSERT_EQ(token.top_logprobs_size(), 2);
+  EXPECT_EQ(token.top_logprobs(1).text(), "?");
+}
+
+TEST_F(ServiceTest, ClientCancelCancelsTheEngineRequest) {
+  std::vector<GeneratedChunk> many(200, TextChunk("a"));
+  lm_->set_script({many, absl::Milliseconds(20), FinishReason::kLength, {}});
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, Prompt("abc"));
+  v1::GenerateResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  ASSERT_TRUE(reader->Read(&message));
+  context.TryCancel();
+  while (reader->Read(&message)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(lm_->WaitCancelled(lm_->last_id(), absl::Seconds(5)));
+  EXPECT_TRUE(lm_->WaitIdle(absl::Seconds(5)));
+}
+
+TEST_F(ServiceTest, DeadlineReachesTheEngineAndEndsTheStream) {
+  std::vector<GeneratedChunk> many(200, TextChunk("a"));
+  lm_->set_script({many, absl::Milliseconds(20), FinishReason::kLength, {}});
+  grpc::ClientContext context;
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(300);
+  context.set_deadline(deadline);
+  StreamResult r = ReadAll(Prompt("abc"), &context);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_FALSE(r.messages.empty());  // tokens before the deadline were delivered
+  std::optional<GenerateRequest> submitted = lm_->last_generate();
+  ASSERT_TRUE(submitted.has_value());
+  // The call's deadline travels into the engine request (to the millisecond).
+  EXPECT_LT(absl::AbsDuration(submitted->deadline - absl::FromChrono(deadline)),
+            absl::Milliseconds(5));
+  // The engine request ends (by its deadline or the cancel) instead of
+  // generating all 200 chunks.
+  EXPECT_TRUE(lm_->WaitIdle(absl::Seconds(2)));
+  // Recorded as a deadline failure, not a cancel.
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_THAT(Scrape(), HasSubstr("dikkat_request_failures_total{model=\"lm\",reason=\"deadline\"} 1"));
+}
+
+TEST_F(ServiceTest, DeadlineCancelsAnEngineThatIgnoresIt) {
+  // The engine does not watch the deadline here (infinite in its view);
+  // gRPC's deadline must still cancel the engine request via OnCancel.
+  std::vector<GeneratedChunk> many(200, TextChunk("a"));
+  lm_->set_script({many, absl::Milliseconds(20), FinishReason::kLength, {}});
+  lm_->set_ignore_deadlines(true);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  auto reader = stub_->Generate(&context, Prompt("abc"));
+  v1::GenerateResponse message;
+  while (reader->Read(&message)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(lm_->WaitCancelled(lm_->last_id(), absl::Seconds(2)));
+  EXPECT_TRUE(lm_->WaitIdle(absl::Seconds(2)));
+}
+
+TEST_F(ServiceTest, OverloadMapsToResourceExhaustedWithRetryHint) {
+  absl::Status full = absl::ResourceExhaustedError("queue full: 256 waiting (max_queue)");
+  SetRetryAfterMs(full, 750);
+  lm_->set_submit_error(full);
+  grpc::ClientContext context;
+  StreamResult r = ReadAll(Prompt("abc"), &context);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("queue full"));
+  auto it = r.trailers.find("retry-after-ms");
+  ASSERT_NE(it, r.trailers.end());
+  EXPECT_EQ(std::string(it->second.data(), it->second.size()), "750");
+  EXPECT_TRUE(r.messages.empty());
+
+  lm_->set_submit_error(absl::UnavailableError("shutting down"));
+  grpc::ClientContext context2;
+  EXPECT_EQ(ReadAll(Prompt("abc"), &context2).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(Scrape(), HasSubstr("dikkat_request_failures_total{model=\"lm\",reason=\"overloaded\"} 2"));
+}
+
+TEST_F(ServiceTest, InvalidRequestsNeverReachTheEngine) {
+  v1::GenerateRequest request;
+  request.set_model("lm");
+  request.mutable_input()->mutable_tokens()->add_ids(1);
+  request.mutable_input()->mutable_tokens()->add_ids(5000);
+  grpc::ClientContext c1;
+  StreamResult r = ReadAll(request, &c1);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("input.tokens.ids[1] = 5000"));
+
+  request.set_model("gpt-7");
+  grpc::ClientContext c2;
+  r = ReadAll(request, &c2);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("hosted: lm, enc"));
+
+  grpc::ClientContext c3;
+  v1::GenerateRequest to_encoder = Prompt("abc");
+  to_encoder.set_model("enc");
+  r = ReadAll(to_encoder, &c3);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("encoder-only"));
+
+  EXPECT_EQ(lm_->submits(), 0);
+  EXPECT_EQ(enc_->submits(), 0);
+}
+
+TEST_F(ServiceTest, EngineErrorAfterChunksEndsWithThatStatus) {
+  lm_->set_script({{TextChunk("ab")}, absl::Milliseconds(1), FinishReason::kError,
+                   absl::InternalError("forward failed: out of memory")});
+  grpc::ClientContext context;
+  StreamResult r = ReadAll(Prompt("abc"), &context);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("out of memory"));
+  EXPECT_EQ(Text(r), "ab");
+  for (const auto& m : r.messages) EXPECT_EQ(m.finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+}
+
+TEST_F(ServiceTest, ServerSideCancelWhileDrainingIsUnavailable) {
+  std::vector<GeneratedChunk> many(200, TextChunk("a"));
+  lm_->set_script({many, absl::Milliseconds(20), FinishReason::kLength, {}});
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, Prompt("abc"));
+  v1::GenerateResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  lm_->Cancel(lm_->last_id());  // what Engine::Shutdown does after the grace period
+  v1::GenerateResponse last;
+  while (reader->Read(&message)) last = message;
+  grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_CANCELLED);
+}
+
+TEST_F(ServiceTest, ManyConcurrentStreams) {
+  lm_->set_script({{TextChunk("a"), TextChunk("b"), TextChunk("c")}, absl::Milliseconds(2),
+                   FinishReason::kEos, {}});
+  constexpr int kCalls = 16;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back([&] {
+      grpc::ClientContext context;
+      StreamResult r = ReadAll(Prompt("abc"), &context);
+      if (r.status.ok() && Text(r) == "abc" &&
+          r.messages.back().finish_reason() == v1::FINISH_REASON_EOS) {
+        ++ok;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kCalls);
+}
+
+TEST_F(ServiceTest, EncodeReturnsPackedTensorsAndIds) {
+  v1::EncodeRequest request;
+  request.set_model("enc");
+  request.add_inputs()->set_text("ab");
+  request.add_inputs()->mutable_tokens()->add_ids(9);
+  request.set_return_hidden_states(true);
+  request.set_output_dtype(v1::DTYPE_FLOAT16);
+  v1::EncodeResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = stub_->Encode(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.model(), "enc");
+  ASSERT_EQ(response.results_size(), 2);
+  EXPECT_THAT(response.results(0).token_ids(), ElementsAre(257, 'a', 'b'));
+  EXPECT_THAT(response.results(1).token_ids(), ElementsAre(9));
+  const v1::Tensor& e = response.results(0).embedding();
+  EXPECT_EQ(e.dtype(), v1::DTYPE_FLOAT16);
+  EXPECT_THAT(e.shape(), ElementsAre(8));
+  ASSERT_EQ(e.data().size(), 16u);
+  // The fake puts the first id (257) in value 0: float16 0x5C04, little-endian.
+  EXPECT_EQ(static_cast<uint8_t>(e.data()[0]), 0x04);
+  EXPECT_EQ(static_cast<uint8_t>(e.data()[1]), 0x5C);
+  EXPECT_THAT(response.results(0).hidden_states().shape(), ElementsAre(3, 8));
+  EXPECT_EQ(response.prompt_tokens(), 4);
+  EXPECT_THAT(Scrape(), HasSubstr("dikkat_prompt_tokens_total{model=\"enc\"} 4"));
+
+  v1::EncodeRequest empty;
+  v1::EncodeResponse ignored;
+  grpc::ClientContext c2;
+  status = stub_->Encode(&c2, empty, &ignored);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("inputs is empty"));
+}
+
+TEST_F(ServiceTest, AttentionLabelsAxesWithTokenText) {
+  v1::AttentionRequest request;
+  request.mutable_input()->set_text("hi");
+  request.add_layers(1);
+  request.set_aggregation(v1::HEAD_AGGREGATION_MEAN);
+  v1::AttentionResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = stub_->Attention(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.model(), "lm");
+  EXPECT_THAT(response.query_tokens(), ElementsAre("<bos>", "h", "i"));
+  EXPECT_THAT(response.key_token_ids(), ElementsAre(257, 'h', 'i'));
+  ASSERT_EQ(response.maps_size(), 1);
+  EXPECT_EQ(response.maps(0).layer(), 1);
+  EXPECT_THAT(response.maps(0).weights().shape(), ElementsAre(3, 3));
+
+  request.set_kind(v1::ATTENTION_KIND_CROSS);
+  grpc::ClientContext c2;
+  status = stub_->Attention(&c2, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("ATTENTION_KIND_CROSS"));
+}
+
+TEST_F(ServiceTest, ModelInfoTokenizeDetokenize) {
+  v1::GetModelInfoResponse info;
+  grpc::ClientContext c1;
+  ASSERT_TRUE(stub_->GetModelInfo(&c1, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.server_version(), "test-version");
+  ASSERT_EQ(info.models_size(), 2);
+  EXPECT_EQ(info.models(0).name(), "lm");
+  EXPECT_TRUE(info.models(0).is_default());
+  EXPECT_FALSE(info.models(1).is_default());
+  EXPECT_THAT(info.models(1).capabilities(), ElementsAre("encode", "attention"));
+
+  v1::GetModelInfoRequest one;
+  one.set_model("enc");
+  grpc::ClientContext c2;
+  ASSERT_TRUE(stub_->GetModelInfo(&c2, one, &info).ok());
+  ASSERT_EQ(info.models_size(), 1);
+  EXPECT_EQ(info.models(0).architecture(), "encoder-only");
+  one.set_model("nope");
+  grpc::ClientContext c3;
+  EXPECT_EQ(stub_->GetModelInfo(&c3, one, &info).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  v1::TokenizeRequest tok;
+  tok.set_text("a\n");
+  tok.set_add_special_tokens(true);
+  v1::TokenizeResponse tokens;
+  grpc::ClientContext c4;
+  ASSERT_TRUE(stub_->Tokenize(&c4, tok, &tokens).ok());
+  EXPECT_THAT(tokens.ids(), ElementsAre(257, 'a', '\n'));
+  EXPECT_THAT(tokens.tokens(), ElementsAre("<bos>", "a", "<0x0A>"));
+  // (Invalid UTF-8 never gets this far: protobuf rejects it in string fields.)
+  tok.set_model("nope");
+  grpc::ClientContext c5;
+  grpc::Status bad = stub_->Tokenize(&c5, tok, &tokens);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  v1::DetokenizeRequest detok;
+  for (int32_t id : {257, int32_t{'o'}, int32_t{'k'}}) detok.add_ids(id);
+  detok.set_skip_special_tokens(true);
+  v1::DetokenizeResponse text;
+  grpc::ClientContext c6;
+  ASSERT_TRUE(stub_->Detokenize(&c6, detok, &text).ok());
+  EXPECT_EQ(text.text(), "ok");
+  detok.add_ids(-4);
+  grpc::ClientContext c7;
+  bad = stub_->Detokenize(&c7, detok, &text);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("ids[3] = -4"));
+}
+
+}  // namespace
+}  // namespace dikkat::server
