@@ -497,6 +497,14 @@ struct Transformer::Impl {
       TORCH_CHECK(use_cache || c.start_pos == 0, "a chunk without cache must start at position 0");
       TORCH_CHECK(c.start_pos + static_cast<int64_t>(c.tokens.size()) <= config.max_positions,
                   "sequence longer than max_positions");
+      // Both would otherwise be out-of-bounds reads (Index() and CrossAttention()).
+      TORCH_CHECK(!use_cache || static_cast<int64_t>(c.block_table->size()) * cache->block_size() >=
+                                    c.start_pos + static_cast<int64_t>(c.tokens.size()),
+                  "a block table of ", use_cache ? c.block_table->size() : 0,
+                  " blocks does not cover positions up to ",
+                  c.start_pos + static_cast<int64_t>(c.tokens.size()));
+      TORCH_CHECK(stack.layers.empty() || !stack.layers.front().has_cross || c.cross != nullptr,
+                  "an encoder-decoder decode needs each chunk's cross-attention cache");
     }
     KvCache* kv = use_cache ? cache : nullptr;
     const BatchIndex index = Index(chunks, use_cache, kv ? kv->block_size() : 1);

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cat.h>
+#include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -142,6 +143,9 @@ TEST_F(LayerParityTest, DecoderLayerMatchesTorch) {
     }
     parity::ReportError("layer." + name, err);
     EXPECT_LE(err, kTolerance);
+    SequenceChunk no_cross;  // an encoder-decoder decode without the encoder's K/V
+    no_cross.tokens = runs[0];
+    EXPECT_THROW(m->model->Decode({no_cross}, nullptr, options), c10::Error);
 
     absl::StatusOr<KvCache> cache = parity::MakeCache(m->config, 2, /*block_size=*/2);
     ASSERT_TRUE(cache.ok()) << cache.status();
