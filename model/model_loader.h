@@ -2,9 +2,12 @@
 // device, tokenizer. The one entry point the server uses to load a model.
 //
 // A folder holds `dikkat.json` (dikkat's own config, docs/model-format.md)
-// or a Hugging Face `config.json`, the weights (model.safetensors, a sharded
+// or a Hugging Face `config.json` (translated by hf_config.h; the tensors are
+// then renamed by hf_weights.h, as for any config whose weight_layout is not
+// "dikkat"), the weights (model.safetensors, a sharded
 // model.safetensors.index.json, pytorch_model.bin or model.pt) and the
-// tokenizer files. Errors name the file and what is wrong with it.
+// tokenizer files. Errors name the file and what is wrong with it; a folder
+// without tokenizer files is NOT_FOUND before any weights are read.
 #ifndef DIKKAT_MODEL_MODEL_LOADER_H_
 #define DIKKAT_MODEL_MODEL_LOADER_H_
 
