@@ -248,7 +248,9 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
       ReadNumber(j, "sliding_window", &c.sliding_window),
       ReadBool(j, "tie_embeddings", &c.tie_embeddings),
       ReadBool(j, "share_encoder_decoder_embeddings", &c.share_encoder_decoder_embeddings),
-      ReadNumber(j, "embedding_scale", &c.embedding_scale),
+      j.contains("embedding_scale") && j["embedding_scale"].is_string()
+          ? absl::OkStatus()
+          : ReadNumber(j, "embedding_scale", &c.embedding_scale),
       ReadNumber(j, "type_vocab_size", &c.type_vocab_size),
       ReadBool(j, "embedding_norm", &c.embedding_norm),
       ReadEnum(j, "default_pooling", PoolingNames(), &c.default_pooling),

@@ -71,13 +71,17 @@ def main():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--max-positions", type=int, default=512)
+    ap.add_argument("--vocab", type=int, default=BYTE_VOCAB,
+                    help="vocabulary size (ids >= 259 have no byte meaning; for benchmarks)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = ap.parse_args()
     gen = torch.Generator().manual_seed(args.seed)
     d, ffn, L, P = args.d_model, 4 * args.d_model, args.layers, args.max_positions
+    V = args.vocab
     config = {
         "name": os.path.basename(os.path.normpath(args.out)),
         "architecture": args.arch,
-        "vocab_size": BYTE_VOCAB,
+        "vocab_size": V,
         "d_model": d,
         "n_heads": args.heads,
         "ffn_dim": ffn,
@@ -94,8 +98,8 @@ def main():
                        "positions": "sinusoidal", "activation": "relu",
                        "embedding_scale": math.sqrt(d), "decoder_start_token_id": 257,
                        "tie_embeddings": True})
-        tensors["encoder.embed_tokens.weight"] = torch.randn(BYTE_VOCAB, d, generator=gen) * 0.3
-        tensors["decoder.embed_tokens.weight"] = torch.randn(BYTE_VOCAB, d, generator=gen) * 0.3
+        tensors["encoder.embed_tokens.weight"] = torch.randn(V, d, generator=gen) * 0.3
+        tensors["decoder.embed_tokens.weight"] = torch.randn(V, d, generator=gen) * 0.3
         for i in range(L):
             tensors.update(layer_tensors(f"encoder.layers.{i}", d, ffn, False, gen))
             tensors.update(layer_tensors(f"decoder.layers.{i}", d, ffn, True, gen))
@@ -111,13 +115,15 @@ def main():
             tensors["embed_types.weight"] = torch.randn(2, d, generator=gen) * 0.1
             tensors["embed_norm.weight"] = torch.ones(d)
             tensors["embed_norm.bias"] = torch.zeros(d)
-        tensors["embed_tokens.weight"] = torch.randn(BYTE_VOCAB, d, generator=gen) * 0.3
+        tensors["embed_tokens.weight"] = torch.randn(V, d, generator=gen) * 0.3
         tensors["embed_positions.weight"] = torch.randn(P, d, generator=gen) * 0.05
         for i in range(L):
             tensors.update(layer_tensors(f"layers.{i}", d, ffn, False, gen))
         if args.arch == "decoder-only":
             tensors["final_norm.weight"] = torch.ones(d)
             tensors["final_norm.bias"] = torch.zeros(d)
+    dtype = getattr(torch, args.dtype)
+    tensors = {k: v.to(dtype) for k, v in tensors.items()}
     os.makedirs(args.out, exist_ok=True)
     write_safetensors(os.path.join(args.out, "model.safetensors"), tensors,
                       {"generator": "tools/make_tiny_model.py", "seed": str(args.seed)})

@@ -1,0 +1,149 @@
+// Engine microbenchmarks on a real model folder (by default the GPT-2-small
+// shaped random model that bench/run.sh writes): prefill of a 512-token
+// prompt, one decode step at batch 1/8/32 and context 128/1023 (the longest GPT-2 allows before its last position), and the
+// attention core alone; float32 and bfloat16.
+//
+// Environment: DIKKAT_BENCH_MODEL (folder), DIKKAT_BENCH_THREADS (default 2).
+// Every figure is tokens/s (items_per_second). Timings on these machines are
+// noisy: compare within one run (bench/run.sh puts PyTorch beside it).
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "model/kv_cache.h"
+#include "model/model_loader.h"
+#include "model/transformer.h"
+
+namespace dikkat::model {
+namespace {
+
+std::string ModelDir() {
+  const char* env = std::getenv("DIKKAT_BENCH_MODEL");
+  return env != nullptr ? env : "build/bench/gpt2-small";
+}
+
+// Models are loaded once per dtype and kept for the whole run.
+LoadedModel& Model(c10::ScalarType dtype) {
+  static auto* models = new std::map<c10::ScalarType, LoadedModel>();
+  auto it = models->find(dtype);
+  if (it != models->end()) return it->second;
+  LoadOptions options;
+  options.dtype = dtype;
+  absl::StatusOr<LoadedModel> loaded = LoadModelFolder(ModelDir(), options);
+  if (!loaded.ok()) {
+    fprintf(stderr, "cannot load %s: %s\n", ModelDir().c_str(),
+            std::string(loaded.status().message()).c_str());
+    std::exit(1);
+  }
+  return models->emplace(dtype, std::move(*loaded)).first->second;
+}
+
+c10::ScalarType DType(int64_t code) { return code == 1 ? at::kBFloat16 : at::kFloat; }
+
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> out(n);
+  for (auto& t : out) t = dist(gen);
+  return out;
+}
+
+// Args: {dtype (0 fp32, 1 bf16), prompt tokens}
+void BM_Prefill(benchmark::State& state) {
+  LoadedModel& m = Model(DType(state.range(0)));
+  const int64_t n = state.range(1);
+  auto cache = KvCache::Create(m.config, 2 * KvCache::BytesPerToken(m.config, DType(state.range(0))) *
+                                             m.config.max_positions,
+                               16, DType(state.range(0)), at::kCPU);
+  std::vector<int32_t> tokens = RandomTokens(n, m.config.vocab_size, 1);
+  std::vector<int32_t> table;
+  cache->allocator().EnsureCapacity(&table, n);
+  SequenceChunk chunk;
+  chunk.tokens = absl::MakeConstSpan(tokens);
+  chunk.block_table = &table;
+  for (auto _ : state) {
+    ForwardResult r = m.transformer->Decode({chunk}, &*cache, ForwardOptions());
+    benchmark::DoNotOptimize(r.logits.data_ptr());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+// Args: {dtype, batch, context}. Each iteration is one decode step of `batch`
+// sequences that each hold `context` cached tokens (the step rewrites the
+// same position, so the context stays fixed).
+void BM_DecodeStep(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  LoadedModel& m = Model(dtype);
+  const int64_t batch = state.range(1), context = state.range(2);
+  const int64_t per_seq = context + 1;
+  auto cache = KvCache::Create(m.config,
+                               KvCache::BytesPerToken(m.config, dtype) *
+                                   std::max<int64_t>(batch * (per_seq + 16), m.config.max_positions + 16),
+                               16, dtype, at::kCPU);
+  std::vector<std::vector<int32_t>> tokens(batch), tables(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    tokens[b] = RandomTokens(per_seq, m.config.vocab_size, static_cast<uint32_t>(b + 7));
+    cache->allocator().EnsureCapacity(&tables[b], per_seq);
+    SequenceChunk prefill;  // fill the context once
+    prefill.tokens = absl::MakeConstSpan(tokens[b]).subspan(0, context);
+    prefill.block_table = &tables[b];
+    m.transformer->Decode({prefill}, &*cache, ForwardOptions());
+  }
+  std::vector<SequenceChunk> step(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    step[b].tokens = absl::MakeConstSpan(tokens[b]).subspan(context, 1);
+    step[b].start_pos = context;
+    step[b].block_table = &tables[b];
+  }
+  for (auto _ : state) {
+    ForwardResult r = m.transformer->Decode(step, &*cache, ForwardOptions());
+    benchmark::DoNotOptimize(r.logits.data_ptr());
+  }
+  state.SetItemsProcessed(state.iterations() * batch);
+}
+
+// Args: {context}. The attention core of one decode token, GPT-2-small heads.
+void BM_AttentionDecode(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  at::Tensor q = at::randn({12, 1, 64});
+  at::Tensor k = at::randn({12, context, 64});
+  at::Tensor v = at::randn({12, context, 64});
+  for (auto _ : state) {
+    at::Tensor out = ScaledDotProductAttention(q, k, v, at::Tensor());
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void Setup() {
+  const char* env = std::getenv("DIKKAT_BENCH_THREADS");
+  at::set_num_threads(env != nullptr ? std::atoi(env) : 2);
+}
+
+BENCHMARK(BM_Prefill)->ArgNames({"bf16", "tokens"})->Args({0, 512})->Args({1, 512})
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+BENCHMARK(BM_DecodeStep)
+    ->ArgNames({"bf16", "batch", "context"})
+    ->ArgsProduct({{0, 1}, {1, 8, 32}, {128, 1023}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_AttentionDecode)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace dikkat::model
+
+int main(int argc, char** argv) {
+  dikkat::model::Setup();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
