@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -171,6 +172,11 @@ int Run(int argc, char** argv) {
 
   // Block SIGTERM/SIGINT before any thread starts (threads inherit the mask)
   // and take them with sigwait on one thread: no code runs in signal context.
+  // A background job of a non-interactive shell starts with SIGINT ignored,
+  // and an ignored signal is discarded even while blocked: restore the
+  // default so that sigwait can see it.
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -194,6 +200,20 @@ int Run(int argc, char** argv) {
 
   Metrics metrics(DIKKAT_VERSION);
   ModelRegistry registry;
+  // /metrics and /healthz (503 until warm-up passes) come up before the slow
+  // model loading, so a port clash fails fast and probes see the start-up.
+  std::atomic<bool> serving{false};
+  MetricsHttpServer http(&metrics, [&serving] { return serving.load(); });
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    absl::StatusOr<int> metrics_port = http.Start(metrics_listen);
+    if (!metrics_port.ok()) {
+      absl::FPrintF(stderr, "dikkat-server: %s\n", metrics_port.status().ToString());
+      return 1;
+    }
+    absl::FPrintF(stderr, "dikkat-server: metrics on http://%s:%d/metrics\n",
+                  SplitHostPort(metrics_listen)->first, *metrics_port);
+  }
   if (!LoadModels(*specs, OptionsFromFlags(), &metrics, &registry, stop)) {
     registry.ShutdownAll(absl::ZeroDuration());
     return stop.HasBeenNotified() ? 0 : 1;
@@ -207,6 +227,9 @@ int Run(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  // gRPC enables SO_REUSEPORT by default: a second server on the same port
+  // would start "fine" and take half the connections. Fail loudly instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes).bytes;
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_message, INT32_MAX)));
   builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(max_message, INT32_MAX)));
@@ -227,20 +250,6 @@ int Run(int argc, char** argv) {
   }
   SetHealth(server.get(), false);
 
-  std::atomic<bool> serving{false};
-  MetricsHttpServer http(&metrics, [&serving] { return serving.load(); });
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  if (!metrics_listen.empty()) {
-    absl::StatusOr<int> metrics_port = http.Start(metrics_listen);
-    if (!metrics_port.ok()) {
-      absl::FPrintF(stderr, "dikkat-server: %s\n", metrics_port.status().ToString());
-      server->Shutdown();
-      registry.ShutdownAll(absl::ZeroDuration());
-      return 1;
-    }
-    absl::FPrintF(stderr, "dikkat-server: metrics on http://%s:%d/metrics\n",
-                  SplitHostPort(metrics_listen)->first, *metrics_port);
-  }
   const std::string host = SplitHostPort(listen).ok() ? SplitHostPort(listen)->first : listen;
   absl::PrintF("listening on %s:%d\n", absl::StrContains(host, ':') ? absl::StrCat("[", host, "]")
                                                                     : host,

@@ -18,6 +18,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 namespace dikkat::server {
 namespace {
@@ -372,8 +373,11 @@ struct Metrics::Impl {
         families(*registry) {}
 
   ModelMetrics* Find(absl::string_view model) {
-    auto it = models.find(model);
-    if (it != models.end()) return it->second.get();
+    {
+      absl::ReaderMutexLock lock(&mu);
+      auto it = models.find(model);
+      if (it != models.end()) return it->second.get();
+    }
     // Created on first use so that a server nobody misaddresses exports no
     // model="unknown" series.
     std::call_once(unknown_once, [this] {
@@ -385,8 +389,10 @@ struct Metrics::Impl {
   const std::string version;
   std::shared_ptr<prometheus::Registry> registry;
   Families families;
-  // Written only during start-up (AddModel), read-only while serving.
-  std::map<std::string, std::unique_ptr<ModelMetrics>, std::less<>> models;
+  // Models are added during start-up while /metrics may already be scraped.
+  // Entries are never removed, so a ModelMetrics* stays valid without the lock.
+  absl::Mutex mu;
+  std::map<std::string, std::unique_ptr<ModelMetrics>, std::less<>> models ABSL_GUARDED_BY(mu);
   std::once_flag unknown_once;
   std::unique_ptr<ModelMetrics> unknown;  // requests naming a model we do not host
 };
@@ -397,6 +403,7 @@ Metrics::Metrics(std::string server_version)
 Metrics::~Metrics() = default;
 
 EngineListener* Metrics::AddModel(const std::string& model) {
+  absl::MutexLock lock(&impl_->mu);
   auto& slot = impl_->models[model];
   if (slot == nullptr) slot = std::make_unique<ModelMetrics>(impl_->families, model);
   return slot.get();
@@ -417,7 +424,10 @@ void Metrics::AddPromptTokens(absl::string_view model, int64_t tokens) {
 }
 
 std::string Metrics::Scrape() {
-  for (auto& [name, m] : impl_->models) m->Refresh();
+  {
+    absl::ReaderMutexLock lock(&impl_->mu);
+    for (auto& [name, m] : impl_->models) m->Refresh();
+  }
   impl_->families.resident_memory.Set(ResidentBytes());
   return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
 }

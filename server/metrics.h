@@ -6,9 +6,8 @@
 // `_total` counters, histograms rather than summaries, and only the
 // low-cardinality labels model, rpc, code, reason, phase.
 //
-// Thread-safety: AddModel / SetModelLoaded are called during start-up, before
-// any request; everything else (recording, Scrape) may be called from any
-// thread concurrently. The per-model EngineListener it hands out is called on
+// Thread-safety: every method may be called from any thread concurrently
+// (models are added while /metrics may already be scraped). The per-model EngineListener it hands out is called on
 // that model's engine thread and never blocks.
 #ifndef DIKKAT_SERVER_METRICS_H_
 #define DIKKAT_SERVER_METRICS_H_
