@@ -258,7 +258,10 @@ int Run(int argc, char** argv) {
 
   for (const ModelRegistry::Entry& e : registry.entries()) {
     const absl::Time start = absl::Now();
+    // Warm-up tokens are not callers' tokens: keep them out of the counters.
+    metrics.SetWarmingUp(e.name, true);
     absl::Status warm = e.engine->Warmup();
+    metrics.SetWarmingUp(e.name, false);
     if (!warm.ok()) {
       absl::FPrintF(stderr, "dikkat-server: warm-up of '%s' failed: %s\n", e.name, warm.ToString());
       registry.ShutdownAll(absl::ZeroDuration());

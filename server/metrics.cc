@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -30,6 +31,7 @@ using prometheus::Histogram;
 
 constexpr int kNumCodes = 17;  // canonical status codes 0..16
 constexpr char kUnknownModel[] = "unknown";
+constexpr int kNumFinishReasons = static_cast<int>(FinishReason::kError) + 1;
 
 const Histogram::BucketBoundaries& RequestSecondsBuckets() {
   static const Histogram::BucketBoundaries b = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -58,6 +60,49 @@ const Histogram::BucketBoundaries& BatchSizeBuckets() {
 const Histogram::BucketBoundaries& TokenCountBuckets() {
   static const Histogram::BucketBoundaries b = {1, 4, 16, 64, 256, 1024, 4096, 16384};
   return b;
+}
+
+// Process CPU time (user + system) and start time from /proc/self/stat, in
+// seconds; false if it cannot be read.
+bool ReadProcessTimes(double* cpu_seconds, double* start_time_seconds) {
+  std::FILE* f = std::fopen("/proc/self/stat", "r");
+  if (f == nullptr) return false;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // Field 2 (comm) may contain spaces and parentheses: parse after the last ')'.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return false;
+  // Fields 3.. : state ppid pgrp session tty_nr tpgid flags minflt cminflt
+  // majflt cmajflt utime(14) stime(15) cutime cstime priority nice
+  // num_threads itrealvalue starttime(22), the times in clock ticks.
+  unsigned long utime = 0, stime = 0;
+  unsigned long long starttime = 0;
+  if (std::sscanf(p + 2,
+                  "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d "
+                  "%*d %llu",
+                  &utime, &stime, &starttime) != 3) {
+    return false;
+  }
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  *cpu_seconds = static_cast<double>(utime + stime) / ticks;
+  // starttime counts from boot; btime in /proc/stat is the boot time (epoch).
+  std::FILE* stat = std::fopen("/proc/stat", "r");
+  if (stat == nullptr) return false;
+  unsigned long long btime = 0;
+  char line[256];
+  bool found = false;
+  while (std::fgets(line, sizeof(line), stat) != nullptr) {
+    if (std::sscanf(line, "btime %llu", &btime) == 1) {
+      found = true;
+      break;
+    }
+  }
+  std::fclose(stat);
+  if (!found) return false;
+  *start_time_seconds = static_cast<double>(btime) + static_cast<double>(starttime) / ticks;
+  return true;
 }
 
 double ResidentBytes() {
@@ -162,6 +207,11 @@ struct Families {
                                   .Name("dikkat_request_prompt_tokens")
                                   .Help("Generate: prompt tokens per request.")
                                   .Register(r)),
+        generate_finished(prometheus::BuildCounter()
+                              .Name("dikkat_generate_finished_total")
+                              .Help("Generate requests the engine finished, by finish_reason: "
+                                    "eos, length, stop, cancelled, deadline, error.")
+                              .Register(r)),
         request_generated_tokens(prometheus::BuildHistogram()
                                      .Name("dikkat_request_generated_tokens")
                                      .Help("Generate: generated tokens per request.")
@@ -202,7 +252,17 @@ struct Families {
                             .Name("process_resident_memory_bytes")
                             .Help("Resident memory size in bytes.")
                             .Register(r)
-                            .Add({})) {}
+                            .Add({})),
+        cpu_seconds(prometheus::BuildCounter()
+                        .Name("process_cpu_seconds_total")
+                        .Help("Total user and system CPU time spent in seconds.")
+                        .Register(r)
+                        .Add({})),
+        start_time(prometheus::BuildGauge()
+                       .Name("process_start_time_seconds")
+                       .Help("Start time of the process since unix epoch in seconds.")
+                       .Register(r)
+                       .Add({})) {}
 
   Family<Counter>& requests;
   Family<Counter>& failures;
@@ -215,6 +275,7 @@ struct Families {
   Family<Counter>& prompt_tokens;
   Family<Counter>& generated_tokens;
   Family<Histogram>& request_prompt_tokens;
+  Family<Counter>& generate_finished;
   Family<Histogram>& request_generated_tokens;
   Family<Gauge>& running;
   Family<Gauge>& waiting;
@@ -225,6 +286,8 @@ struct Families {
   Family<Gauge>& load_seconds;
   Family<Gauge>& model_info;
   Gauge& resident_memory;
+  Counter& cpu_seconds;  // advanced to /proc's value at each scrape
+  Gauge& start_time;
 };
 
 // The cached handles of one model; also its engine listener.
@@ -270,15 +333,30 @@ class ModelMetrics final : public EngineListener {
     for (const char* reason : {"invalid", "overloaded", "cancelled", "deadline", "internal"}) {
       failures_[reason] = &f.failures.Add({{"model", model}, {"reason", reason}});
     }
+    for (int i = 0; i < kNumFinishReasons; ++i) {
+      finished_[i] = &f.generate_finished.Add(
+          {{"model", model}, {"finish_reason", FinishReasonName(static_cast<FinishReason>(i))}});
+    }
+  }
+
+  void SetWarmingUp(bool warming_up) {
+    warming_up_.store(warming_up, std::memory_order_release);
   }
 
   // ---- EngineListener (engine thread) ----
+  // The engine calls the listener before it notifies the request's observer,
+  // so every warm-up event happens before Warmup() returns and the flag is
+  // cleared.
   void OnStep(const StepTiming& step) override {
+    if (warming_up()) return;
     const double seconds = absl::ToDoubleSeconds(step.duration);
     (step.prefill ? prefill_duration_ : decode_duration_).Observe(seconds);
     (step.prefill ? prefill_batch_ : decode_batch_).Observe(step.sequences);
   }
   void OnGenerateFinished(const GenerateSummary& s) override {
+    if (warming_up()) return;
+    const int reason = static_cast<int>(s.reason);
+    if (reason >= 0 && reason < kNumFinishReasons) finished_[reason]->Increment();
     queue_time_.Observe(absl::ToDoubleSeconds(s.queue_time));
     if (s.generated_tokens > 0) {
       time_to_first_token_.Observe(absl::ToDoubleSeconds(s.time_to_first_token));
@@ -289,9 +367,12 @@ class ModelMetrics final : public EngineListener {
     request_generated_tokens_.Observe(s.generated_tokens);
   }
   void OnTokenEmitted(absl::Duration since_previous) override {
+    if (warming_up()) return;
     inter_token_.Observe(absl::ToDoubleSeconds(since_previous));
   }
-  void OnPreemption() override { preemptions_.Increment(); }
+  void OnPreemption() override {
+    if (!warming_up()) preemptions_.Increment();
+  }
 
   // ---- service / scrape ----
   void RecordRpc(Rpc rpc, absl::StatusCode code, absl::Duration latency) {
@@ -341,6 +422,8 @@ class ModelMetrics final : public EngineListener {
   }
 
  private:
+  bool warming_up() const { return warming_up_.load(std::memory_order_acquire); }
+
   Families& families_;
   const std::string model_;
   Histogram& queue_time_;
@@ -364,6 +447,8 @@ class ModelMetrics final : public EngineListener {
   std::array<Histogram*, kNumRpcs> duration_{};
   std::array<std::array<std::atomic<Counter*>, kNumCodes>, kNumRpcs> requests_;
   std::map<std::string, Counter*> failures_;  // filled in the constructor, read-only after
+  std::array<Counter*, kNumFinishReasons> finished_{};  // by FinishReason
+  std::atomic<bool> warming_up_{false};
   std::atomic<const Engine*> engine_{nullptr};
 };
 
@@ -393,6 +478,21 @@ struct Metrics::Impl {
   // Entries are never removed, so a ModelMetrics* stays valid without the lock.
   absl::Mutex mu;
   std::map<std::string, std::unique_ptr<ModelMetrics>, std::less<>> models ABSL_GUARDED_BY(mu);
+  // Counters only move by increments: advance process_cpu_seconds_total by
+  // what /proc reports beyond the value already exported.
+  void RefreshProcessTimes() {
+    double cpu = 0, start = 0;
+    if (!ReadProcessTimes(&cpu, &start)) return;
+    absl::MutexLock lock(&cpu_mu);
+    if (cpu > cpu_exported) {
+      families.cpu_seconds.Increment(cpu - cpu_exported);
+      cpu_exported = cpu;
+    }
+    families.start_time.Set(start);
+  }
+
+  absl::Mutex cpu_mu;
+  double cpu_exported ABSL_GUARDED_BY(cpu_mu) = 0;
   std::once_flag unknown_once;
   std::unique_ptr<ModelMetrics> unknown;  // requests naming a model we do not host
 };
@@ -414,6 +514,10 @@ void Metrics::SetModelLoaded(const std::string& model, const ModelDescription& d
   static_cast<ModelMetrics*>(AddModel(model))->SetLoaded(description, engine, impl_->version);
 }
 
+void Metrics::SetWarmingUp(const std::string& model, bool warming_up) {
+  static_cast<ModelMetrics*>(AddModel(model))->SetWarmingUp(warming_up);
+}
+
 void Metrics::RecordRpc(absl::string_view model, Rpc rpc, absl::StatusCode code,
                         absl::Duration latency) {
   impl_->Find(model)->RecordRpc(rpc, code, latency);
@@ -429,6 +533,7 @@ std::string Metrics::Scrape() {
     for (auto& [name, m] : impl_->models) m->Refresh();
   }
   impl_->families.resident_memory.Set(ResidentBytes());
+  impl_->RefreshProcessTimes();
   return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
 }
 

@@ -4,7 +4,8 @@
 // cached by AddModel, so recording is a few atomic adds with no lookup by
 // label. Names follow Prometheus conventions: base units (seconds, bytes),
 // `_total` counters, histograms rather than summaries, and only the
-// low-cardinality labels model, rpc, code, reason, phase.
+// low-cardinality labels model, rpc, code, reason, finish_reason, phase.
+// docs/metrics.md lists every family.
 //
 // Thread-safety: every method may be called from any thread concurrently
 // (models are added while /metrics may already be scraped). The per-model EngineListener it hands out is called on
@@ -48,6 +49,13 @@ class Metrics {
   // engine must outlive every later Scrape, or be detached with nullptr).
   void SetModelLoaded(const std::string& model, const ModelDescription& description,
                       const Engine* engine);
+
+  // While a model's warm-up runs (Engine::Warmup), its engine events (steps,
+  // tokens, queue times) are dropped, so that the token counters count only
+  // callers' requests: dikkat_generated_tokens_total then equals what clients
+  // received. Requests that arrive during warm-up (health is NOT_SERVING
+  // then) are counted by RecordRpc but not by the engine-event metrics.
+  void SetWarmingUp(const std::string& model, bool warming_up);
 
   // One finished RPC. `model` is a hosted model's name; anything else is
   // recorded as model="unknown" (request-controlled strings never become

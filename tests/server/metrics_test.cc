@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -229,6 +231,81 @@ TEST(MetricsTest, EngineListenerEventsAndStatsAppear) {
   Scrape later(metrics.Scrape());
   EXPECT_EQ(later.Value("dikkat_requests_running", {{"model", "tiny"}}), 0);
   EXPECT_EQ(later.Value("dikkat_kv_cache_usage_ratio", {{"model", "tiny"}}), 0);
+}
+
+TEST(MetricsTest, GenerateFinishReasonsAreCounted) {
+  Metrics metrics("1");
+  EngineListener* listener = metrics.AddModel("tiny");
+  GenerateSummary summary;
+  summary.generated_tokens = 3;
+  summary.reason = FinishReason::kEos;
+  listener->OnGenerateFinished(summary);
+  summary.reason = FinishReason::kLength;
+  listener->OnGenerateFinished(summary);
+  listener->OnGenerateFinished(summary);
+  summary.reason = FinishReason::kDeadline;
+  listener->OnGenerateFinished(summary);
+
+  Scrape s(metrics.Scrape());
+  EXPECT_EQ(s.types["dikkat_generate_finished_total"], "counter");
+  EXPECT_EQ(s.Value("dikkat_generate_finished_total", {{"model", "tiny"}, {"finish_reason", "eos"}}), 1);
+  EXPECT_EQ(s.Value("dikkat_generate_finished_total", {{"model", "tiny"}, {"finish_reason", "length"}}), 2);
+  EXPECT_EQ(s.Value("dikkat_generate_finished_total", {{"model", "tiny"}, {"finish_reason", "deadline"}}), 1);
+  // Every reason's series exists from the start.
+  EXPECT_EQ(s.Value("dikkat_generate_finished_total", {{"model", "tiny"}, {"finish_reason", "error"}}), 0);
+  EXPECT_EQ(s.Value("dikkat_generate_finished_total", {{"model", "tiny"}, {"finish_reason", "stop"}}), 0);
+}
+
+TEST(MetricsTest, WarmUpEventsAreNotCounted) {
+  Metrics metrics("1");
+  EngineListener* listener = metrics.AddModel("tiny");
+  GenerateSummary summary;
+  summary.prompt_tokens = 2;
+  summary.generated_tokens = 2;
+
+  metrics.SetWarmingUp("tiny", true);
+  listener->OnStep(StepTiming{true, 1, 2, absl::Milliseconds(5)});
+  listener->OnTokenEmitted(absl::Milliseconds(1));
+  listener->OnGenerateFinished(summary);
+  listener->OnPreemption();
+  metrics.SetWarmingUp("tiny", false);
+
+  summary.prompt_tokens = 4;
+  summary.generated_tokens = 7;
+  listener->OnStep(StepTiming{false, 1, 1, absl::Milliseconds(1)});
+  listener->OnGenerateFinished(summary);
+
+  Scrape s(metrics.Scrape());
+  EXPECT_EQ(s.Value("dikkat_generated_tokens_total", {{"model", "tiny"}}), 7);
+  EXPECT_EQ(s.Value("dikkat_prompt_tokens_total", {{"model", "tiny"}}), 4);
+  EXPECT_EQ(s.Value("dikkat_request_generated_tokens_count", {{"model", "tiny"}}), 1);
+  EXPECT_EQ(s.Value("dikkat_step_duration_seconds_count", {{"model", "tiny"}, {"phase", "prefill"}}), 0);
+  EXPECT_EQ(s.Value("dikkat_step_duration_seconds_count", {{"model", "tiny"}, {"phase", "decode"}}), 1);
+  EXPECT_EQ(s.Value("dikkat_inter_token_latency_seconds_count", {{"model", "tiny"}}), 0);
+  EXPECT_EQ(s.Value("dikkat_preemptions_total", {{"model", "tiny"}}), 0);
+}
+
+TEST(MetricsTest, ProcessCpuAndStartTimeFollowProc) {
+  Metrics metrics("1");
+  const double before = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  // Burn some CPU so that the counter has something to show (clock ticks are 10 ms).
+  volatile double x = 0;
+  const absl::Time until = absl::Now() + absl::Milliseconds(60);
+  while (absl::Now() < until) x = x + 1;
+  Scrape first(metrics.Scrape());
+  EXPECT_EQ(first.types["process_cpu_seconds_total"], "counter");
+  EXPECT_EQ(first.types["process_start_time_seconds"], "gauge");
+  const double cpu = first.Value("process_cpu_seconds_total", {});
+  EXPECT_GE(cpu, 0.03);
+  // The test process started within the last hour, and not after this test began.
+  const double start = first.Value("process_start_time_seconds", {});
+  EXPECT_LE(start, before + 1);
+  EXPECT_GT(start, before - 3600);
+
+  const absl::Time later = absl::Now() + absl::Milliseconds(60);
+  while (absl::Now() < later) x = x + 1;
+  Scrape second(metrics.Scrape());
+  EXPECT_GT(second.Value("process_cpu_seconds_total", {}), cpu);
 }
 
 // A minimal HTTP/1.0 GET over a loopback socket.
