@@ -4,9 +4,15 @@
 
 #include <ATen/ATen.h>
 
+#include "model/cpu_kernels.h"
+
 namespace dikkat::model {
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  // Decode steps of a few sequences: stream the weights once (bench/engine_bench.cc).
+  if (SmallBatchLinearApplies(x, w) && (x.size(0) > 1 || w.scalar_type() != at::kFloat)) {
+    return SmallBatchLinear(x, w, b);
+  }
   if (x.dim() == 2 && x.size(0) == 1) {
     // [1, in] -> [1, out] through GEMV.
     at::Tensor row = x.select(0, 0);

@@ -99,7 +99,15 @@ struct ModelConfig {
   }
   // Number of layers that own a KV cache (decoder self-attention).
   int64_t cached_layers() const {
-    return architecture == Architecture::kEncoderDecoder ? n_decoder_layers : n_layers;
+    switch (architecture) {
+      case Architecture::kEncoderDecoder:
+        return n_decoder_layers;
+      case Architecture::kDecoderOnly:
+        return n_layers;
+      case Architecture::kEncoderOnly:
+        return 0;  // never generates: no KV cache
+    }
+    return 0;
   }
   bool has_decoder() const { return architecture != Architecture::kEncoderOnly; }
   bool has_encoder() const { return architecture != Architecture::kDecoderOnly; }

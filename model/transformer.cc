@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/cpu_kernels.h"
 #include "model/status_macros.h"
 
 namespace dikkat::model {
@@ -428,11 +429,38 @@ struct Transformer::Impl {
       cache->values(layer).index_copy_(0, index.write_slots, v);
     }
     const int64_t window = stack.causal ? config.sliding_window : 0;
+    // Decode tokens (one new token over cached keys) of every sequence go
+    // through one paged kernel call; prompts and chunks take the general path.
+    std::vector<int64_t> decode_rows, decode_lens;
+    std::vector<const std::vector<int32_t>*> decode_tables;
+    std::vector<int64_t> decode_slot(chunks.size(), -1);
+    const bool record = capture != nullptr && capture->self;
+    if (cache != nullptr && q.is_cpu() && !record) {
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        if (index.lens[i] != 1 || chunks[i].start_pos == 0) continue;
+        decode_slot[i] = static_cast<int64_t>(decode_rows.size());
+        decode_rows.push_back(index.offsets[i]);
+        decode_lens.push_back(chunks[i].start_pos + 1);
+        decode_tables.push_back(chunks[i].block_table);
+      }
+    }
+    at::Tensor decoded;  // [decode seqs, Hq*D]
+    if (!decode_rows.empty()) {
+      at::Tensor qd = decode_rows.size() == static_cast<size_t>(n) ? q : q.index_select(0, ToDevice(decode_rows));
+      decoded = PagedDecodeAttention(qd, cache->keys(layer), cache->values(layer), decode_tables,
+                                     decode_lens, cache->block_size(), window)
+                    .view({static_cast<int64_t>(decode_rows.size()), hq * hd});
+      if (decode_rows.size() == static_cast<size_t>(n)) return attn.ProjectOut(decoded);
+    }
     std::vector<at::Tensor> outs;
     outs.reserve(chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
       const int64_t off = index.offsets[i], len = index.lens[i];
       const int64_t start = chunks[i].start_pos;
+      if (decode_slot[i] >= 0) {
+        outs.push_back(decoded.narrow(0, decode_slot[i], 1));
+        continue;
+      }
       at::Tensor qi = q.narrow(0, off, len).transpose(0, 1);  // [Hq, n, D]
       at::Tensor ki, vi;                                      // [Hkv, L, D]
       if (cache != nullptr && start > 0) {
@@ -448,7 +476,6 @@ struct Transformer::Impl {
         keep = CausalKeepMask(len, start, total, window, q.device());
       }
       at::Tensor probs;
-      const bool record = capture != nullptr && capture->self;
       at::Tensor out = ScaledDotProductAttention(qi, ki, vi, keep, record ? &probs : nullptr);
       if (record) capture->self_probs.push_back(probs);
       outs.push_back(out.transpose(0, 1).reshape({len, hq * hd}));  // [n, Hq*D]

@@ -1,0 +1,275 @@
+#include "model/cpu_kernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+// GCC 12's AVX-512 intrinsics (_mm512_cvtepu16_epi32 and friends) start from
+// _mm512_undefined_*() and trip -Wuninitialized falsely (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace dikkat::model {
+namespace {
+
+bool HasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+
+inline float Bf16ToFloat(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <typename W>
+inline float LoadScalar(const W* p, int64_t i);
+template <>
+inline float LoadScalar<float>(const float* p, int64_t i) {
+  return p[i];
+}
+template <>
+inline float LoadScalar<uint16_t>(const uint16_t* p, int64_t i) {
+  return Bf16ToFloat(p[i]);
+}
+
+// ---- AVX-512 helpers ---------------------------------------------------------
+
+__attribute__((target("avx512f,avx512bw"))) inline __m512 Load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+__attribute__((target("avx512f,avx512bw"))) inline __m512 Load16(const uint16_t* p) {
+  __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// ---- SmallBatchLinear -----------------------------------------------------------
+
+// Rows [o0, o1) of y[m, :] = x[m, :] . W[o, :], M rows of x at once so that
+// each weight is read from memory once per step.
+template <int M, typename W>
+__attribute__((target("avx512f,avx512bw"))) void LinearRowsAvx512(const float* x, const W* w,
+                                                                  const float* b, float* y,
+                                                                  int64_t in, int64_t out,
+                                                                  int64_t o0, int64_t o1) {
+  constexpr int R = M <= 2 ? 4 : (M <= 4 ? 2 : 1);  // output rows per pass (ILP vs registers)
+  int64_t o = o0;
+  for (; o + R <= o1; o += R) {
+    __m512 acc[R][M];
+    for (int r = 0; r < R; ++r)
+      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+      __m512 xv[M];
+      for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(x + m * in + i);
+      for (int r = 0; r < R; ++r) {
+        __m512 wv = Load16(w + (o + r) * in + i);
+        for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int m = 0; m < M; ++m) {
+        float s = _mm512_reduce_add_ps(acc[r][m]);
+        for (int64_t j = i; j < in; ++j) s += LoadScalar(w + (o + r) * in, j) * x[m * in + j];
+        y[m * out + o + r] = s + (b ? b[o + r] : 0.0f);
+      }
+    }
+  }
+  for (; o < o1; ++o) {
+    for (int m = 0; m < M; ++m) {
+      float s = 0;
+      for (int64_t j = 0; j < in; ++j) s += LoadScalar(w + o * in, j) * x[m * in + j];
+      y[m * out + o] = s + (b ? b[o] : 0.0f);
+    }
+  }
+}
+
+template <typename W>
+void LinearRowsGeneric(const float* x, const W* w, const float* b, float* y, int64_t rows,
+                       int64_t in, int64_t out, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) {
+    for (int64_t m = 0; m < rows; ++m) {
+      float s = 0;
+      for (int64_t j = 0; j < in; ++j) s += LoadScalar(w + o * in, j) * x[m * in + j];
+      y[m * out + o] = s + (b ? b[o] : 0.0f);
+    }
+  }
+}
+
+template <typename W>
+void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_t rows,
+                    int64_t in, int64_t out) {
+  // Chunks of 64 output rows: enough work per task, enough tasks to balance.
+  at::parallel_for(0, out, 64, [&](int64_t o0, int64_t o1) {
+    if (!HasAvx512()) return LinearRowsGeneric(x, w, b, y, rows, in, out, o0, o1);
+    switch (rows) {
+      case 1: return LinearRowsAvx512<1>(x, w, b, y, in, out, o0, o1);
+      case 2: return LinearRowsAvx512<2>(x, w, b, y, in, out, o0, o1);
+      case 3: return LinearRowsAvx512<3>(x, w, b, y, in, out, o0, o1);
+      case 4: return LinearRowsAvx512<4>(x, w, b, y, in, out, o0, o1);
+      case 5: return LinearRowsAvx512<5>(x, w, b, y, in, out, o0, o1);
+      case 6: return LinearRowsAvx512<6>(x, w, b, y, in, out, o0, o1);
+      case 7: return LinearRowsAvx512<7>(x, w, b, y, in, out, o0, o1);
+      default: return LinearRowsAvx512<8>(x, w, b, y, in, out, o0, o1);
+    }
+  });
+}
+
+// ---- PagedDecodeAttention ---------------------------------------------------------
+
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) inline float DotAvx512(const float* q, const T* k,
+                                                                   int64_t d) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), Load16(k + i), acc);
+  float s = _mm512_reduce_add_ps(acc);
+  for (; i < d; ++i) s += q[i] * LoadScalar(k, i);
+  return s;
+}
+
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) inline void AxpyAvx512(float a, const T* v, float* out,
+                                                                   int64_t d) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    _mm512_storeu_ps(out + i, _mm512_fmadd_ps(av, Load16(v + i), _mm512_loadu_ps(out + i)));
+  }
+  for (; i < d; ++i) out[i] += a * LoadScalar(v, i);
+}
+
+template <typename T>
+inline float DotGeneric(const float* q, const T* k, int64_t d) {
+  float s = 0;
+  for (int64_t i = 0; i < d; ++i) s += q[i] * LoadScalar(k, i);
+  return s;
+}
+template <typename T>
+inline void AxpyGeneric(float a, const T* v, float* out, int64_t d) {
+  for (int64_t i = 0; i < d; ++i) out[i] += a * LoadScalar(v, i);
+}
+
+// One (sequence, KV head): the G query heads that share it, over its keys.
+template <typename T, bool kAvx512>
+void AttendOneKvHead(
+    const float* q /*[G, D] pre-scaled*/, const T* k_cache, const T* v_cache,
+    const std::vector<int32_t>& table, int64_t first, int64_t len, int64_t block_size,
+    int64_t kv_heads, int64_t kv_head, int64_t group, int64_t d, float* scores /*[G, len]*/,
+    float* out /*[G, D]*/) {
+  const int64_t n = len - first;
+  for (int64_t p = first; p < len; ++p) {
+    const int64_t slot = int64_t{table[p / block_size]} * block_size + p % block_size;
+    const T* k = k_cache + (slot * kv_heads + kv_head) * d;
+    for (int64_t g = 0; g < group; ++g) {
+      scores[g * n + (p - first)] = kAvx512 ? DotAvx512(q + g * d, k, d) : DotGeneric(q + g * d, k, d);
+    }
+  }
+  for (int64_t g = 0; g < group; ++g) {
+    float* s = scores + g * n;
+    const float max = *std::max_element(s, s + n);
+    float sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - max));
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+    std::fill(out + g * d, out + (g + 1) * d, 0.0f);
+  }
+  for (int64_t p = first; p < len; ++p) {
+    const int64_t slot = int64_t{table[p / block_size]} * block_size + p % block_size;
+    const T* v = v_cache + (slot * kv_heads + kv_head) * d;
+    for (int64_t g = 0; g < group; ++g) {
+      const float a = scores[g * n + (p - first)];
+      if (kAvx512) {
+        AxpyAvx512(a, v, out + g * d, d);
+      } else {
+        AxpyGeneric(a, v, out + g * d, d);
+      }
+    }
+  }
+}
+
+template <typename T>
+void DecodeAttentionAll(const float* q, const T* k_cache, const T* v_cache, float* out,
+                        const std::vector<const std::vector<int32_t>*>& tables,
+                        const std::vector<int64_t>& lens, int64_t block_size, int64_t window,
+                        int64_t hq, int64_t hkv, int64_t d) {
+  const int64_t batch = static_cast<int64_t>(lens.size());
+  const int64_t group = hq / hkv;
+  const bool avx = HasAvx512();
+  at::parallel_for(0, batch * hkv, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> scores;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / hkv, h = t % hkv;
+      const int64_t len = lens[b];
+      const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
+      scores.resize(group * (len - first));
+      const float* qb = q + (b * hq + h * group) * d;
+      float* ob = out + (b * hq + h * group) * d;
+      if (avx) {
+        AttendOneKvHead<T, true>(qb, k_cache, v_cache, *tables[b], first, len, block_size, hkv, h,
+                                 group, d, scores.data(), ob);
+      } else {
+        AttendOneKvHead<T, false>(qb, k_cache, v_cache, *tables[b], first, len, block_size, hkv,
+                                  h, group, d, scores.data(), ob);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
+  return x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kSmallBatchMaxRows && x.is_cpu() &&
+         w.is_cpu() && w.dim() == 2 && w.is_contiguous() &&
+         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16);
+}
+
+at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
+  TORCH_CHECK(w.size(1) == in, "SmallBatchLinear: x has ", in, " columns, w ", w.size(1));
+  at::Tensor xf = x.to(at::kFloat).contiguous();
+  at::Tensor bf = b.defined() ? b.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor y = at::empty({rows, out}, x.options().dtype(at::kFloat));
+  const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
+  if (w.scalar_type() == at::kFloat) {
+    LinearDispatch(xf.data_ptr<float>(), w.data_ptr<float>(), bp, y.data_ptr<float>(), rows, in,
+                   out);
+  } else {
+    LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const uint16_t*>(w.data_ptr()), bp,
+                   y.data_ptr<float>(), rows, in, out);
+  }
+  return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
+}
+
+at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
+                                const at::Tensor& v_cache,
+                                const std::vector<const std::vector<int32_t>*>& tables,
+                                const std::vector<int64_t>& lens, int64_t block_size,
+                                int64_t window) {
+  const int64_t batch = q.size(0), hq = q.size(1), d = q.size(2), hkv = k_cache.size(1);
+  TORCH_CHECK(static_cast<int64_t>(lens.size()) == batch && tables.size() == lens.size(),
+              "PagedDecodeAttention: one table and length per sequence");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "KV cache must be contiguous");
+  at::Tensor qs = (q.to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(d)))).contiguous();
+  at::Tensor out = at::empty({batch, hq, d}, q.options().dtype(at::kFloat));
+  if (k_cache.scalar_type() == at::kFloat) {
+    DecodeAttentionAll(qs.data_ptr<float>(), k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
+                       out.data_ptr<float>(), tables, lens, block_size, window, hq, hkv, d);
+  } else {
+    TORCH_CHECK(k_cache.scalar_type() == at::kBFloat16, "PagedDecodeAttention: cache dtype ",
+                k_cache.scalar_type(), " not supported");
+    DecodeAttentionAll(qs.data_ptr<float>(), reinterpret_cast<const uint16_t*>(k_cache.data_ptr()),
+                       reinterpret_cast<const uint16_t*>(v_cache.data_ptr()), out.data_ptr<float>(),
+                       tables, lens, block_size, window, hq, hkv, d);
+  }
+  return out.scalar_type() == q.scalar_type() ? out : out.to(q.scalar_type());
+}
+
+}  // namespace dikkat::model

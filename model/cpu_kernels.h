@@ -1,0 +1,51 @@
+// Hand-written CPU kernels for the two places where LibTorch's general ops
+// leave most of the machine idle during decoding:
+//
+//  * SmallBatchLinear: y = x W^T + b for a few rows (decode steps of 1..8
+//    sequences). The cost is streaming W once from memory; OpenBLAS's GEMM
+//    and LibTorch's bfloat16 GEMV are far from that limit at these shapes.
+//  * PagedDecodeAttention: one query token per sequence against its keys and
+//    values read in place from the paged KV cache, for every sequence and
+//    head of a decode step in one parallel call (no gather copies, no
+//    per-sequence op dispatch).
+//
+// Both use AVX-512 when the CPU has it and a portable loop otherwise; both
+// parallelize with at::parallel_for. CPU tensors only: on other devices the
+// callers keep LibTorch's ops (see transformer.cc).
+#ifndef DIKKAT_MODEL_CPU_KERNELS_H_
+#define DIKKAT_MODEL_CPU_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace dikkat::model {
+
+// Rows at most that SmallBatchLinear takes.
+inline constexpr int64_t kSmallBatchMaxRows = 8;
+
+// True if SmallBatchLinear handles x [M, in] with w [out, in] (CPU, float32
+// or bfloat16 weights, contiguous, 1 <= M <= kSmallBatchMaxRows).
+bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
+
+// x [M, in] (any float dtype), w [out, in] float32 or bfloat16, b [out] or
+// undefined -> [M, out] in x's dtype. Accumulates in float32.
+at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+
+// One decode token per sequence.
+//   q:       [B, Hq, D] (float32 or the cache dtype)
+//   k_cache, v_cache: [slots, Hkv, D] float32 or bfloat16, contiguous
+//   tables:  per sequence its block table; lens: per sequence the number of
+//            keys (positions 0..len-1, the newest already written)
+//   window:  0 = all keys; else only the last `window` positions
+// Returns [B, Hq, D] in q's dtype. Scale 1/sqrt(D).
+at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
+                                const at::Tensor& v_cache,
+                                const std::vector<const std::vector<int32_t>*>& tables,
+                                const std::vector<int64_t>& lens, int64_t block_size,
+                                int64_t window);
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_CPU_KERNELS_H_
