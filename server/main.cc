@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -167,6 +168,14 @@ int Run(int argc, char** argv) {
       "dikkat-server --model=[name=]path [--model=...] [--listen=host:port] [flags]\n"
       "Serves Transformer models over gRPC (dikkat.v1.Dikkat, health, reflection) and "
       "Prometheus metrics over HTTP.");
+  // --help lists the flags defined in this file (absl's default looks for a
+  // file named after the binary, which "dikkat-server" does not match).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   std::vector<std::string> model_flags = CollectRepeatedFlag(argc, argv, "model");
   absl::ParseCommandLine(argc, argv);
 
@@ -196,7 +205,8 @@ int Run(int argc, char** argv) {
     return 2;
   }
   const int threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
-  absl::FPrintF(stderr, "dikkat-server %s: %d compute threads\n", DIKKAT_VERSION, threads);
+  absl::FPrintF(stderr, "dikkat-server %s: %d compute threads; %s\n", DIKKAT_VERSION, threads,
+                DescribeBlas());
 
   Metrics metrics(DIKKAT_VERSION);
   ModelRegistry registry;
@@ -294,4 +304,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace dikkat::server
 
-int main(int argc, char** argv) { return dikkat::server::Run(argc, argv); }
+int main(int argc, char** argv) {
+  dikkat::server::SelectBlasKernels(argc, argv);  // may re-exec this process
+  return dikkat::server::Run(argc, argv);
+}

@@ -1,9 +1,24 @@
-// Process-wide LibTorch settings, behind a torch-free header so that main.cc
+// Process-wide compute settings, behind a torch-free header so that main.cc
 // does not compile LibTorch headers.
 #ifndef DIKKAT_SERVER_RUNTIME_H_
 #define DIKKAT_SERVER_RUNTIME_H_
 
+#include <string>
+
 namespace dikkat::server {
+
+// OpenBLAS picks its kernels when the library loads, from the CPU model it
+// knows or from OPENBLAS_CORETYPE. OpenBLAS 0.3.21 (Debian 12) does not know
+// recent CPUs and falls back to its slowest (Prescott) kernels, ~5x slower
+// (docs/performance.md). If OPENBLAS_CORETYPE is unset, this sets it from the
+// CPU's features (AVX-512 -> SkylakeX, AVX2 -> Haswell) and re-executes the
+// program so that the setting takes effect; an explicit setting is kept.
+// Call first thing in main(). Returns only if no re-exec was needed (or it failed).
+void SelectBlasKernels(int argc, char** argv);
+
+// One line for the startup log: BLAS library, kernels in use and where the
+// choice came from.
+std::string DescribeBlas();
 
 // Sets LibTorch's intra-op thread count (at::set_num_threads). 0 means the
 // number of online cores. Returns the count in effect afterwards. Call once,
