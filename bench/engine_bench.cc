@@ -121,11 +121,36 @@ void BM_AttentionDecode(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The machine's limits, measured in the same run as everything else.
+// STREAM-like triad a = b + s*c on 3 x 64 MiB arrays: bytes moved per second.
+void BM_MemoryTriad(benchmark::State& state) {
+  const int64_t n = 16 << 20;  // floats per array
+  at::Tensor a = at::empty({n}), b = at::rand({n}), c = at::rand({n});
+  for (auto _ : state) {
+    at::add_out(a, b, c, 1.5);
+    benchmark::DoNotOptimize(a.data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * 3 * n * 4);
+}
+
+// Large fp32 GEMM (2048^3): FLOP/s in items_per_second.
+void BM_Gemm(benchmark::State& state) {
+  const int64_t n = 2048;
+  at::Tensor a = at::rand({n, n}), b = at::rand({n, n});
+  for (auto _ : state) {
+    at::Tensor c = at::mm(a, b);
+    benchmark::DoNotOptimize(c.data_ptr());
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * n * n * n);
+}
+
 void Setup() {
   const char* env = std::getenv("DIKKAT_BENCH_THREADS");
   at::set_num_threads(env != nullptr ? std::atoi(env) : 2);
 }
 
+BENCHMARK(BM_MemoryTriad)->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
+BENCHMARK(BM_Gemm)->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
 BENCHMARK(BM_Prefill)->ArgNames({"bf16", "tokens"})->Args({0, 512})->Args({1, 512})
     ->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_DecodeStep)
