@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:50051
 METRICS_ADDR ?= 127.0.0.1:9090
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test run bench clean format
+.PHONY: all deps configure build test run bench clean format docker-test
 
 all: build
 
@@ -29,6 +29,13 @@ test: build
 run: build
 	$(BUILD_DIR)/server/dikkat-server --listen=$(ADDR) --metrics_listen=$(METRICS_ADDR) \
 	  --model=$(BUILD_DIR)/models/tiny-lm
+
+# Builds docker/Dockerfile with podman and smoke-tests the image from the host
+# (docker/test.sh): health SERVING, Generate with the CLI, /metrics, SIGTERM ->
+# exit 0. Not part of `make test`: a cold image build compiles the project.
+docker-test: configure
+	cmake --build $(BUILD_DIR) --target dikkat
+	bash docker/test.sh $(BUILD_DIR)
 
 bench: build
 	bash bench/run.sh

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package dikkat needs to build, test and benchmark.
 # Idempotent: packages already present are skipped, so a second run costs ~1 s.
+#   scripts/install-deps.sh               build, test and benchmark
+#   scripts/install-deps.sh --containers  also podman, runc and debootstrap for
+#                                         `make docker-test` (docker/test.sh)
 set -euo pipefail
 
 PACKAGES=(
@@ -11,15 +14,23 @@ PACKAGES=(
   prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libssl-dev
   # model stack: LibTorch plus a fast BLAS (the default reference BLAS is ~50x slower)
   libtorch-dev libopenblas0-openmp libsentencepiece-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks; the Prometheus server scrapes a real dikkat-server in
+  # tests/integration/prometheus_test.sh (promtool checks docker/prometheus.yml)
+  libgtest-dev libgmock-dev libbenchmark-dev prometheus
+  # deployment file checks (tests/deploy): docker-compose validates docker/compose.yaml
+  # without an engine; PyYAML reads the manifests
+  docker-compose python3-yaml
   # reference oracles for parity tests (Debian's own PyTorch and gRPC for Python)
   python3 python3-torch python3-numpy python3-grpcio python3-protobuf
   # tokenizer references: SentencePiece trainer/encoder; Unicode categories for GPT-2 pre-tokenization
   python3-sentencepiece libicu-dev
-  # word list the shipped language model's test measures its output against
-  wamerican
 )
+
+if [ "${1:-}" = "--containers" ]; then
+  # Images without a Docker engine (see docker/test.sh): crun fails on this
+  # machine kind's hybrid cgroups, so runc; debootstrap makes the base image.
+  PACKAGES+=(podman runc conmon debootstrap)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -37,4 +48,13 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
+# Package scripts must not start services (prometheus's would take port 9090,
+# dikkat-server's default metrics port, and fail without an init system):
+# policy-rc.d exit 101 tells invoke-rc.d "not now". Only ours is removed.
+POLICY=/usr/sbin/policy-rc.d
+if [ ! -e "$POLICY" ]; then
+  printf '#!/bin/sh\n# installed by dikkat scripts/install-deps.sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
+  $SUDO chmod 755 "$POLICY"
+  trap '$SUDO rm -f "$POLICY"' EXIT
+fi
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
