@@ -93,7 +93,39 @@ MultiHeadAttention::MultiHeadAttention(at::Tensor q_w, at::Tensor q_b, at::Tenso
       out_b_(std::move(out_b)),
       n_heads_(n_heads),
       n_kv_heads_(n_kv_heads),
-      head_dim_(q_w_.size(0) / n_heads) {}
+      head_dim_(q_w_.size(0) / n_heads) {
+  // Keep q/k/v as row views of one fused matrix so that self-attention
+  // projects with one product. Weights given fused (FromFused) are views of
+  // one tensor already; separate ones are concatenated once, here.
+  const int64_t q_rows = q_w_.size(0), kv_rows = k_w_.size(0);
+  auto fuse = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    // Adjacent contiguous pieces of one storage (a fused in_proj split by
+    // FromFused) are re-viewed as one tensor; anything else is copied once.
+    const int64_t item = static_cast<int64_t>(q.element_size());
+    auto* qp = static_cast<char*>(q.data_ptr());
+    const bool adjacent = q.is_contiguous() && k.is_contiguous() && v.is_contiguous() &&
+                          q.storage().is_alias_of(k.storage()) &&
+                          q.storage().is_alias_of(v.storage()) &&
+                          static_cast<char*>(k.data_ptr()) == qp + q.numel() * item &&
+                          static_cast<char*>(v.data_ptr()) == qp + (q.numel() + k.numel()) * item;
+    if (!adjacent) return at::cat({q, k, v}, 0);
+    std::vector<int64_t> sizes = q.sizes().vec();
+    sizes[0] = q.size(0) + k.size(0) + v.size(0);
+    at::Tensor fused = at::empty({0}, q.options());
+    fused.set_(q.storage(), q.storage_offset(), sizes, q.strides());
+    return fused;
+  };
+  qkv_w_ = fuse(q_w_, k_w_, v_w_);
+  q_w_ = qkv_w_.narrow(0, 0, q_rows);
+  k_w_ = qkv_w_.narrow(0, q_rows, kv_rows);
+  v_w_ = qkv_w_.narrow(0, q_rows + kv_rows, kv_rows);
+  if (q_b_.defined()) {
+    qkv_b_ = fuse(q_b_, k_b_, v_b_);
+    q_b_ = qkv_b_.narrow(0, 0, q_rows);
+    k_b_ = qkv_b_.narrow(0, q_rows, kv_rows);
+    v_b_ = qkv_b_.narrow(0, q_rows + kv_rows, kv_rows);
+  }
+}
 
 MultiHeadAttention MultiHeadAttention::FromFused(const at::Tensor& in_w, const at::Tensor& in_b,
                                                  at::Tensor out_w, at::Tensor out_b,
@@ -113,6 +145,14 @@ MultiHeadAttention MultiHeadAttention::FromFused(const at::Tensor& in_w, const a
 at::Tensor MultiHeadAttention::ProjectQ(const at::Tensor& x) const { return Linear(x, q_w_, q_b_); }
 at::Tensor MultiHeadAttention::ProjectK(const at::Tensor& x) const { return Linear(x, k_w_, k_b_); }
 at::Tensor MultiHeadAttention::ProjectV(const at::Tensor& x) const { return Linear(x, v_w_, v_b_); }
+std::tuple<at::Tensor, at::Tensor, at::Tensor> MultiHeadAttention::ProjectQkv(
+    const at::Tensor& x) const {
+  at::Tensor qkv = Linear(x, qkv_w_, qkv_b_);  // [..., (Hq+2*Hkv)*D]
+  const int64_t q_cols = n_heads_ * head_dim_, kv_cols = n_kv_heads_ * head_dim_;
+  return {qkv.narrow(-1, 0, q_cols), qkv.narrow(-1, q_cols, kv_cols),
+          qkv.narrow(-1, q_cols + kv_cols, kv_cols)};
+}
+
 at::Tensor MultiHeadAttention::ProjectOut(const at::Tensor& x) const {
   return Linear(x, out_w_, out_b_);
 }

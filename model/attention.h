@@ -12,6 +12,7 @@
 #define DIKKAT_MODEL_ATTENTION_H_
 
 #include <cstdint>
+#include <tuple>
 
 #include <ATen/core/Tensor.h>
 
@@ -55,6 +56,9 @@ class MultiHeadAttention {
   at::Tensor ProjectQ(const at::Tensor& x) const;
   at::Tensor ProjectK(const at::Tensor& x) const;
   at::Tensor ProjectV(const at::Tensor& x) const;
+  // q, k and v of the same input with one matrix product (the weights are
+  // stored fused, q/k/v above are views of them): [..., Hq*D], [..., Hkv*D] x2.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> ProjectQkv(const at::Tensor& x) const;
   // [..., Hq*D] -> [..., d].
   at::Tensor ProjectOut(const at::Tensor& x) const;
 
@@ -67,6 +71,7 @@ class MultiHeadAttention {
                      const at::Tensor& key_padding, bool causal, at::Tensor* probs = nullptr) const;
 
  private:
+  at::Tensor qkv_w_, qkv_b_;  // [(Hq+2*Hkv)*D, d], [(Hq+2*Hkv)*D]: q/k/v_w_ are row views
   at::Tensor q_w_, q_b_, k_w_, k_b_, v_w_, v_b_, out_w_, out_b_;
   int64_t n_heads_ = 0;
   int64_t n_kv_heads_ = 0;

@@ -417,9 +417,10 @@ struct Transformer::Impl {
                            KvCache* cache, int64_t layer, AttentionCapture* capture) const {
     const int64_t n = index.total, hq = attn.n_heads(), hkv = attn.n_kv_heads();
     const int64_t hd = attn.head_dim();
-    at::Tensor q = attn.ProjectQ(h).view({n, hq, hd});   // [N, Hq, D]
-    at::Tensor k = attn.ProjectK(h).view({n, hkv, hd});  // [N, Hkv, D]
-    at::Tensor v = attn.ProjectV(h).view({n, hkv, hd});
+    auto [q_flat, k_flat, v_flat] = attn.ProjectQkv(h);
+    at::Tensor q = q_flat.view({n, hq, hd});   // [N, Hq, D]
+    at::Tensor k = k_flat.view({n, hkv, hd});  // [N, Hkv, D]
+    at::Tensor v = v_flat.view({n, hkv, hd});
     if (config.positions == PositionKind::kRotary) {
       q = Rotate(q, index);
       k = Rotate(k, index);

@@ -35,7 +35,10 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-constexpr double kTolerance = 1e-5;  // same code path, different batching: fp32 noise only
+// Incremental decoding runs other kernels than a full pass (GEMV and the paged
+// decode attention instead of GEMM and batched softmax), so sums are taken in
+// another order: fp32 rounding only. Logits here reach |30|: 5e-5 is ~2e-6 relative.
+constexpr double kTolerance = 5e-5;
 
 ModelConfig GptConfig() {
   ModelConfig c;
