@@ -1,5 +1,5 @@
 # dikkat: the two commands a newcomer needs.
-#   make run   installs what is missing, builds, serves the default model
+#   make run   installs what is missing, builds, serves the shipped models
 #   make test  installs what is missing, builds, runs every test
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
@@ -26,9 +26,11 @@ build: configure
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
+# Serves the two trained models shipped in models/ (docs/models.md); the first,
+# the language model, is the default for requests that name no model.
 run: build
 	$(BUILD_DIR)/server/dikkat-server --listen=$(ADDR) --metrics_listen=$(METRICS_ADDR) \
-	  --model=$(BUILD_DIR)/models/tiny-lm
+	  --model=models/dikkat-lm --model=models/dikkat-numbers
 
 # Builds docker/Dockerfile with podman and smoke-tests the image from the host
 # (docker/test.sh): health SERVING, Generate with the CLI, /metrics, SIGTERM ->
@@ -38,7 +40,7 @@ docker-test: configure
 	bash docker/test.sh $(BUILD_DIR)
 
 bench: build
-	bash bench/run.sh
+	BUILD_DIR=$(BUILD_DIR) bash bench/run.sh
 
 clean:
 	rm -rf $(BUILD_DIR)
