@@ -337,10 +337,10 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
   if (request.inputs_size() == 0) {
     return Invalid("inputs is empty; give at least one input");
   }
-  if (request.inputs_size() > options.max_batch_size) {
+  if (request.inputs_size() > options.max_batch_entries) {
     return Invalid(absl::StrCat("inputs has ", request.inputs_size(),
-                                " entries; the server accepts at most ", options.max_batch_size,
-                                " per call (--max_batch_size)"));
+                                " entries; the server accepts at most ", options.max_batch_entries,
+                                " per call (--max_batch_entries)"));
   }
   if (!v1::Pooling_IsValid(request.pooling())) {
     return Invalid(absl::StrCat("pooling: unknown Pooling value ",
@@ -380,6 +380,12 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
     }
     r.type_ids = std::move(type_ids);
   }
+  DIKKAT_RETURN_IF_ERROR(CheckResponseBytes(
+      EstimateEncodeResponseBytes(r, config, request.output_dtype()), limits.max_response_bytes,
+      "the Encode response",
+      r.return_hidden_states ? "send fewer or shorter inputs, ask for DTYPE_BFLOAT16, or leave "
+                               "return_hidden_states off"
+                             : "send fewer inputs per call or ask for DTYPE_BFLOAT16"));
   return r;
 }
 
@@ -458,7 +464,54 @@ absl::StatusOr<AttentionRequest> ToAttentionRequest(const v1::AttentionRequest& 
   DIKKAT_RETURN_IF_ERROR(ValidateIndices(request.heads(), "heads", config.n_heads, "heads"));
   r.layers.assign(request.layers().begin(), request.layers().end());
   r.heads.assign(request.heads().begin(), request.heads().end());
+  DIKKAT_RETURN_IF_ERROR(CheckResponseBytes(
+      EstimateAttentionResponseBytes(r, config, request.output_dtype()), limits.max_response_bytes,
+      "the Attention response",
+      "select fewer layers or heads, aggregate heads, ask for DTYPE_BFLOAT16, or shorten the "
+      "input"));
   return r;
+}
+
+// ---- response size ----------------------------------------------------------
+
+int64_t DTypeBytes(v1::DType dtype) {
+  return dtype == v1::DTYPE_BFLOAT16 || dtype == v1::DTYPE_FLOAT16 ? 2 : 4;
+}
+
+int64_t EstimateEncodeResponseBytes(const EncodeRequest& request, const model::ModelConfig& config,
+                                    v1::DType dtype) {
+  const int64_t value_bytes = DTypeBytes(dtype);
+  int64_t bytes = 0;
+  for (const std::vector<int32_t>& ids : request.inputs) {
+    bytes += config.d_model * value_bytes;  // pooled embedding
+    if (request.return_hidden_states) {
+      bytes += static_cast<int64_t>(ids.size()) * config.d_model * value_bytes;
+    }
+    bytes += static_cast<int64_t>(ids.size());  // echoed ids: >= 1 varint byte each
+  }
+  return bytes;
+}
+
+int64_t EstimateAttentionResponseBytes(const AttentionRequest& request,
+                                       const model::ModelConfig& config, v1::DType dtype) {
+  const int64_t input = static_cast<int64_t>(request.input.size());
+  const int64_t target = static_cast<int64_t>(request.target.size());
+  int64_t q_len = input, k_len = input;
+  if (request.kind == AttentionKind::kDecoderSelf) q_len = k_len = target;
+  if (request.kind == AttentionKind::kCross) q_len = target;
+  const int64_t layers = request.layers.empty() ? LayersFor(config, request.kind)
+                                                : static_cast<int64_t>(request.layers.size());
+  const int64_t heads = request.aggregation != HeadAggregation::kNone ? 1
+                        : request.heads.empty() ? config.n_heads
+                                                : static_cast<int64_t>(request.heads.size());
+  return layers * heads * q_len * k_len * DTypeBytes(dtype);
+}
+
+absl::Status CheckResponseBytes(int64_t bytes, int64_t limit, absl::string_view what,
+                                absl::string_view advice) {
+  if (limit <= 0 || bytes <= limit) return absl::OkStatus();
+  return Invalid(absl::StrCat(what, " would be at least ", bytes, " bytes; the server sends at most ",
+                              limit, " bytes per message (--max_response_bytes): ", advice));
 }
 
 absl::Status FillAttentionResponse(const AttentionRequest& engine_request,

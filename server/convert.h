@@ -28,6 +28,10 @@ struct ModelLimits {
   const model::ModelConfig* config = nullptr;   // not owned
   const model::Tokenizer* tokenizer = nullptr;  // not owned
   const EngineOptions* options = nullptr;       // not owned
+  // Largest response message (bytes) the server sends; 0 = no limit. Encode
+  // and Attention requests whose answer would be larger are refused before
+  // any work is done (INVALID_ARGUMENT naming the size and the limit).
+  int64_t max_response_bytes = 0;
 };
 
 // ---- inputs -----------------------------------------------------------------
@@ -89,6 +93,24 @@ absl::Status FillEncodeResponse(const EncodeRequest& engine_request, const Encod
 
 absl::StatusOr<AttentionRequest> ToAttentionRequest(const v1::AttentionRequest& request,
                                                     const ModelLimits& limits);
+
+// ---- response size ----------------------------------------------------------
+
+// Bytes one tensor value takes on the wire in `dtype` (unknown: 4).
+int64_t DTypeBytes(v1::DType dtype);
+
+// Tensor payload bytes of the Encode / Attention response these (converted)
+// requests produce: a lower bound of the message size that ignores the few
+// bytes of framing, shapes and labels per entry.
+int64_t EstimateEncodeResponseBytes(const EncodeRequest& request, const model::ModelConfig& config,
+                                    v1::DType dtype);
+int64_t EstimateAttentionResponseBytes(const AttentionRequest& request,
+                                       const model::ModelConfig& config, v1::DType dtype);
+
+// INVALID_ARGUMENT when `bytes` exceeds `limit` (> 0), naming `what`, both
+// sizes, the flag and `advice`.
+absl::Status CheckResponseBytes(int64_t bytes, int64_t limit, absl::string_view what,
+                                absl::string_view advice);
 
 // Fills maps and the axis labels (token ids and readable token text).
 absl::Status FillAttentionResponse(const AttentionRequest& engine_request,

@@ -262,6 +262,11 @@ absl::Status EngineImpl::ValidateGenerate(GenerateRequest& r) const {
 
 absl::Status EngineImpl::ValidateEncode(const EncodeRequest& r) const {
   if (r.inputs.empty()) return absl::InvalidArgumentError("inputs is empty; give at least one input");
+  if (static_cast<int64_t>(r.inputs.size()) > options_.max_batch_entries) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs has ", r.inputs.size(),
+                                                   " entries; at most ", options_.max_batch_entries,
+                                                   " per call (--max_batch_entries)"));
+  }
   for (size_t i = 0; i < r.inputs.size(); ++i) {
     const std::string field = absl::StrCat("inputs[", i, "]");
     if (r.inputs[i].empty()) return absl::InvalidArgumentError(field + " is empty");
@@ -1010,10 +1015,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   DIKKAT_ASSIGN_OR_RETURN(c10::Device device, model::ParseDevice(options.device));
   if (options.max_batch_size <= 0 || options.max_batch_tokens <= 0 || options.max_queue <= 0 ||
       options.kv_block_size <= 0 || options.max_new_tokens_cap <= 0 ||
-      options.default_max_new_tokens <= 0) {
+      options.default_max_new_tokens <= 0 || options.max_batch_entries <= 0 ||
+      options.max_attention_values <= 0) {
     return absl::InvalidArgumentError(
-        "max_batch_size, max_batch_tokens, max_queue, kv_block_size, max_new_tokens_cap and "
-        "default_max_new_tokens must all be > 0");
+        "max_batch_size, max_batch_tokens, max_queue, kv_block_size, max_new_tokens_cap, "
+        "default_max_new_tokens, max_batch_entries and max_attention_values must all be > 0");
   }
   model::LoadOptions load;
   load.dtype = dtype;

@@ -167,6 +167,7 @@ struct EngineOptions {
   int32_t max_queue = 256;              // waiting requests before RESOURCE_EXHAUSTED
   int32_t max_new_tokens_cap = 4096;    // upper bound a request may ask for
   int32_t default_max_new_tokens = 64;
+  int32_t max_batch_entries = 64;       // inputs per Encode call
   int64_t max_attention_values = 16ll << 20;  // floats per Attention response
 };
 

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -36,6 +37,7 @@
 #include "server/metrics_http.h"
 #include "server/model_registry.h"
 #include "server/runtime.h"
+#include "server/security.h"
 #include "server/service.h"
 
 #ifndef DIKKAT_VERSION
@@ -75,7 +77,25 @@ ABSL_FLAG(absl::Duration, max_connection_age, absl::ZeroDuration(),
           "Close client connections after this age (GRPC_ARG_MAX_CONNECTION_AGE_MS) so that "
           "clients re-resolve and rebalance across replicas; 0 = never.");
 ABSL_FLAG(ByteSize, max_message_bytes, ByteSize{64ll << 20},
-          "Largest gRPC message received or sent, e.g. 64MiB.");
+          "Largest request message received, e.g. 64MiB; larger ones fail with "
+          "RESOURCE_EXHAUSTED before they are parsed.");
+ABSL_FLAG(ByteSize, max_response_bytes, ByteSize{64ll << 20},
+          "Largest response message sent. Encode and Attention calls whose answer would be "
+          "larger fail with INVALID_ARGUMENT before any work is done.");
+ABSL_FLAG(int32_t, max_batch_entries, 64, "Most inputs one Encode call may carry.");
+ABSL_FLAG(int64_t, max_attention_values, 16ll << 20,
+          "Most attention weights (layers x heads x queries x keys) one Attention call may "
+          "return.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain for TLS on the gRPC port (with --tls_key). Empty = plaintext.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle for mutual TLS: clients must present a certificate signed by it "
+          "(needs --tls_cert and --tls_key).");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File of bearer tokens (one per line, '#' comments) that callers must send as "
+          "'authorization: Bearer <token>'; grpc.health.v1 stays open. Alternatively set the "
+          "environment variable DIKKAT_AUTH_TOKEN. Empty and unset = no authentication.");
 
 namespace dikkat::server {
 namespace {
@@ -119,6 +139,8 @@ EngineOptions OptionsFromFlags() {
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   o.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
+  o.max_batch_entries = absl::GetFlag(FLAGS_max_batch_entries);
+  o.max_attention_values = absl::GetFlag(FLAGS_max_attention_values);
   return o;
 }
 
@@ -204,6 +226,40 @@ int Run(int argc, char** argv) {
                   specs.ok() ? "no model given: pass --model=[name=]path" : specs.status().ToString());
     return 2;
   }
+  // Security settings are checked before the slow model loading so that a
+  // typo in a path fails at once.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+       absl::GetFlag(FLAGS_tls_client_ca)});
+  if (!credentials.ok()) {
+    absl::FPrintF(stderr, "dikkat-server: %s\n", credentials.status().message());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<BearerTokenAuthenticator>> auth =
+      LoadAuthenticator(absl::GetFlag(FLAGS_auth_token_file), std::getenv("DIKKAT_AUTH_TOKEN"));
+  if (!auth.ok()) {
+    absl::FPrintF(stderr, "dikkat-server: %s\n", auth.status().message());
+    return 2;
+  }
+  const int64_t max_response = absl::GetFlag(FLAGS_max_response_bytes).bytes;
+  if (max_response <= 0 || absl::GetFlag(FLAGS_max_message_bytes).bytes <= 0) {
+    absl::FPrintF(stderr, "dikkat-server: --max_message_bytes and --max_response_bytes must be > 0\n");
+    return 2;
+  }
+  const bool tls = !absl::GetFlag(FLAGS_tls_cert).empty();
+  absl::FPrintF(stderr, "dikkat-server: gRPC transport %s; %s\n",
+                !tls ? "plaintext"
+                     : (absl::GetFlag(FLAGS_tls_client_ca).empty() ? "TLS" : "mutual TLS"),
+                *auth == nullptr
+                    ? "no caller authentication"
+                    : absl::StrCat("bearer-token authentication (", (*auth)->token_count(),
+                                   " token(s))"));
+  if (*auth != nullptr && !tls) {
+    absl::FPrintF(stderr,
+                  "dikkat-server: warning: bearer tokens travel in the clear without TLS; use "
+                  "--tls_cert/--tls_key unless the network is trusted\n");
+  }
+
   const int threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
   absl::FPrintF(stderr, "dikkat-server %s: %d compute threads; %s\n", DIKKAT_VERSION, threads,
                 DescribeBlas());
@@ -229,20 +285,25 @@ int Run(int argc, char** argv) {
     return stop.HasBeenNotified() ? 0 : 1;
   }
 
-  DikkatService service(&registry, &metrics, DIKKAT_VERSION);
+  ServiceOptions service_options;
+  service_options.auth = auth->get();
+  service_options.max_response_bytes = max_response;
+  DikkatService service(&registry, &metrics, DIKKAT_VERSION, service_options);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string listen = absl::GetFlag(FLAGS_listen);
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *credentials, &port);
   builder.RegisterService(&service);
   // gRPC enables SO_REUSEPORT by default: a second server on the same port
   // would start "fine" and take half the connections. Fail loudly instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes).bytes;
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_message, INT32_MAX)));
-  builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(max_message, INT32_MAX)));
+  // The service refuses oversized answers with a clear error first; this is
+  // the transport's backstop.
+  builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(max_response, INT32_MAX)));
   const absl::Duration max_age = absl::GetFlag(FLAGS_max_connection_age);
   if (max_age > absl::ZeroDuration()) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,

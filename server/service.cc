@@ -33,8 +33,20 @@ absl::Status CancelledByDeadline(absl::Status status, absl::Time deadline) {
   return status;
 }
 
-ModelLimits LimitsOf(const Engine& engine) {
-  return ModelLimits{&engine.description().config, &engine.tokenizer(), &engine.options()};
+ModelLimits LimitsOf(const Engine& engine, const ServiceOptions& options) {
+  return ModelLimits{&engine.description().config, &engine.tokenizer(), &engine.options(),
+                     options.max_response_bytes};
+}
+
+// The estimates in convert.h refuse oversized answers before any work; this
+// catches what they leave out (framing, labels) with the same clear message
+// instead of gRPC's generic one when the message is sent.
+absl::Status CheckFilledResponse(google::protobuf::Message* response, int64_t limit,
+                                 absl::string_view what) {
+  const int64_t bytes = static_cast<int64_t>(response->ByteSizeLong());
+  absl::Status status = CheckResponseBytes(bytes, limit, what, "ask for less in one call");
+  if (!status.ok()) response->Clear();
+  return status;
 }
 
 // Records one RPC's outcome in the metrics when the call finishes.
@@ -81,10 +93,15 @@ class GenerateSink final : public GenerateObserver {
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   GenerateReactor(grpc::CallbackServerContext* context, const ModelRegistry* registry,
-                  Metrics* metrics, const v1::GenerateRequest& request)
+                  Metrics* metrics, const ServiceOptions& options,
+                  const v1::GenerateRequest& request, const absl::Status& authenticated)
       : context_(context),
         record_(metrics, std::string(registry->ResolveName(request.model())), Rpc::kGenerate) {
-    Start(registry, request);
+    if (!authenticated.ok()) {
+      FinishNow(ToGrpcStatus(authenticated));
+      return;
+    }
+    Start(registry, options, request);
   }
 
   // Engine thread.
@@ -136,11 +153,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   }
 
  private:
-  void Start(const ModelRegistry* registry, const v1::GenerateRequest& request) {
+  void Start(const ModelRegistry* registry, const ServiceOptions& options,
+             const v1::GenerateRequest& request) {
     absl::StatusOr<Engine*> engine = registry->Find(request.model());
     if (!engine.ok()) return FinishNow(ToGrpcStatus(engine.status()));
     engine_ = *engine;
-    absl::StatusOr<GenerateConversion> converted = ToGenerateRequest(request, LimitsOf(*engine_));
+    absl::StatusOr<GenerateConversion> converted =
+        ToGenerateRequest(request, LimitsOf(*engine_, options));
     if (!converted.ok()) return FinishNow(ToGrpcStatus(converted.status()));
     deadline_ = DeadlineOf(context_);
     converted->request.deadline = deadline_;
@@ -333,17 +352,24 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
 class EncodeReactor final : public EngineUnaryReactor {
  public:
   EncodeReactor(grpc::CallbackServerContext* context, const ModelRegistry* registry,
-                Metrics* metrics, const v1::EncodeRequest* request, v1::EncodeResponse* response)
+                Metrics* metrics, const ServiceOptions& options, const v1::EncodeRequest* request,
+                v1::EncodeResponse* response, const absl::Status& authenticated)
       : EngineUnaryReactor(context, CallRecord(metrics,
                                                std::string(registry->ResolveName(request->model())),
                                                Rpc::kEncode)),
-        response_(response) {
+        response_(response),
+        max_response_bytes_(options.max_response_bytes) {
+    if (!authenticated.ok()) {
+      Complete(authenticated);
+      return;
+    }
     absl::StatusOr<Engine*> engine = registry->Find(request->model());
     if (!engine.ok()) {
       Complete(engine.status());
       return;
     }
-    absl::StatusOr<EncodeRequest> converted = ToEncodeRequest(*request, LimitsOf(**engine));
+    absl::StatusOr<EncodeRequest> converted =
+        ToEncodeRequest(*request, LimitsOf(**engine, options));
     if (!converted.ok()) {
       Complete(converted.status());
       return;
@@ -366,10 +392,15 @@ class EncodeReactor final : public EngineUnaryReactor {
   void Done(absl::StatusOr<EncodeResult> result) {
     if (!result.ok()) return Complete(result.status());
     record_.AddPromptTokens(result->prompt_tokens);
-    Complete(FillEncodeResponse(engine_request_, *result, dtype_, response_));
+    absl::Status filled = FillEncodeResponse(engine_request_, *result, dtype_, response_);
+    if (filled.ok()) {
+      filled = CheckFilledResponse(response_, max_response_bytes_, "the Encode response");
+    }
+    Complete(filled);
   }
 
   v1::EncodeResponse* const response_;
+  const int64_t max_response_bytes_;
   EncodeRequest engine_request_;
   v1::DType dtype_ = v1::DTYPE_FLOAT32;
 };
@@ -377,19 +408,26 @@ class EncodeReactor final : public EngineUnaryReactor {
 class AttentionReactor final : public EngineUnaryReactor {
  public:
   AttentionReactor(grpc::CallbackServerContext* context, const ModelRegistry* registry,
-                   Metrics* metrics, const v1::AttentionRequest* request,
-                   v1::AttentionResponse* response)
+                   Metrics* metrics, const ServiceOptions& options,
+                   const v1::AttentionRequest* request, v1::AttentionResponse* response,
+                   const absl::Status& authenticated)
       : EngineUnaryReactor(context, CallRecord(metrics,
                                                std::string(registry->ResolveName(request->model())),
                                                Rpc::kAttention)),
-        response_(response) {
+        response_(response),
+        max_response_bytes_(options.max_response_bytes) {
+    if (!authenticated.ok()) {
+      Complete(authenticated);
+      return;
+    }
     absl::StatusOr<Engine*> engine = registry->Find(request->model());
     if (!engine.ok()) {
       Complete(engine.status());
       return;
     }
     engine_ = *engine;
-    absl::StatusOr<AttentionRequest> converted = ToAttentionRequest(*request, LimitsOf(*engine_));
+    absl::StatusOr<AttentionRequest> converted =
+        ToAttentionRequest(*request, LimitsOf(*engine_, options));
     if (!converted.ok()) {
       Complete(converted.status());
       return;
@@ -414,11 +452,16 @@ class AttentionReactor final : public EngineUnaryReactor {
     if (!result.ok()) return Complete(result.status());
     record_.AddPromptTokens(
         static_cast<int64_t>(engine_request_.input.size() + engine_request_.target.size()));
-    Complete(FillAttentionResponse(engine_request_, *result, dtype_, engine_->tokenizer(),
-                                   response_));
+    absl::Status filled =
+        FillAttentionResponse(engine_request_, *result, dtype_, engine_->tokenizer(), response_);
+    if (filled.ok()) {
+      filled = CheckFilledResponse(response_, max_response_bytes_, "the Attention response");
+    }
+    Complete(filled);
   }
 
   v1::AttentionResponse* const response_;
+  const int64_t max_response_bytes_;
   Engine* engine_ = nullptr;
   AttentionRequest engine_request_;
   v1::DType dtype_ = v1::DTYPE_FLOAT32;
@@ -434,27 +477,40 @@ grpc::ServerUnaryReactor* FinishInline(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// The one authentication check of every DikkatService RPC.
+absl::Status Authenticate(const ServiceOptions& options,
+                          const grpc::CallbackServerContext* context) {
+  if (options.auth == nullptr) return absl::OkStatus();
+  return options.auth->Check(context->client_metadata());
+}
+
 }  // namespace
 
 DikkatService::DikkatService(const ModelRegistry* registry, Metrics* metrics,
-                             std::string server_version)
-    : registry_(registry), metrics_(metrics), server_version_(std::move(server_version)) {}
+                             std::string server_version, ServiceOptions options)
+    : registry_(registry),
+      metrics_(metrics),
+      server_version_(std::move(server_version)),
+      options_(options) {}
 
 grpc::ServerUnaryReactor* DikkatService::Encode(grpc::CallbackServerContext* context,
                                                 const v1::EncodeRequest* request,
                                                 v1::EncodeResponse* response) {
-  return new EncodeReactor(context, registry_, metrics_, request, response);
+  return new EncodeReactor(context, registry_, metrics_, options_, request, response,
+                           Authenticate(options_, context));
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* DikkatService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  return new GenerateReactor(context, registry_, metrics_, *request);
+  return new GenerateReactor(context, registry_, metrics_, options_, *request,
+                             Authenticate(options_, context));
 }
 
 grpc::ServerUnaryReactor* DikkatService::Attention(grpc::CallbackServerContext* context,
                                                    const v1::AttentionRequest* request,
                                                    v1::AttentionResponse* response) {
-  return new AttentionReactor(context, registry_, metrics_, request, response);
+  return new AttentionReactor(context, registry_, metrics_, options_, request, response,
+                              Authenticate(options_, context));
 }
 
 grpc::ServerUnaryReactor* DikkatService::GetModelInfo(grpc::CallbackServerContext* context,
@@ -462,6 +518,9 @@ grpc::ServerUnaryReactor* DikkatService::GetModelInfo(grpc::CallbackServerContex
                                                       v1::GetModelInfoResponse* response) {
   CallRecord record(metrics_, std::string(registry_->ResolveName(request->model())),
                     Rpc::kGetModelInfo);
+  if (absl::Status auth = Authenticate(options_, context); !auth.ok()) {
+    return FinishInline(context, record, auth);
+  }
   response->set_server_version(server_version_);
   if (!request->model().empty()) {
     absl::StatusOr<Engine*> engine = registry_->Find(request->model());
@@ -484,6 +543,9 @@ grpc::ServerUnaryReactor* DikkatService::Tokenize(grpc::CallbackServerContext* c
                                                   v1::TokenizeResponse* response) {
   CallRecord record(metrics_, std::string(registry_->ResolveName(request->model())),
                     Rpc::kTokenize);
+  if (absl::Status auth = Authenticate(options_, context); !auth.ok()) {
+    return FinishInline(context, record, auth);
+  }
   absl::StatusOr<Engine*> engine = registry_->Find(request->model());
   if (!engine.ok()) return FinishInline(context, record, engine.status());
   const model::Tokenizer& tokenizer = (*engine)->tokenizer();
@@ -499,7 +561,9 @@ grpc::ServerUnaryReactor* DikkatService::Tokenize(grpc::CallbackServerContext* c
     response->add_tokens(tokenizer.TokenText(id));
   }
   response->mutable_type_ids()->Add(encoding->type_ids.begin(), encoding->type_ids.end());
-  return FinishInline(context, record, absl::OkStatus());
+  return FinishInline(context, record,
+                      CheckFilledResponse(response, options_.max_response_bytes,
+                                          "the Tokenize response"));
 }
 
 grpc::ServerUnaryReactor* DikkatService::Detokenize(grpc::CallbackServerContext* context,
@@ -507,6 +571,9 @@ grpc::ServerUnaryReactor* DikkatService::Detokenize(grpc::CallbackServerContext*
                                                     v1::DetokenizeResponse* response) {
   CallRecord record(metrics_, std::string(registry_->ResolveName(request->model())),
                     Rpc::kDetokenize);
+  if (absl::Status auth = Authenticate(options_, context); !auth.ok()) {
+    return FinishInline(context, record, auth);
+  }
   absl::StatusOr<Engine*> engine = registry_->Find(request->model());
   if (!engine.ok()) return FinishInline(context, record, engine.status());
   const model::Tokenizer& tokenizer = (*engine)->tokenizer();
@@ -518,7 +585,9 @@ grpc::ServerUnaryReactor* DikkatService::Detokenize(grpc::CallbackServerContext*
   absl::Status valid = ValidateTokenIds(ids, "ids", vocab);
   if (!valid.ok()) return FinishInline(context, record, valid);
   response->set_text(tokenizer.Decode(ids, request->skip_special_tokens()));
-  return FinishInline(context, record, absl::OkStatus());
+  return FinishInline(context, record,
+                      CheckFilledResponse(response, options_.max_response_bytes,
+                                          "the Detokenize response"));
 }
 
 }  // namespace dikkat::server

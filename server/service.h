@@ -11,8 +11,13 @@
 // once. A call is only finished after the engine is done with it, so engine
 // threads never touch a finished call.
 //
-// Does not own the registry or the metrics; both must outlive the gRPC server
-// this service is registered with. Thread-safe.
+// Authentication: with ServiceOptions::auth set, every RPC of this service
+// first checks the caller's bearer token (UNAUTHENTICATED otherwise); the
+// health and reflection services are separate and stay open (see
+// server/security.h for why the check lives here).
+//
+// Does not own the registry, the metrics or the authenticator; all must
+// outlive the gRPC server this service is registered with. Thread-safe.
 #ifndef DIKKAT_SERVER_SERVICE_H_
 #define DIKKAT_SERVER_SERVICE_H_
 
@@ -23,13 +28,23 @@
 #include "dikkat/v1/dikkat.grpc.pb.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/security.h"
 
 namespace dikkat::server {
+
+struct ServiceOptions {
+  // Checks every call's bearer token; null = no authentication. Not owned.
+  const BearerTokenAuthenticator* auth = nullptr;
+  // Largest response message; Encode and Attention calls whose answer would
+  // be larger fail with INVALID_ARGUMENT before any work. 0 = no limit.
+  int64_t max_response_bytes = 0;
+};
 
 class DikkatService final : public v1::Dikkat::CallbackService {
  public:
   // `metrics` may be null (no metrics recorded).
-  DikkatService(const ModelRegistry* registry, Metrics* metrics, std::string server_version);
+  DikkatService(const ModelRegistry* registry, Metrics* metrics, std::string server_version,
+                ServiceOptions options = {});
 
   grpc::ServerUnaryReactor* Encode(grpc::CallbackServerContext* context,
                                    const v1::EncodeRequest* request,
@@ -53,6 +68,7 @@ class DikkatService final : public v1::Dikkat::CallbackService {
   const ModelRegistry* registry_;  // not owned
   Metrics* metrics_;               // not owned; may be null
   std::string server_version_;
+  ServiceOptions options_;
 };
 
 }  // namespace dikkat::server

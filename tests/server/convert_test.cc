@@ -47,7 +47,7 @@ class ConvertTest : public ::testing::Test {
   ConvertTest() : tokenizer_(model::MakeByteTokenizer()) {
     options_.max_new_tokens_cap = 50;
     options_.default_max_new_tokens = 9;
-    options_.max_batch_size = 3;
+    options_.max_batch_entries = 3;
     Use(model::Architecture::kDecoderOnly);
   }
   void Use(model::Architecture arch) {

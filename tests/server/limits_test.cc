@@ -1,0 +1,110 @@
+// Response-size and batch limits applied during request conversion
+// (server/convert.h): oversized Encode and Attention answers are refused
+// before any work with a message naming the size, the limit and the flag.
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/tokenizer.h"
+#include "server/convert.h"
+
+namespace dikkat::server {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+class LimitsTest : public ::testing::Test {
+ protected:
+  LimitsTest() : tokenizer_(model::MakeByteTokenizer()) {
+    config_.architecture = model::Architecture::kDecoderOnly;
+    config_.name = "lm";
+    config_.vocab_size = 259;
+    config_.d_model = 16;
+    config_.n_heads = 4;
+    config_.n_layers = 3;
+    config_.ffn_dim = 32;
+    config_.max_positions = 512;
+    options_.max_batch_entries = 4;
+    limits_ = ModelLimits{&config_, tokenizer_.get(), &options_, 0};
+  }
+
+  static v1::EncodeRequest Encode(int inputs, int length, bool hidden) {
+    v1::EncodeRequest r;
+    for (int i = 0; i < inputs; ++i) {
+      r.add_inputs()->mutable_tokens();
+      for (int t = 0; t < length; ++t) r.mutable_inputs(i)->mutable_tokens()->add_ids(65);
+    }
+    r.set_return_hidden_states(hidden);
+    return r;
+  }
+
+  model::ModelConfig config_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  EngineOptions options_;
+  ModelLimits limits_;
+};
+
+TEST_F(LimitsTest, EncodeBatchEntries) {
+  EXPECT_TRUE(ToEncodeRequest(Encode(4, 1, false), limits_).ok());
+  absl::Status s = ToEncodeRequest(Encode(5, 1, false), limits_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("inputs has 5 entries"), HasSubstr("at most 4"),
+                    HasSubstr("--max_batch_entries")));
+}
+
+TEST_F(LimitsTest, EncodeResponseBytesMatchTheFilledResponse) {
+  // The estimate is what FillEncodeResponse really produces, minus framing.
+  const v1::EncodeRequest request = Encode(3, 10, true);
+  absl::StatusOr<EncodeRequest> converted = ToEncodeRequest(request, limits_);
+  ASSERT_TRUE(converted.ok());
+  EncodeResult result;
+  for (int i = 0; i < 3; ++i) {
+    result.embeddings.push_back(DenseTensor{{16}, std::vector<float>(16, 0.5f)});
+    result.hidden_states.push_back(DenseTensor{{10, 16}, std::vector<float>(160, 0.5f)});
+  }
+  for (v1::DType dtype : {v1::DTYPE_FLOAT32, v1::DTYPE_BFLOAT16}) {
+    v1::EncodeResponse response;
+    ASSERT_TRUE(FillEncodeResponse(*converted, result, dtype, &response).ok());
+    const int64_t estimate = EstimateEncodeResponseBytes(*converted, config_, dtype);
+    EXPECT_EQ(estimate, 3 * (16 + 160) * DTypeBytes(dtype) + 30);
+    EXPECT_LE(estimate, static_cast<int64_t>(response.ByteSizeLong()));
+    EXPECT_GE(estimate, static_cast<int64_t>(response.ByteSizeLong()) * 9 / 10);
+  }
+
+  limits_.max_response_bytes = 3 * (16 + 160) * 4;  // just below the float32 answer
+  absl::Status s = ToEncodeRequest(request, limits_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("2142 bytes"), HasSubstr("at most 2112"),
+                    HasSubstr("--max_response_bytes"), HasSubstr("return_hidden_states")));
+  // bfloat16 halves it and fits.
+  v1::EncodeRequest half = request;
+  half.set_output_dtype(v1::DTYPE_BFLOAT16);
+  EXPECT_TRUE(ToEncodeRequest(half, limits_).ok());
+}
+
+TEST_F(LimitsTest, AttentionResponseBytes) {
+  v1::AttentionRequest request;
+  request.mutable_input()->mutable_tokens();
+  for (int t = 0; t < 8; ++t) request.mutable_input()->mutable_tokens()->add_ids(66);
+  limits_.max_response_bytes = 3 * 4 * 8 * 8 * 4 - 1;  // all layers and heads, float32
+  absl::Status s = ToAttentionRequest(request, limits_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("3072 bytes"), HasSubstr("--max_response_bytes"),
+                    HasSubstr("aggregate heads")));
+  request.add_layers(1);
+  absl::StatusOr<AttentionRequest> one_layer = ToAttentionRequest(request, limits_);
+  ASSERT_TRUE(one_layer.ok()) << one_layer.status();
+  EXPECT_EQ(EstimateAttentionResponseBytes(*one_layer, config_, v1::DTYPE_FLOAT32), 4 * 8 * 8 * 4);
+  request.set_aggregation(v1::HEAD_AGGREGATION_MAX);
+  one_layer = ToAttentionRequest(request, limits_);
+  ASSERT_TRUE(one_layer.ok());
+  EXPECT_EQ(EstimateAttentionResponseBytes(*one_layer, config_, v1::DTYPE_FLOAT16), 8 * 8 * 2);
+}
+
+}  // namespace
+}  // namespace dikkat::server
