@@ -159,6 +159,14 @@ BENCHMARK(BM_DecodeStep)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
+// Step time against context length (batch 1, fp32): should grow linearly.
+BENCHMARK(BM_DecodeStep)
+    ->Name("BM_DecodeContextCurve")
+    ->ArgNames({"bf16", "batch", "context"})
+    ->ArgsProduct({{0}, {1}, {16, 64, 128, 256, 512, 768, 1023}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0)
+    ->UseRealTime();
 BENCHMARK(BM_AttentionDecode)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace

@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--only-batch1", action="store_true",
+                    help="prefill and batch-1 decode only (bfloat16 eager is slow)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = json.load(open(os.path.join(args.model, "dikkat.json")))
@@ -116,7 +118,7 @@ def main():
     results["prefill_512_tokens_per_s"] = 512 / sec
 
     for ctx in (128, 1023):
-        for batch in (1, 8, 32):
+        for batch in ((1,) if args.only_batch1 else (1, 8, 32)):
             ids = torch.randint(0, V, (batch, ctx), generator=g)
             _, past = model.forward(ids, 0, None)
             step = torch.randint(0, V, (batch, 1), generator=g)
