@@ -101,11 +101,22 @@ inline std::string ReadFile(const std::string& path) {
 // Counts what an engine reports: tokens emitted, the largest batch, and how
 // each Generate ended. Called on the engine thread, read from the test
 // thread: thread-safe.
+//
+// With a `step_delay` it also sleeps that long after every engine step: the
+// tiny models decode a token in tens of microseconds, faster than a cancel
+// crosses the wire, so tests of cancellation and deadlines slow the engine
+// down to stand in for a real model. (Real listeners must never block.)
 class RecordingListener : public server::EngineListener {
  public:
+  explicit RecordingListener(absl::Duration step_delay = absl::ZeroDuration())
+      : step_delay_(step_delay) {}
+
   void OnStep(const server::StepTiming& step) override {
-    absl::MutexLock lock(&mu_);
-    max_batch_ = std::max(max_batch_, step.sequences);
+    {
+      absl::MutexLock lock(&mu_);
+      max_batch_ = std::max(max_batch_, step.sequences);
+    }
+    if (step_delay_ > absl::ZeroDuration()) absl::SleepFor(step_delay_);
   }
   void OnGenerateFinished(const server::GenerateSummary& summary) override {
     absl::MutexLock lock(&mu_);
@@ -129,6 +140,7 @@ class RecordingListener : public server::EngineListener {
   }
 
  private:
+  const absl::Duration step_delay_;
   mutable absl::Mutex mu_;
   std::vector<server::GenerateSummary> finished_ ABSL_GUARDED_BY(mu_);
   int64_t tokens_ ABSL_GUARDED_BY(mu_) = 0;
@@ -154,12 +166,13 @@ class InProcessServer {
     std::string name;
     std::string dir;  // model folder
     server::EngineOptions options = SmallEngineOptions();
+    absl::Duration step_delay = absl::ZeroDuration();  // see RecordingListener
   };
 
   static absl::StatusOr<std::unique_ptr<InProcessServer>> Start(const std::vector<Model>& models) {
     std::unique_ptr<InProcessServer> s(new InProcessServer());
     for (const Model& m : models) {
-      auto listener = std::make_unique<RecordingListener>();
+      auto listener = std::make_unique<RecordingListener>(m.step_delay);
       absl::StatusOr<std::unique_ptr<server::Engine>> engine =
           server::Engine::Create(m.name, m.dir, m.options, listener.get());
       if (!engine.ok()) return engine.status();
