@@ -7,7 +7,9 @@
 #
 #   docker/test.sh [BUILD_DIR]     BUILD_DIR holds the host's dikkat CLI
 #                                  (client/dikkat); default: build
-# Environment: DIKKAT_IMAGE (default localhost/dikkat:test),
+# Environment: DIKKAT_IMAGE (default localhost/dikkat:test), DIKKAT_DOCKERFILE
+#   (default docker/Dockerfile; docker/Dockerfile.cuda on a GPU host, with
+#   DIKKAT_RUN_ARGS="--device nvidia.com/gpu=all" and DIKKAT_SERVER_ARGS=--device=cuda:0),
 #   DIKKAT_BASE_IMAGE (default localhost/debian:bookworm, made with
 #   debootstrap when missing), KEEP_IMAGE=1 keeps the image afterwards.
 #
@@ -19,6 +21,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD_DIR="$(cd "${1:-$ROOT/build}" && pwd)"
 IMAGE="${DIKKAT_IMAGE:-localhost/dikkat:test}"
+DOCKERFILE="${DIKKAT_DOCKERFILE:-docker/Dockerfile}"
 BASE_IMAGE="${DIKKAT_BASE_IMAGE:-localhost/debian:bookworm}"
 CLI="$BUILD_DIR/client/dikkat"
 WORK="$BUILD_DIR/docker-test"
@@ -68,7 +71,8 @@ fi
 log "building $IMAGE (log: $WORK/build.log)"
 build_start=$SECONDS
 podman build --format docker --network host --build-arg BASE_IMAGE="$BASE_IMAGE" \
-  -f "$ROOT/docker/Dockerfile" -t "$IMAGE" "$ROOT" > "$WORK/build.log" 2>&1 \
+  --build-arg BUILDER_IMAGE="$BASE_IMAGE" \
+  -f "$ROOT/$DOCKERFILE" -t "$IMAGE" "$ROOT" > "$WORK/build.log" 2>&1 \
   || { tail -40 "$WORK/build.log"; fail "podman build"; }
 log "built in $((SECONDS - build_start)) s; size $(podman image inspect --format '{{.Size}}' "$IMAGE" \
   | awk '{printf "%.0f MiB", $1 / 1048576}')"
@@ -85,10 +89,13 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 GRPC_PORT="$(free_port)"
 METRICS_PORT="$(free_port)"
 while [ "$METRICS_PORT" = "$GRPC_PORT" ]; do METRICS_PORT="$(free_port)"; done
-# Host networking: the server binds the loopback ports directly.
-podman run -d --name "$NAME" --network host \
+# Host networking: the server binds the loopback ports directly. Read-only
+# root filesystem, as deploy/kubernetes runs it. No health timer (it needs
+# systemd); `podman healthcheck run` below runs the image's HEALTHCHECK.
+# shellcheck disable=SC2086  # word splitting of the optional extra arguments
+podman run -d --name "$NAME" --network host --read-only --health-interval=disable ${DIKKAT_RUN_ARGS:-} \
   -e DIKKAT_LISTEN="127.0.0.1:$GRPC_PORT" -e DIKKAT_METRICS_LISTEN="127.0.0.1:$METRICS_PORT" \
-  "$IMAGE" --threads=2 >/dev/null
+  "$IMAGE" --threads=2 ${DIKKAT_SERVER_ARGS:-} > /dev/null 2> "$WORK/run.err" || { cat "$WORK/run.err"; fail "podman run"; }
 log "started $NAME (gRPC 127.0.0.1:$GRPC_PORT, metrics 127.0.0.1:$METRICS_PORT)"
 
 run_start=$SECONDS
@@ -132,8 +139,34 @@ grep -q '^process_resident_memory_bytes ' "$WORK/metrics.txt" || fail "no proces
 log "/metrics: dikkat_generated_tokens_total = $generated"
 
 # ---- SIGTERM -> drain -> exit 0 ---------------------------------------------------
+# Generations in flight when SIGTERM arrives must still finish whole (the
+# server drains for up to --grace_period before it exits). Several at once, so
+# that they are still running when the signal lands.
+STREAMS=12
+client_pids=()
+for i in $(seq 1 "$STREAMS"); do
+  "$CLI" --target="127.0.0.1:$GRPC_PORT" --timeout=60 generate --max-tokens 400 --ignore-eos \
+    --temperature 0 --logprobs 5 --show-stats "story number $i" \
+    > "$WORK/drain$i.out" 2> "$WORK/drain$i.err" &
+  client_pids+=($!)
+done
+# Text streams to stdout as it is generated: wait until it flows.
+until cat "$WORK"/drain*.out 2>/dev/null | grep -q .; do sleep 0.02; done
 stop_start=$SECONDS
-podman stop --time 40 "$NAME" >/dev/null   # SIGTERM, SIGKILL only after 40 s
+podman kill --signal TERM "$NAME" > /dev/null
+sigterm_ns="$(date +%s%N)"
+in_flight=0
+for i in $(seq 1 "$STREAMS"); do
+  wait "${client_pids[$((i - 1))]}" || { cat "$WORK/drain$i.err"; fail "generation $i failed on SIGTERM"; }
+  # The CLI prints the stats when the stream ends: the file's mtime is the end.
+  [ "$(stat -c %.9Y "$WORK/drain$i.err" | tr -d .)" -gt "$sigterm_ns" ] && in_flight=$((in_flight + 1))
+  received="$(grep -cE '^ +[0-9]+ +-?[0-9.]+' "$WORK/drain$i.err" || true)"
+  grep -qE "finish: (LENGTH|EOS).* generated tokens: $received " "$WORK/drain$i.err" \
+    || { cat "$WORK/drain$i.err"; fail "generation $i did not finish whole ($received tokens)"; }
+done
+[ "$in_flight" -gt 0 ] || fail "no generation was still running at SIGTERM: the drain went untested"
+log "$in_flight of $STREAMS generations were in flight at SIGTERM and finished whole"
+podman wait "$NAME" > /dev/null
 code="$(podman inspect --format '{{.State.ExitCode}}' "$NAME")"
 podman logs "$NAME" > "$WORK/server.log" 2>&1 || true
 [ "$code" = 0 ] || { tail -20 "$WORK/server.log"; fail "exit code $code after SIGTERM"; }
