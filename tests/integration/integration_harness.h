@@ -298,26 +298,38 @@ class ServerProcess {
       p->pid_ = -1;
       return absl::InternalError(absl::StrCat("posix_spawn ", argv[0], ": ", std::strerror(rc)));
     }
-    if (!wait_for_listening) return p;
-    std::smatch m;
-    if (!p->WaitForOutput(std::regex(R"(listening on (\S+):(\d+))"), timeout, &m)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no 'listening on' line within ", absl::FormatDuration(timeout), "\n",
-                       p->Logs()));
-    }
-    p->grpc_address_ = absl::StrCat(m[1].str(), ":", m[2].str());
     for (const std::string& a : args) {
       if (a.rfind("--metrics_listen=", 0) == 0 && a != "--metrics_listen=") {
-        std::smatch mm;
-        if (!p->WaitForOutput(std::regex(R"(metrics on http://([^:/\s]+):(\d+)/metrics)"),
-                              timeout, &mm)) {
-          return absl::DeadlineExceededError("no metrics address line\n" + p->Logs());
-        }
-        p->metrics_host_ = mm[1].str();
-        p->metrics_port_ = std::stoi(mm[2].str());
+        if (absl::Status m = p->WaitForMetricsAddress(timeout); !m.ok()) return m;
       }
     }
+    if (!wait_for_listening) return p;
+    if (absl::Status l = p->WaitForListening(timeout); !l.ok()) return l;
     return p;
+  }
+
+  // Parses "listening on HOST:PORT" (printed once the gRPC port is open,
+  // after the models are loaded) into grpc_address().
+  absl::Status WaitForListening(absl::Duration timeout) {
+    std::smatch m;
+    if (!WaitForOutput(std::regex(R"(listening on (\S+):(\d+))"), timeout, &m)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no 'listening on' line within ", absl::FormatDuration(timeout), "\n", Logs()));
+    }
+    grpc_address_ = absl::StrCat(m[1].str(), ":", m[2].str());
+    return absl::OkStatus();
+  }
+
+  // Parses "metrics on http://HOST:PORT/metrics" (printed before the models
+  // are loaded).
+  absl::Status WaitForMetricsAddress(absl::Duration timeout) {
+    std::smatch m;
+    if (!WaitForOutput(std::regex(R"(metrics on http://([^:/\s]+):(\d+)/metrics)"), timeout, &m)) {
+      return absl::DeadlineExceededError("no 'metrics on' line\n" + Logs());
+    }
+    metrics_host_ = m[1].str();
+    metrics_port_ = std::stoi(m[2].str());
+    return absl::OkStatus();
   }
 
   ~ServerProcess() {
