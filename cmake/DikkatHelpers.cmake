@@ -1,7 +1,10 @@
 # dikkat_add_tests(GLOB <pattern> LIBS <targets...> [LABELS <labels...>])
 # Builds one test executable per *_test.cc file so that a slow or broken
-# suite only costs its own target, and registers each gtest case with ctest.
-include(GoogleTest)
+# suite only costs its own target, and registers each executable as one ctest
+# test. (Not one ctest test per gtest case: many suites build fixtures once in
+# SetUpTestSuite with Debian's PyTorch or npm, and a process per case would
+# redo that work for every case.) `ctest --output-on-failure` shows which
+# cases failed.
 function(dikkat_add_tests)
   cmake_parse_arguments(ARG "" "GLOB" "LIBS;LABELS" ${ARGN})
   file(GLOB test_sources CONFIGURE_DEPENDS ${ARG_GLOB})
@@ -12,9 +15,7 @@ function(dikkat_add_tests)
     target_compile_definitions(${name} PRIVATE
       DIKKAT_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
       DIKKAT_BINARY_DIR="${PROJECT_BINARY_DIR}")
-    gtest_discover_tests(${name}
-      DISCOVERY_MODE PRE_TEST
-      DISCOVERY_TIMEOUT 60
-      PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT 600)
+    add_test(NAME ${name} COMMAND ${name} --gtest_brief=1)
+    set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT 900)
   endforeach()
 endfunction()
