@@ -55,7 +55,13 @@ int Utf8SequenceLength(std::string_view text, size_t i) {
 
 // Cuts a printable label to `max_chars` code points.
 std::string ShortLabel(std::string_view token, int max_chars) {
-  const std::string printable = PrintableToken(token);
+  std::string printable = PrintableToken(token);
+  // A token of spaces would be an invisible label: show them as U+2423.
+  if (!printable.empty() && printable.find_first_not_of(' ') == std::string::npos) {
+    std::string visible;
+    for (size_t i = 0; i < printable.size(); ++i) visible += "\xe2\x90\xa3";
+    printable = visible;
+  }
   size_t i = 0;
   int chars = 0;
   while (i < printable.size() && chars < max_chars) {

@@ -73,7 +73,7 @@ nlohmann::json SummarizeSvg(const std::string& svg) {
 
 TEST(AttentionSvgTest, HeatmapIsWellFormedWithLabelsTitlesAndScale) {
   const std::vector<std::string> tokens = {"<s>", "a&b", "\"q'", "\x01\xff", "\xc3\xbcn", "tab\there",
-                                           "an-extremely-long-token"};
+                                           "an-extremely-long-token", " "};
   absl::StatusOr<std::string> svg = AttentionResponseToSvg(MakeResponse(tokens));
   ASSERT_TRUE(svg.ok()) << svg.status();
   const nlohmann::json summary = SummarizeSvg(*svg);
@@ -85,12 +85,12 @@ TEST(AttentionSvgTest, HeatmapIsWellFormedWithLabelsTitlesAndScale) {
                                            "layer 2 (heads aggregated)"};
   const std::vector<std::string> labels = {"<s>",     "a&b",       "\"q'",
                                            "\\x01\\xFF", "\xc3\xbcn", "tab\\there",
-                                           "an-extremely-\xe2\x80\xa6"};
+                                           "an-extremely-\xe2\x80\xa6", "\xe2\x90\xa3"};
   for (size_t i = 0; i < 3; ++i) {
     const nlohmann::json& panel = summary["panels"][i];
     SCOPED_TRACE(titles[i]);
     EXPECT_EQ(panel["title"], nlohmann::json::array({titles[i]}));
-    EXPECT_EQ(panel["cells"], 49);
+    EXPECT_EQ(panel["cells"], 64);
     EXPECT_EQ(panel["row_labels"].get<std::vector<std::string>>(), labels);
     EXPECT_EQ(panel["col_labels"].get<std::vector<std::string>>(), labels);
     EXPECT_TRUE(panel["col_rotated"].get<bool>());
@@ -103,7 +103,7 @@ TEST(AttentionSvgTest, HeatmapIsWellFormedWithLabelsTitlesAndScale) {
     const auto colors = panel["colors"].get<std::vector<std::string>>();
     EXPECT_THAT(colors, ::testing::Contains("#440154"));
     EXPECT_THAT(colors, ::testing::Contains("#fde725"));
-    EXPECT_GE(colors.size(), 5u);  // 1, 1/2, ..., 1/7 and 0 differ
+    EXPECT_GE(colors.size(), 5u);  // 1, 1/2, ..., 1/8 and 0 differ
   }
 }
 
