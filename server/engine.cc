@@ -193,6 +193,11 @@ class EngineImpl final : public Engine {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int32_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // inbox + waiting (for backpressure)
+  // Accepted and not yet finished, wherever they are (inbox, waiting,
+  // running, auxiliary). Shutdown waits for it to reach 0: the published
+  // stat_running_ lags a step behind admission, so a drain that waited on it
+  // took a request admitted from the queue for idleness and cut it.
+  int32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;
   absl::Mutex shutdown_mu_;
@@ -388,6 +393,7 @@ absl::StatusOr<RequestId> EngineImpl::Enqueue(std::unique_ptr<Request> request) 
         "the request queue is full (", options_.max_queue, " waiting); retry later"));
   }
   ++queued_;
+  ++in_flight_;
   inbox_.push_back(std::move(request));
   return id;
 }
@@ -450,9 +456,7 @@ void EngineImpl::Shutdown(absl::Duration grace) {
     absl::MutexLock lock(&mu_);
     draining_ = true;
     // Wait for in-flight work to finish, up to the grace period.
-    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return queued_ == 0 && inbox_.empty() && stat_running_.load() == 0;
-    };
+    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
     mu_.AwaitWithTimeout(absl::Condition(&idle), grace);
     stop_ = true;
   }
@@ -854,6 +858,10 @@ void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status st
   std::shared_ptr<GenerateObserver> observer = std::move(r->observer);
   requests_.erase(r->id);  // r is gone from here on
   stat_finished_.fetch_add(1);
+  {
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+  }
   observer->OnFinish(std::move(summary));
 }
 
@@ -863,6 +871,7 @@ void EngineImpl::FinishAuxiliary(Request* r, absl::Status status) {
   {
     absl::MutexLock lock(&mu_);
     --queued_;
+    --in_flight_;
   }
   EncodeCallback enc_done = std::move(r->enc_done);
   AttentionCallback att_done = std::move(r->att_done);

@@ -3,7 +3,9 @@
 // mid-generation, a request cancelled while it waits in the queue. Checked
 // in-process through Engine::stats() and the engine's own account of each
 // request, and against the dikkat-server binary through its /metrics gauges.
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -24,12 +26,19 @@ constexpr int kLong = 500;  // tiny-lm's context is 512
 class BackgroundLoad {
  public:
   BackgroundLoad(client::Client& c, int streams, const std::string& model = "")
-      : handle_(std::make_shared<client::CancelHandle>()) {
+      : handle_(std::make_shared<client::CancelHandle>()), started_(streams) {
     client::CallOptions call;
     call.cancel = handle_;
     for (int i = 0; i < streams; ++i) {
       const std::string prompt = absl::StrCat("ld", i / 10, i % 10);
-      calls_.push_back(c.GenerateAsync(GreedyRequest(prompt, kLong, model), nullptr, nullptr, call));
+      std::atomic<bool>* started = &started_[i];
+      calls_.push_back(c.GenerateAsync(
+          GreedyRequest(prompt, kLong, model),
+          [started](const v1::GenerateResponse&) {
+            started->store(true);
+            return true;
+          },
+          nullptr, call));
     }
   }
   ~BackgroundLoad() {
@@ -39,12 +48,26 @@ class BackgroundLoad {
     }
   }
 
+  // Every stream has produced a token, so all of them are in the running
+  // batch (engine stats lag a step behind admission; tokens do not).
+  bool WaitStarted(absl::Duration timeout = absl::Seconds(10)) {
+    return WaitFor(
+        [&] {
+          for (const auto& s : started_) {
+            if (!s.load()) return false;
+          }
+          return true;
+        },
+        timeout);
+  }
+
  private:
   std::shared_ptr<client::CancelHandle> handle_;
+  std::vector<std::atomic<bool>> started_;
   std::vector<client::GenerateCall> calls_;
 };
 
-constexpr int kLoadStreams = 24;
+constexpr int kLoadStreams = 32;
 
 class CancellationTest : public ::testing::Test {
  protected:
@@ -65,13 +88,37 @@ class CancellationTest : public ::testing::Test {
 
   // The engine's summary of the last finished request whose prompt had
   // `prompt_tokens` tokens (the tests give each request its own length).
+  // Waits for it: the client may see its call end before the engine has
+  // processed the cancel.
   server::GenerateSummary FinishedWithPrompt(const std::string& model, int prompt_tokens) {
-    std::vector<server::GenerateSummary> f = server_->listener(model)->finished();
-    for (auto it = f.rbegin(); it != f.rend(); ++it) {
-      if (it->prompt_tokens == prompt_tokens) return *it;
-    }
-    ADD_FAILURE() << "no finished request with a " << prompt_tokens << "-token prompt";
+    std::optional<server::GenerateSummary> found;
+    WaitFor(
+        [&] {
+          std::vector<server::GenerateSummary> f = server_->listener(model)->finished();
+          for (auto it = f.rbegin(); it != f.rend(); ++it) {
+            if (it->prompt_tokens == prompt_tokens) {
+              found = *it;
+              return true;
+            }
+          }
+          return false;
+        },
+        absl::Seconds(10));
+    if (found.has_value()) return *found;
+    ADD_FAILURE() << "no finished request with a " << prompt_tokens << "-token prompt; "
+                  << Finished(model);
     return {};
+  }
+
+  // What the engine finished, for failure messages.
+  std::string Finished(const std::string& model) {
+    std::string all = "finished:";
+    for (const server::GenerateSummary& g : server_->listener(model)->finished()) {
+      absl::StrAppend(&all, "\n  prompt ", g.prompt_tokens, " generated ", g.generated_tokens, " ",
+                      server::FinishReasonName(g.reason), " ", g.status.ToString(), " total ",
+                      absl::FormatDuration(g.total_time));
+    }
+    return all;
   }
 
   std::unique_ptr<InProcessServer> server_;
@@ -93,8 +140,8 @@ TEST_F(CancellationTest, CancelFromTheChunkCallbackStopsGenerationAndFreesBlocks
   EXPECT_EQ(during.running, 1) << "the request was not running while it streamed";
   EXPECT_GT(during.kv_blocks_used, 0);
 
-  EXPECT_EQ(server_->WaitUntilIdle(), "");
   const server::GenerateSummary summary = FinishedWithPrompt("tiny-lm", 9);
+  EXPECT_EQ(server_->WaitUntilIdle(), "");
   EXPECT_EQ(summary.reason, server::FinishReason::kCancelled);
   EXPECT_LT(summary.generated_tokens, kLong) << "generation ran to its end despite the cancel";
   // Nothing is generated once everything has finished.
@@ -123,8 +170,8 @@ TEST_F(CancellationTest, CancelHandleStopsAnAsyncStream) {
   }
   ASSERT_TRUE(status.has_value()) << "the cancelled call did not end";
   EXPECT_EQ(status->code(), absl::StatusCode::kCancelled) << *status;
-  EXPECT_EQ(server_->WaitUntilIdle(), "");
   const server::GenerateSummary summary = FinishedWithPrompt("tiny-lm", 13);
+  EXPECT_EQ(server_->WaitUntilIdle(), "");
   EXPECT_EQ(summary.reason, server::FinishReason::kCancelled);
   EXPECT_LT(summary.generated_tokens, kLong);
 }
@@ -150,8 +197,8 @@ TEST_F(CancellationTest, DeadlinePassingMidGenerationStopsItAndFreesBlocks) {
   EXPECT_LT(took, absl::Seconds(5));
   EXPECT_GT(tokens, 0) << "the deadline passed before the first token: not mid-generation";
   EXPECT_LT(tokens, kLong);
-  EXPECT_EQ(server_->WaitUntilIdle(), "");
   const server::GenerateSummary summary = FinishedWithPrompt("tiny-lm", 8);
+  EXPECT_EQ(server_->WaitUntilIdle(), "");
   // The engine sees the deadline itself, or the transport's cancel first.
   EXPECT_TRUE(summary.reason == server::FinishReason::kDeadline ||
               summary.reason == server::FinishReason::kCancelled)
@@ -167,7 +214,7 @@ TEST_F(CancellationTest, CancelWhileQueuedNeverRuns) {
   bool queued = false;
   {
     BackgroundLoad load(*client_, 1, "serial");  // takes the only batch slot
-    ASSERT_TRUE(WaitFor([&] { return engine->stats().running == 1; }, absl::Seconds(10)));
+    ASSERT_TRUE(load.WaitStarted());
     auto handle = std::make_shared<client::CancelHandle>();
     client::CallOptions call;
     call.cancel = handle;
@@ -180,26 +227,63 @@ TEST_F(CancellationTest, CancelWhileQueuedNeverRuns) {
   ASSERT_TRUE(queued) << "the second request never waited in the queue (did the first finish?)";
   ASSERT_TRUE(s2.has_value());
   EXPECT_EQ(s2->code(), absl::StatusCode::kCancelled) << *s2;
-  EXPECT_EQ(server_->WaitUntilIdle(), "");
   const server::GenerateSummary summary = FinishedWithPrompt("serial", 6);
+  EXPECT_EQ(server_->WaitUntilIdle(), "");
   EXPECT_EQ(summary.reason, server::FinishReason::kCancelled);
   EXPECT_EQ(summary.generated_tokens, 0);
 }
 
 TEST_F(CancellationTest, DeadlineInTheQueueIsDeadlineExceeded) {
-  server::Engine* engine = server_->engine("serial");
   absl::StatusOr<client::GenerateResult> r;
   {
     BackgroundLoad load(*client_, 1, "serial");
-    ASSERT_TRUE(WaitFor([&] { return engine->stats().running == 1; }, absl::Seconds(10)));
+    ASSERT_TRUE(load.WaitStarted());
     client::CallOptions call;
     call.timeout = absl::Milliseconds(100);
     r = client_->Generate(GreedyRequest("queued", 4, "serial"), call);
   }
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
-  EXPECT_EQ(server_->WaitUntilIdle(), "");
   const server::GenerateSummary summary = FinishedWithPrompt("serial", 6);
-  EXPECT_EQ(summary.generated_tokens, 0);
+  EXPECT_EQ(server_->WaitUntilIdle(), "");
+  EXPECT_EQ(summary.generated_tokens, 0) << Finished("serial");
+}
+
+// Draining (SIGTERM in dikkat-server) lets what was accepted finish within
+// the grace period, including a request still waiting in the queue when the
+// drain starts: it is admitted once the batch has room.
+TEST_F(CancellationTest, ShutdownLetsQueuedRequestsFinishWithinTheGracePeriod) {
+  server::Engine* engine = server_->engine("serial");
+  struct Call {
+    std::atomic<int> tokens{0};
+    client::GenerateCall call;
+  };
+  Call first, second;
+  auto count = [](Call* c) {
+    return [c](const v1::GenerateResponse& chunk) {
+      c->tokens += chunk.tokens_size();
+      return true;
+    };
+  };
+  // 100 tokens at 2+ ms per step: the first runs a few hundred ms.
+  first.call = client_->GenerateAsync(GreedyRequest("first", 100, "serial"), count(&first), nullptr);
+  ASSERT_TRUE(WaitFor([&] { return first.tokens > 0; }, absl::Seconds(10)));
+  second.call = client_->GenerateAsync(GreedyRequest("second", 20, "serial"), count(&second), nullptr);
+  ASSERT_TRUE(WaitFor([&] { return engine->stats().waiting == 1; }, absl::Seconds(10)))
+      << "the second request did not queue";
+  ASSERT_LT(first.tokens.load(), 100) << "the first request ended before the drain began";
+
+  std::thread drain([engine] { engine->Shutdown(absl::Seconds(20)); });
+  std::optional<absl::Status> s1 = first.call.WaitFor(absl::Seconds(20));
+  std::optional<absl::Status> s2 = second.call.WaitFor(absl::Seconds(20));
+  drain.join();
+  ASSERT_TRUE(s1.has_value() && s2.has_value());
+  EXPECT_TRUE(s1->ok()) << *s1;
+  EXPECT_EQ(first.tokens.load(), 100);
+  EXPECT_TRUE(s2->ok()) << "the queued request was cut by the drain: " << *s2;
+  EXPECT_EQ(second.tokens.load(), 20);
+  // And the engine now refuses work.
+  absl::StatusOr<client::GenerateResult> late = client_->Generate(GreedyRequest("late", 2, "serial"));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable) << late.status();
 }
 
 // ---- the same through the dikkat-server binary and its /metrics ------------------
@@ -238,9 +322,7 @@ TEST(CancellationProcessTest, MetricsShowEveryBlockFreedAfterCancelAndDeadline) 
   absl::Status cancelled, expired;
   {
     BackgroundLoad load(**c, kLoadStreams);
-    ASSERT_TRUE(WaitFor([&] { return Gauge(server, "dikkat_requests_running") == kLoadStreams; },
-                        absl::Seconds(10)))
-        << server.Logs();
+    ASSERT_TRUE(load.WaitStarted()) << server.Logs();
     // Cancelled from the chunk callback.
     cancelled = (*c)->GenerateStream(
         GreedyRequest("cancel me", kLong), [&](const v1::GenerateResponse& chunk) {
@@ -248,9 +330,10 @@ TEST(CancellationProcessTest, MetricsShowEveryBlockFreedAfterCancelAndDeadline) 
           if (!used_during.has_value()) used_during = Gauge(server, "dikkat_kv_cache_blocks_used");
           return tokens < 3;
         });
-    // A deadline that passes mid-generation.
+    // A deadline that passes mid-generation: with 33 streams per step, 500
+    // tokens take about a second here; the first comes within milliseconds.
     client::CallOptions call;
-    call.timeout = absl::Milliseconds(300);
+    call.timeout = absl::Milliseconds(150);
     expired = (*c)->GenerateStream(
         GreedyRequest("too slow", kLong),
         [&](const v1::GenerateResponse& chunk) {
