@@ -184,7 +184,7 @@ absl::StatusOr<model::SamplingParams> ToSamplingParams(const v1::SamplingOptions
   if (options.has_seed()) params.seed = options.seed();
   params.top_logprobs = top_logprobs;
   absl::Status status = model::Validate(params);
-  if (!status.ok()) return InField("sampling", status);
+  if (!status.ok()) return status;  // model::Validate names the field (sampling.top_p, ...)
   return params;
 }
 

@@ -846,8 +846,11 @@ void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status st
   GenerateSummary summary;
   summary.reason = reason;
   summary.status = std::move(status);
-  summary.prompt_tokens = r->prompt_len > 0 ? r->prompt_len
-                                            : static_cast<int32_t>(r->gen.prompt.size());
+  // Every token the model read as input: the encoder's source (encoder-decoder)
+  // plus the decoder's prompt (with its start token).
+  summary.prompt_tokens = static_cast<int32_t>(r->gen.source.size()) +
+                          (r->prompt_len > 0 ? r->prompt_len
+                                             : static_cast<int32_t>(r->gen.prompt.size()));
   summary.generated_tokens = r->generated;
   summary.seed = r->sampler ? r->sampler->seed() : r->gen.sampling.seed.value_or(0);
   summary.queue_time = (r->scheduled_at ? *r->scheduled_at : now) - r->submitted;
