@@ -11,8 +11,11 @@
 
 // GCC 12's AVX-512 intrinsics (_mm512_cvtepu16_epi32 and friends) start from
 // _mm512_undefined_*() and trip -Wuninitialized falsely (GCC bug 105593).
+// (clang has no -Wmaybe-uninitialized and warns about the unknown group.)
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace dikkat::model {
 namespace {

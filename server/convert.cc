@@ -253,7 +253,21 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
     r.max_new_tokens = options.default_max_new_tokens;
   }
 
+  if (request.stop_size() > options.max_stop_strings) {
+    return Invalid(absl::StrCat("stop has ", request.stop_size(), " strings; at most ",
+                                options.max_stop_strings, " are allowed"));
+  }
+  if (request.stop_token_ids_size() > options.max_stop_token_ids) {
+    return Invalid(absl::StrCat("stop_token_ids has ", request.stop_token_ids_size(),
+                                " entries; at most ", options.max_stop_token_ids,
+                                " are allowed"));
+  }
   for (int i = 0; i < request.stop_size(); ++i) {
+    if (static_cast<int64_t>(request.stop(i).size()) > options.max_stop_string_bytes) {
+      return Invalid(absl::StrCat("stop[", i, "] has ", request.stop(i).size(),
+                                  " bytes; at most ", options.max_stop_string_bytes,
+                                  " are allowed"));
+    }
     if (request.stop(i).empty()) {
       return Invalid(absl::StrCat("stop[", i, "] is an empty string; stop strings must be non-empty"));
     }

@@ -251,9 +251,21 @@ absl::Status EngineImpl::ValidateGenerate(GenerateRequest& r) const {
   }
   DIKKAT_RETURN_IF_ERROR(model::Validate(r.sampling));
   DIKKAT_RETURN_IF_ERROR(CheckIds(r.stop_token_ids, config_.vocab_size, "stop_token_ids"));
+  if (static_cast<int64_t>(r.stop_token_ids.size()) > options_.max_stop_token_ids ||
+      static_cast<int64_t>(r.stop_strings.size()) > options_.max_stop_strings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stop has ", r.stop_strings.size(), " strings and stop_token_ids ",
+        r.stop_token_ids.size(), " entries; at most ", options_.max_stop_strings, " and ",
+        options_.max_stop_token_ids, " are allowed"));
+  }
   for (size_t i = 0; i < r.stop_strings.size(); ++i) {
     if (r.stop_strings[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty"));
+    }
+    if (static_cast<int64_t>(r.stop_strings[i].size()) > options_.max_stop_string_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] has ",
+                                                     r.stop_strings[i].size(), " bytes; at most ",
+                                                     options_.max_stop_string_bytes));
     }
   }
   const int64_t needed = cache_.allocator().BlocksFor(decoder_len + 1);

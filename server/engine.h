@@ -168,6 +168,11 @@ struct EngineOptions {
   int32_t max_new_tokens_cap = 4096;    // upper bound a request may ask for
   int32_t default_max_new_tokens = 64;
   int32_t max_batch_entries = 64;       // inputs per Encode call
+  // Stop conditions are checked on the engine thread for every generated
+  // token, so their size is a cost every running sequence pays: bounded.
+  int32_t max_stop_strings = 16;        // `stop` entries per request
+  int32_t max_stop_string_bytes = 256;  // bytes per stop string
+  int32_t max_stop_token_ids = 32;      // `stop_token_ids` entries per request
   int64_t max_attention_values = 16ll << 20;  // floats per Attention response
 };
 

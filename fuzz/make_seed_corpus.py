@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzzers into fuzz/corpus/<target>/.
+
+Seeds are small valid inputs of each format (libFuzzer mutates from them):
+safetensors files and torch.save checkpoints written by Debian's PyTorch,
+dikkat.json and Hugging Face config.json texts, tokenizer texts, and
+serialized dikkat.v1 requests (protoc-generated Python classes). The output
+is committed; rerun after changing a format.
+
+usage: /usr/bin/python3 fuzz/make_seed_corpus.py
+"""
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "fuzz", "corpus")
+
+
+def out(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def safetensors(tensors, metadata=None):
+    header, blobs, offset = {}, [], 0
+    names = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+             torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
+    for name, t in tensors.items():
+        raw = t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+def torch_save(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def main():
+    shutil.rmtree(CORPUS, ignore_errors=True)
+    g = torch.Generator().manual_seed(0)
+
+    # ---- weights ----
+    out("safetensors", "one_f32", safetensors({"w": torch.randn(2, 3, generator=g)}))
+    out("safetensors", "mixed", safetensors({
+        "a": torch.randn(4, generator=g).to(torch.bfloat16),
+        "b": torch.arange(3, dtype=torch.int64),
+        "c": torch.randn(2, 2, generator=g).to(torch.float16),
+        "d": torch.tensor([True, False]),
+        "e": torch.zeros(0, 3)}, {"format": "pt"}))
+    out("safetensors", "empty_header", struct.pack("<Q", 2) + b"{}")
+    out("torch_checkpoint", "state_dict", torch_save({"w": torch.randn(2, 2, generator=g),
+                                                      "b": torch.zeros(2)}))
+    base = torch.arange(6, dtype=torch.float32)
+    out("torch_checkpoint", "nested_views", torch_save(
+        {"model": {"x": base, "y": base[2:5], "z": base.view(2, 3).t()}, "step": 3}))
+    out("torch_checkpoint", "dtypes", torch_save(
+        {"h": torch.ones(3, dtype=torch.float16), "i": torch.arange(4, dtype=torch.int32),
+         "bf": torch.ones(2, dtype=torch.bfloat16), 0: torch.ones(1)}))
+
+    # ---- configs ----
+    out("config", "dikkat_decoder", json.dumps({
+        "name": "lm", "architecture": "decoder-only", "vocab_size": 259, "d_model": 64,
+        "n_heads": 4, "ffn_dim": 256, "max_positions": 512, "tokenizer": "byte",
+        "n_layers": 2, "pre_norm": True, "positions": "learned", "activation": "gelu",
+        "tie_embeddings": True}))
+    out("config", "dikkat_seq2seq", json.dumps({
+        "name": "s2s", "architecture": "encoder-decoder", "vocab_size": 100, "d_model": 32,
+        "n_heads": 2, "ffn_dim": 64, "max_positions": 128, "n_encoder_layers": 2,
+        "n_decoder_layers": 1, "decoder_start_token_id": 0, "positions": "sinusoidal"}))
+    out("config", "hf_gpt2", json.dumps({
+        "model_type": "gpt2", "vocab_size": 100, "n_embd": 32, "n_head": 4, "n_layer": 2,
+        "n_positions": 64, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5}))
+    out("config", "hf_bert", json.dumps({
+        "model_type": "bert", "vocab_size": 100, "hidden_size": 32, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "intermediate_size": 64, "max_position_embeddings": 64,
+        "type_vocab_size": 2, "hidden_act": "gelu"}))
+    out("config", "hf_llama", json.dumps({
+        "model_type": "llama", "vocab_size": 100, "hidden_size": 32, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 64,
+        "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "linear", "factor": 2.0}, "tie_word_embeddings": False}))
+    out("config", "st_pooling", json.dumps({"word_embedding_dimension": 32,
+                                            "pooling_mode_mean_tokens": True}))
+
+    # ---- tokenizer texts ----
+    texts = {
+        "ascii": "Hello, world! The cat's 123 tests; don't stop.\n\n  two  spaces\ttab",
+        "unicode": "caf\u00e9 na\u00efve \u4e2d\u6587 \u0645\u0631\u062d\u0628\u0627 "
+                   "\U0001F600 \u00c9COLE r\u00e9sum\u00e9",
+        "controls": "a\x00b\x01c\u200bd\ufeffe\r\nf",
+        "invalid": b"ab\xff\xfe\xc3(\xe2\x82",
+        "bert": "[CLS] unaffable running Hello HELLO hello-world (the) [SEP]",
+    }
+    for target in ("byte_tokenizer", "gpt2_bpe_tokenizer", "wordpiece_tokenizer"):
+        for name, text in texts.items():
+            out(target, name, text)
+
+    # ---- requests (first byte: RPC in bits 0-1, architecture in bits 2+) ----
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["protoc", "-I", os.path.join(ROOT, "proto"), "--python_out", tmp,
+                        "dikkat/v1/dikkat.proto"], check=True)
+        sys.path.insert(0, tmp)
+        from dikkat.v1 import dikkat_pb2 as pb
+
+        def req(name, rpc, arch, message):
+            out("request", name, bytes([rpc | (arch << 2)]) + message.SerializeToString())
+
+        g1 = pb.GenerateRequest(max_new_tokens=5, stop=["\n"], stop_token_ids=[258],
+                                top_logprobs=2, echo_prompt_tokens=True)
+        g1.input.text = "Once upon a time"
+        g1.sampling.temperature = 0.7
+        g1.sampling.top_k = 5
+        g1.sampling.top_p = 0.9
+        g1.sampling.seed = 42
+        req("generate_lm", 0, 0, g1)
+        g2 = pb.GenerateRequest()
+        g2.input.tokens.ids.extend([1, 2, 3])
+        g2.decoder_prefix.tokens.ids.extend([0])
+        req("generate_seq2seq", 0, 2, g2)
+        e = pb.EncodeRequest(pooling=pb.POOLING_MEAN, normalize=True, return_hidden_states=True,
+                             hidden_layer=1, output_dtype=pb.DTYPE_BFLOAT16)
+        e.inputs.add().text = "hello"
+        e.inputs.add().tokens.ids.extend([5, 6, 7])
+        req("encode_encoder", 1, 1, e)
+        a = pb.AttentionRequest(layers=[0, 1], heads=[1], aggregation=pb.HEAD_AGGREGATION_NONE)
+        a.input.text = "attend"
+        req("attention_lm", 2, 0, a)
+        a2 = pb.AttentionRequest(kind=pb.ATTENTION_KIND_CROSS,
+                                 aggregation=pb.HEAD_AGGREGATION_MEAN,
+                                 output_dtype=pb.DTYPE_FLOAT16)
+        a2.input.text = "source"
+        a2.target.tokens.ids.extend([0, 9])
+        req("attention_cross", 2, 2, a2)
+
+
+if __name__ == "__main__":
+    main()
