@@ -22,7 +22,9 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
   if grep -q avx512bw /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX;
   elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
 fi
-echo "bench: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}, $THREADS threads, $(nproc) cores"
+# dikkat-server sets this itself (server/runtime.cc); give PyTorch the same.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+echo "bench: OMP_WAIT_POLICY=$OMP_WAIT_POLICY, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}, $THREADS threads, $(nproc) cores"
 
 if [ ! -f "$MODEL/model.safetensors" ]; then
   /usr/bin/python3 tools/make_tiny_model.py "$MODEL" --d-model 768 --layers 12 --heads 12 \

@@ -13,6 +13,15 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   if (SmallBatchLinearApplies(x, w) && (x.size(0) > 1 || w.scalar_type() != at::kFloat)) {
     return SmallBatchLinear(x, w, b);
   }
+  if (x.scalar_type() != w.scalar_type()) {
+    // Half-precision weights with float32 activations (CPU): the product in
+    // the weights' dtype (oneDNN for bfloat16), the result back in float32.
+    // LibTorch 1.13 has no float16 matrix product on the CPU: widen those.
+    at::Tensor y = w.scalar_type() == at::kHalf && w.is_cpu()
+                       ? at::linear(x, w.to(x.scalar_type()))
+                       : at::linear(x.to(w.scalar_type()), w).to(x.scalar_type());
+    return b.defined() ? y + b.to(x.scalar_type()) : y;
+  }
   if (x.dim() == 2 && x.size(0) == 1) {
     // [1, in] -> [1, out] through GEMV.
     at::Tensor row = x.select(0, 0);

@@ -32,8 +32,17 @@ inline float Bf16ToFloat(uint16_t v) {
   return f;
 }
 
+// IEEE half stored as raw bits (a distinct type from bfloat16's uint16_t).
+struct Half16 {
+  uint16_t bits;
+};
+
 template <typename W>
 inline float LoadScalar(const W* p, int64_t i);
+template <>
+inline float LoadScalar<Half16>(const Half16* p, int64_t i) {
+  return static_cast<float>(c10::Half(p[i].bits, c10::Half::from_bits()));
+}
 template <>
 inline float LoadScalar<float>(const float* p, int64_t i) {
   return p[i];
@@ -51,6 +60,10 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512 Load16(const float* p)
 __attribute__((target("avx512f,avx512bw"))) inline __m512 Load16(const uint16_t* p) {
   __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+__attribute__((target("avx512f,avx512bw"))) inline __m512 Load16(const Half16* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
 // ---- SmallBatchLinear -----------------------------------------------------------
@@ -231,7 +244,8 @@ void DecodeAttentionAll(const float* q, const T* k_cache, const T* v_cache, floa
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
   return x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kSmallBatchMaxRows && x.is_cpu() &&
          w.is_cpu() && w.dim() == 2 && w.is_contiguous() &&
-         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16);
+         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16 ||
+          w.scalar_type() == at::kHalf);
 }
 
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -244,8 +258,11 @@ at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::
   if (w.scalar_type() == at::kFloat) {
     LinearDispatch(xf.data_ptr<float>(), w.data_ptr<float>(), bp, y.data_ptr<float>(), rows, in,
                    out);
-  } else {
+  } else if (w.scalar_type() == at::kBFloat16) {
     LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const uint16_t*>(w.data_ptr()), bp,
+                   y.data_ptr<float>(), rows, in, out);
+  } else {
+    LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const Half16*>(w.data_ptr()), bp,
                    y.data_ptr<float>(), rows, in, out);
   }
   return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
@@ -265,11 +282,15 @@ at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
   if (k_cache.scalar_type() == at::kFloat) {
     DecodeAttentionAll(qs.data_ptr<float>(), k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
                        out.data_ptr<float>(), tables, lens, block_size, window, hq, hkv, d);
-  } else {
-    TORCH_CHECK(k_cache.scalar_type() == at::kBFloat16, "PagedDecodeAttention: cache dtype ",
-                k_cache.scalar_type(), " not supported");
+  } else if (k_cache.scalar_type() == at::kBFloat16) {
     DecodeAttentionAll(qs.data_ptr<float>(), reinterpret_cast<const uint16_t*>(k_cache.data_ptr()),
                        reinterpret_cast<const uint16_t*>(v_cache.data_ptr()), out.data_ptr<float>(),
+                       tables, lens, block_size, window, hq, hkv, d);
+  } else {
+    TORCH_CHECK(k_cache.scalar_type() == at::kHalf, "PagedDecodeAttention: cache dtype ",
+                k_cache.scalar_type(), " not supported");
+    DecodeAttentionAll(qs.data_ptr<float>(), reinterpret_cast<const Half16*>(k_cache.data_ptr()),
+                       reinterpret_cast<const Half16*>(v_cache.data_ptr()), out.data_ptr<float>(),
                        tables, lens, block_size, window, hq, hkv, d);
   }
   return out.scalar_type() == q.scalar_type() ? out : out.to(q.scalar_type());

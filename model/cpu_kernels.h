@@ -25,11 +25,11 @@ namespace dikkat::model {
 // Rows at most that SmallBatchLinear takes.
 inline constexpr int64_t kSmallBatchMaxRows = 8;
 
-// True if SmallBatchLinear handles x [M, in] with w [out, in] (CPU, float32
-// or bfloat16 weights, contiguous, 1 <= M <= kSmallBatchMaxRows).
+// True if SmallBatchLinear handles x [M, in] with w [out, in] (CPU, float32,
+// bfloat16 or float16 weights, contiguous, 1 <= M <= kSmallBatchMaxRows).
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 
-// x [M, in] (any float dtype), w [out, in] float32 or bfloat16, b [out] or
+// x [M, in] (any float dtype), w [out, in] float32, bfloat16 or float16, b [out] or
 // undefined -> [M, out] in x's dtype. Accumulates in float32.
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 

@@ -19,8 +19,10 @@ std::string ShapeString(at::IntArrayRef shape) { return "[" + absl::StrJoin(shap
 // dtype/device, and remembers which names were used.
 class WeightBinder {
  public:
-  WeightBinder(const TensorMap& weights, const LoadOptions& options)
-      : weights_(weights), options_(options) {}
+  // Matrices (linear weights, embeddings) are kept in options.dtype; vectors
+  // (biases, norm weights) in `compute_dtype`, the dtype of activations.
+  WeightBinder(const TensorMap& weights, const LoadOptions& options, c10::ScalarType compute_dtype)
+      : weights_(weights), options_(options), compute_dtype_(compute_dtype) {}
 
   bool Has(const std::string& name) const { return weights_.count(name) > 0; }
 
@@ -63,7 +65,8 @@ class WeightBinder {
                                                      "; expected a floating-point dtype"));
     }
     used_.insert(name);
-    at::Tensor out = t.to(options_.device, options_.dtype).contiguous();
+    at::Tensor out =
+        t.to(options_.device, t.dim() >= 2 ? options_.dtype : compute_dtype_).contiguous();
     if (out.data_ptr() == t.data_ptr()) out = out.clone();  // own the memory; never alias a mapping
     bytes_ += out.numel() * static_cast<int64_t>(out.element_size());
     count_ += out.numel();
@@ -72,6 +75,7 @@ class WeightBinder {
 
   const TensorMap& weights_;
   LoadOptions options_;
+  c10::ScalarType compute_dtype_;
   std::set<std::string> used_;
   int64_t bytes_ = 0;
   int64_t count_ = 0;
@@ -160,7 +164,8 @@ struct BatchIndex {
   int64_t total = 0;
 };
 
-at::Tensor SinusoidalTable(int64_t positions, int64_t d, const LoadOptions& options) {
+at::Tensor SinusoidalTable(int64_t positions, int64_t d, c10::Device device,
+                           c10::ScalarType dtype) {
   // PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), computed in double.
   auto opts = at::TensorOptions().dtype(at::kDouble);
   at::Tensor pos = at::arange(positions, opts).unsqueeze(1);                    // [P, 1]
@@ -168,7 +173,7 @@ at::Tensor SinusoidalTable(int64_t positions, int64_t d, const LoadOptions& opti
   at::Tensor table = at::zeros({positions, d}, opts);
   table.slice(1, 0, d, 2).copy_(at::sin(pos * div));
   table.slice(1, 1, d, 2).copy_(at::cos(pos * div.slice(0, 0, d / 2)));
-  return table.to(options.device, options.dtype);
+  return table.to(device, dtype);
 }
 
 }  // namespace
@@ -176,6 +181,12 @@ at::Tensor SinusoidalTable(int64_t positions, int64_t d, const LoadOptions& opti
 struct Transformer::Impl {
   ModelConfig config;
   LoadOptions options;
+  // Activations' dtype. On the CPU always float32: bfloat16/float16 weights
+  // are read by the kernels as they are (half the bytes streamed) while norms,
+  // residuals, softmax and sampling stay in float32, which is both faster
+  // (LibTorch 1.13's CPU bf16 elementwise ops are slow) and more accurate. On
+  // CUDA activations follow the weights (tensor cores).
+  c10::ScalarType compute_dtype = c10::ScalarType::Float;
   Stack encoder;  // encoder-only, or the encoder of an encoder-decoder
   Stack decoder;  // decoder-only, or the decoder of an encoder-decoder
   at::Tensor lm_head_w, lm_head_b;
@@ -276,7 +287,7 @@ struct Transformer::Impl {
       DIKKAT_ASSIGN_OR_RETURN(
           e->positions, w.Take(prefix + "embed_positions.weight", {config.max_positions, d}));
     } else if (config.positions == PositionKind::kSinusoidal) {
-      e->positions = SinusoidalTable(config.max_positions, d, options);
+      e->positions = SinusoidalTable(config.max_positions, d, options.device, compute_dtype);
     }
     if (config.type_vocab_size > 0) {
       DIKKAT_ASSIGN_OR_RETURN(
@@ -381,10 +392,10 @@ struct Transformer::Impl {
     std::vector<int64_t> ids;
     ids.reserve(index.total);
     for (const SequenceChunk& c : chunks) ids.insert(ids.end(), c.tokens.begin(), c.tokens.end());
-    at::Tensor x = stack.embed.tokens.index_select(0, ToDevice(ids));  // [N, d]
+    at::Tensor x = stack.embed.tokens.index_select(0, ToDevice(ids)).to(compute_dtype);  // [N, d]
     if (stack.embed.scale != 1.0) x = x * stack.embed.scale;
     if (stack.embed.positions.defined()) {
-      x = x + stack.embed.positions.index_select(0, index.positions);
+      x = x + stack.embed.positions.index_select(0, index.positions).to(compute_dtype);
     }
     if (stack.embed.types.defined()) {
       std::vector<int64_t> types;
@@ -396,7 +407,7 @@ struct Transformer::Impl {
           types.insert(types.end(), c.type_ids.begin(), c.type_ids.end());
         }
       }
-      x = x + stack.embed.types.index_select(0, ToDevice(types));
+      x = x + stack.embed.types.index_select(0, ToDevice(types)).to(compute_dtype);
     }
     if (stack.embed.norm.defined()) x = stack.embed.norm(x);
     return x;
@@ -426,8 +437,9 @@ struct Transformer::Impl {
       k = Rotate(k, index);
     }
     if (cache != nullptr) {
-      cache->keys(layer).index_copy_(0, index.write_slots, k);
-      cache->values(layer).index_copy_(0, index.write_slots, v);
+      const c10::ScalarType kv_dtype = cache->keys(layer).scalar_type();
+      cache->keys(layer).index_copy_(0, index.write_slots, k.to(kv_dtype));
+      cache->values(layer).index_copy_(0, index.write_slots, v.to(kv_dtype));
     }
     const int64_t window = stack.causal ? config.sliding_window : 0;
     // Decode tokens (one new token over cached keys) of every sequence go
@@ -465,8 +477,10 @@ struct Transformer::Impl {
       at::Tensor qi = q.narrow(0, off, len).transpose(0, 1);  // [Hq, n, D]
       at::Tensor ki, vi;                                      // [Hkv, L, D]
       if (cache != nullptr && start > 0) {
-        ki = cache->keys(layer).index_select(0, index.context_slots[i]).transpose(0, 1);
-        vi = cache->values(layer).index_select(0, index.context_slots[i]).transpose(0, 1);
+        ki = cache->keys(layer).index_select(0, index.context_slots[i]).to(q.scalar_type())
+                 .transpose(0, 1);
+        vi = cache->values(layer).index_select(0, index.context_slots[i]).to(q.scalar_type())
+                 .transpose(0, 1);
       } else {
         ki = k.narrow(0, off, len).transpose(0, 1);
         vi = v.narrow(0, off, len).transpose(0, 1);
@@ -593,7 +607,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelConfig
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;
-  WeightBinder binder(weights, options);
+  impl->compute_dtype = options.device.is_cpu() ? c10::ScalarType::Float : options.dtype;
+  WeightBinder binder(weights, options, impl->compute_dtype);
   try {
     DIKKAT_RETURN_IF_ERROR(impl->LoadAll(binder));
   } catch (const std::exception& e) {

@@ -29,13 +29,27 @@ const char* CoreTypeForThisCpu() {
 
 void SelectBlasKernels(int argc, char** argv) {
   (void)argc;
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv(kReexecMarker) != nullptr) return;
-  const char* core = CoreTypeForThisCpu();
-  if (core == nullptr) return;
-  setenv("OPENBLAS_CORETYPE", core, /*overwrite=*/0);
+  if (std::getenv(kReexecMarker) != nullptr) return;
+  bool changed = false;
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+    if (const char* core = CoreTypeForThisCpu(); core != nullptr) {
+      setenv("OPENBLAS_CORETYPE", core, 0);
+      changed = true;
+    }
+  }
+  // libgomp's default is to spin for a while at every barrier. When another
+  // process holds a core (a client, a sidecar, a noisy neighbour) the spinning
+  // threads starve the working one: a decode step measured 40x slower under
+  // load (docs/performance.md). Passive waiting costs ~3% when the machine is
+  // quiet.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+    changed = true;
+  }
+  if (!changed) return;
   setenv(kReexecMarker, "auto", 1);
   execv("/proc/self/exe", argv);
-  // execv only returns on failure: carry on with whatever OpenBLAS chose.
+  // execv only returns on failure: carry on with the libraries' own choices.
 }
 
 std::string DescribeBlas() {
@@ -48,7 +62,9 @@ std::string DescribeBlas() {
                        : std::getenv("OPENBLAS_CORETYPE") != nullptr
                            ? "from OPENBLAS_CORETYPE"
                            : "OpenBLAS's own detection";
-  return std::string("BLAS: OpenBLAS, ") + core_name() + " kernels (" + source + ")";
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  return std::string("BLAS: OpenBLAS, ") + core_name() + " kernels (" + source +
+         "); OpenMP wait policy " + (wait != nullptr ? wait : "default");
 }
 
 int SetComputeThreads(int threads) {

@@ -11,8 +11,11 @@ namespace dikkat::server {
 // knows or from OPENBLAS_CORETYPE. OpenBLAS 0.3.21 (Debian 12) does not know
 // recent CPUs and falls back to its slowest (Prescott) kernels, ~5x slower
 // (docs/performance.md). If OPENBLAS_CORETYPE is unset, this sets it from the
-// CPU's features (AVX-512 -> SkylakeX, AVX2 -> Haswell) and re-executes the
-// program so that the setting takes effect; an explicit setting is kept.
+// CPU's features (AVX-512 -> SkylakeX, AVX2 -> Haswell). It also sets
+// OMP_WAIT_POLICY=PASSIVE when unset (spinning OpenMP threads collapse
+// throughput when another process shares the cores). Both are read when the
+// libraries load, so the program re-executes itself once with them set;
+// explicit settings are kept.
 // Call first thing in main(). Returns only if no re-exec was needed (or it failed).
 void SelectBlasKernels(int argc, char** argv);
 
