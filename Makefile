@@ -28,7 +28,9 @@ test: build
 
 # Serves the two trained models shipped in models/ (docs/models.md); the first,
 # the language model, is the default for requests that name no model.
-run: build
+# Only the server and the CLI are built (the tests take most of a full build).
+run: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target dikkat-server dikkat
 	$(BUILD_DIR)/server/dikkat-server --listen=$(ADDR) --metrics_listen=$(METRICS_ADDR) \
 	  --model=models/dikkat-lm --model=models/dikkat-numbers
 
