@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 namespace dikkat::server {
@@ -31,9 +32,11 @@ void SelectBlasKernels(int argc, char** argv) {
   (void)argc;
   if (std::getenv(kReexecMarker) != nullptr) return;
   bool changed = false;
+  std::string chosen = "omp";  // what this function set, for DescribeBlas()
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
     if (const char* core = CoreTypeForThisCpu(); core != nullptr) {
       setenv("OPENBLAS_CORETYPE", core, 0);
+      chosen = "coretype";
       changed = true;
     }
   }
@@ -47,7 +50,7 @@ void SelectBlasKernels(int argc, char** argv) {
     changed = true;
   }
   if (!changed) return;
-  setenv(kReexecMarker, "auto", 1);
+  setenv(kReexecMarker, chosen.c_str(), 1);
   execv("/proc/self/exe", argv);
   // execv only returns on failure: carry on with the libraries' own choices.
 }
@@ -58,7 +61,9 @@ std::string DescribeBlas() {
   if (core_name == nullptr) {
     return "BLAS: not OpenBLAS (install libopenblas0-openmp for ~50x faster matrix products)";
   }
-  std::string source = std::getenv(kReexecMarker) != nullptr ? "chosen from the CPU's features"
+  const char* marker = std::getenv(kReexecMarker);
+  std::string source = marker != nullptr && std::string(marker) == "coretype"
+                           ? "chosen from the CPU's features"
                        : std::getenv("OPENBLAS_CORETYPE") != nullptr
                            ? "from OPENBLAS_CORETYPE"
                            : "OpenBLAS's own detection";
