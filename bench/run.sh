@@ -17,7 +17,11 @@ if ! /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null
 fi
 
-# Same BLAS kernels for every process (dikkat-server would pick these itself).
+# Same BLAS kernels for every process: the ones dikkat-server picks itself
+# when nothing is set (server/runtime.cc). A machine-wide OPENBLAS_CORETYPE /
+# OPENBLAS_L2_SIZE (some CI images pin older kernels) is dropped for this
+# command alone unless BENCH_KEEP_BLAS_ENV=1; tests and CI keep theirs.
+if [ -z "${BENCH_KEEP_BLAS_ENV:-}" ]; then unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; fi
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
   if grep -q avx512bw /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX;
   elif grep -q avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
