@@ -162,6 +162,7 @@ class EngineImpl final : public Engine {
   // ---- engine thread ----
   void Loop();
   bool TakeInbox();
+  void DrainInbox() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Expire();
   void RunAuxiliary();
   std::vector<Request*> Schedule(std::vector<int64_t>* chunk_lens);
@@ -533,17 +534,7 @@ void EngineImpl::Loop() {
   // Stopping: everything still here is cancelled.
   {
     absl::MutexLock lock(&mu_);
-    while (!inbox_.empty()) {
-      std::unique_ptr<Request> r = std::move(inbox_.front());
-      inbox_.pop_front();
-      Request* raw = r.get();
-      requests_[raw->id] = std::move(r);
-      if (raw->kind == RequestKind::kGenerate) {
-        waiting_.push_back(raw);
-      } else {
-        auxiliary_.push_back(raw);
-      }
-    }
+    DrainInbox();
   }
   std::vector<Request*> left(running_.begin(), running_.end());
   left.insert(left.end(), waiting_.begin(), waiting_.end());
@@ -551,6 +542,22 @@ void EngineImpl::Loop() {
   std::vector<Request*> aux(auxiliary_.begin(), auxiliary_.end());
   for (Request* r : aux) FinishAuxiliary(r, absl::UnavailableError("the server is shutting down"));
   PublishStats();
+}
+
+// Takes ownership of every submitted request: Generate to waiting_, the rest
+// to auxiliary_.
+void EngineImpl::DrainInbox() {
+  while (!inbox_.empty()) {
+    std::unique_ptr<Request> r = std::move(inbox_.front());
+    inbox_.pop_front();
+    Request* raw = r.get();
+    requests_[raw->id] = std::move(r);
+    if (raw->kind == RequestKind::kGenerate) {
+      waiting_.push_back(raw);
+    } else {
+      auxiliary_.push_back(raw);
+    }
+  }
 }
 
 // Moves new requests and cancellations into engine-thread state; waits when
@@ -565,17 +572,7 @@ bool EngineImpl::TakeInbox() {
     mu_.AwaitWithTimeout(absl::Condition(&has_work), absl::Milliseconds(200));
   }
   if (stop_) return false;
-  while (!inbox_.empty()) {
-    std::unique_ptr<Request> r = std::move(inbox_.front());
-    inbox_.pop_front();
-    Request* raw = r.get();
-    requests_[raw->id] = std::move(r);
-    if (raw->kind == RequestKind::kGenerate) {
-      waiting_.push_back(raw);
-    } else {
-      auxiliary_.push_back(raw);
-    }
-  }
+  DrainInbox();
   for (RequestId id : cancels_) {
     auto it = requests_.find(id);
     if (it != requests_.end()) it->second->cancelled = true;
