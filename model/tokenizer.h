@@ -112,7 +112,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2Bpe(const std::string& vocab_
                                                        const std::string& merges_txt);
 
 // A Hugging Face tokenizer.json. Supported: model "BPE" with the GPT-2
-// ByteLevel pre-tokenizer and no normalizer (kind "gpt2-bpe"), model
+// ByteLevel pre-tokenizer and no normalizer (kind "gpt2-bpe"); model "BPE"
+// with SentencePiece-style "▁" spaces, i.e. Llama's legacy normalizer
+// Sequence[Prepend("▁"), Replace(" ", "▁")] or the Metaspace pre-tokenizer,
+// with byte_fallback <0xNN> pieces (kind "bpe"; added tokens such as <s> in
+// the input text are encoded as plain text, like SentencePiece does); model
 // "WordPiece" with the BERT normalizer / pre-tokenizer (kind "wordpiece").
 // Post-processors RobertaProcessing, BertProcessing and TemplateProcessing
 // decide what add_special_tokens adds. UNIMPLEMENTED names anything else.
@@ -141,7 +145,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadWordPiece(const std::string& voca
 // vocab.txt (WordPiece; options from tokenizer_config.json's do_lower_case,
 // strip_accents, tokenize_chinese_chars when present), or
 // `"tokenizer": "byte"` in dikkat.json. A tokenizer.json that is
-// UNIMPLEMENTED (e.g. Llama's Metaspace BPE) gives way to vocab.json +
+// UNIMPLEMENTED (a pipeline LoadTokenizerJson does not know) gives way to vocab.json +
 // merges.txt or tokenizer.model when the folder has them.
 // NOT_FOUND lists what was looked for.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);

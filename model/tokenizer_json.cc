@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/byte_level_bpe.h"
+#include "model/llama_bpe.h"
 #include "model/status_macros.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_files.h"
@@ -67,6 +68,127 @@ absl::StatusOr<SpecialFrame> ParsePostProcessor(const std::string& path, const J
                    "BertProcessing, TemplateProcessing)"));
 }
 
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMerges(
+    const std::string& path, const Json& model) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const Json& m : model.at("merges")) {
+    if (m.is_array() && m.size() == 2) {
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+      continue;
+    }
+    const std::string line = m.get<std::string>();
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": merge \"", line, "\" is not two space-separated tokens"));
+    }
+    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  return merges;
+}
+
+std::vector<AddedToken> ParseAddedTokens(const Json& j) {
+  std::vector<AddedToken> added_tokens;
+  for (const Json& added : j.value("added_tokens", Json::array())) {
+    added_tokens.push_back({added.at("id").get<int32_t>(), added.at("content").get<std::string>(),
+                            added.value("special", false)});
+  }
+  return added_tokens;
+}
+
+constexpr char kSpaceMark[] = "\xE2\x96\x81";  // U+2581 "▁"
+
+// A Llama / SentencePiece-converted BPE: "▁" for spaces, either from the
+// legacy normalizer Sequence[Prepend("▁"), Replace(" ", "▁")] or from the
+// Metaspace pre-tokenizer, and usually byte_fallback.
+bool IsMetaspaceBpe(const Json& j) {
+  static const Json kNull;
+  const Json& norm = j.contains("normalizer") ? j["normalizer"] : kNull;
+  const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : kNull;
+  if (TypeOf(pre) == "Metaspace") return true;
+  if (j.at("model").value("byte_fallback", false)) return true;
+  const std::string dumped = norm.dump();
+  return dumped.find(kSpaceMark) != std::string::npos;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadLlamaBpeJson(const std::string& path,
+                                                           const Json& j) {
+  static const Json kNull;
+  const Json& norm = j.contains("normalizer") ? j["normalizer"] : kNull;
+  const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : kNull;
+  const Json& model = j.at("model");
+  LlamaBpeSpec spec;
+  const auto unsupported = [&](const std::string& what) {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": ", what, " is not supported for BPE with \"▁\" spaces (supported: "
+        "normalizer Sequence[Prepend(\"▁\"), Replace(\" \", \"▁\")] with no pre_tokenizer, "
+        "or no normalizer with the Metaspace pre_tokenizer)"));
+  };
+  if (TypeOf(pre) == "Metaspace") {
+    if (!norm.is_null()) return unsupported(absl::StrCat("normalizer ", TypeOf(norm)));
+    if (pre.value("replacement", std::string(kSpaceMark)) != kSpaceMark) {
+      return unsupported(absl::StrCat("Metaspace replacement ", pre["replacement"].dump()));
+    }
+    std::string scheme = pre.value("prepend_scheme", std::string());
+    if (scheme.empty()) scheme = pre.value("add_prefix_space", true) ? "always" : "never";
+    if (scheme == "always" || scheme == "first") {
+      spec.prefix = LlamaBpeSpec::Prefix::kUnlessPresent;
+    } else if (scheme == "never") {
+      spec.prefix = LlamaBpeSpec::Prefix::kNever;
+    } else {
+      return unsupported(absl::StrCat("Metaspace prepend_scheme \"", scheme, "\""));
+    }
+    spec.split_words = pre.value("split", true);
+  } else {
+    if (!pre.is_null()) return unsupported(absl::StrCat("pre_tokenizer ", TypeOf(pre)));
+    std::vector<Json> steps;
+    if (TypeOf(norm) == "Sequence") {
+      for (const Json& n : norm.at("normalizers")) steps.push_back(n);
+    } else if (!norm.is_null()) {
+      steps.push_back(norm);
+    }
+    bool replaces_spaces = false;
+    spec.prefix = LlamaBpeSpec::Prefix::kNever;
+    for (const Json& step : steps) {
+      const std::string type = TypeOf(step);
+      if (type == "Prepend" && step.value("prepend", std::string()) == kSpaceMark) {
+        spec.prefix = LlamaBpeSpec::Prefix::kAlways;
+      } else if (type == "Replace" && step.contains("pattern") &&
+                 step["pattern"].value("String", std::string()) == " " &&
+                 step.value("content", std::string()) == kSpaceMark) {
+        replaces_spaces = true;
+      } else {
+        return unsupported(absl::StrCat("normalizer step ", step.dump()));
+      }
+    }
+    if (!replaces_spaces) return unsupported(absl::StrCat("normalizer ", norm.dump()));
+  }
+  spec.strip_leading_space = spec.prefix != LlamaBpeSpec::Prefix::kNever;
+  if (!model.value("dropout", Json()).is_null()) {
+    return unsupported(absl::StrCat("BPE dropout ", model["dropout"].dump()));
+  }
+  if (model.value("ignore_merges", false)) return unsupported("BPE ignore_merges=true");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const Json v = model.value(key, Json());
+    if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty())) {
+      return unsupported(absl::StrCat("BPE ", key, " ", v.dump()));
+    }
+  }
+  spec.byte_fallback = model.value("byte_fallback", false);
+  spec.fuse_unk = model.value("fuse_unk", false);
+  const Json unk = model.value("unk_token", Json());
+  if (unk.is_string()) spec.unk_token = unk.get<std::string>();
+  for (const auto& [piece, id] : model.at("vocab").items()) spec.vocab.emplace(piece, id.get<int32_t>());
+  DIKKAT_ASSIGN_OR_RETURN(spec.merges, ParseMerges(path, model));
+  spec.added_tokens = ParseAddedTokens(j);
+  DIKKAT_ASSIGN_OR_RETURN(SpecialFrame frame,
+                          ParsePostProcessor(path, j.value("post_processor", Json())));
+  spec.prefix_ids = std::move(frame.prefix);
+  spec.suffix_ids = std::move(frame.suffix);
+  DIKKAT_ASSIGN_OR_RETURN(spec.fingerprints, FingerprintFiles({path}));
+  return MakeLlamaBpe(std::move(spec));
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadByteLevelBpeJson(const std::string& path,
                                                                 const Json& j) {
   static const Json kNull;
@@ -85,24 +207,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadByteLevelBpeJson(const std::strin
   ByteLevelBpeSpec spec;
   spec.add_prefix_space = byte_level->value("add_prefix_space", false);
   for (const auto& [token, id] : model.at("vocab").items()) spec.vocab.emplace(token, id.get<int32_t>());
-  for (const Json& m : model.at("merges")) {
-    if (m.is_array() && m.size() == 2) {
-      spec.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-      continue;
-    }
-    const std::string line = m.get<std::string>();
-    const size_t space = line.find(' ');
-    if (space == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": merge \"", line, "\" is not two space-separated tokens"));
-    }
-    spec.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
-  }
-  for (const Json& added : j.value("added_tokens", Json::array())) {
-    spec.added_tokens.push_back({added.at("id").get<int32_t>(),
-                                 added.at("content").get<std::string>(),
-                                 added.value("special", false)});
-  }
+  DIKKAT_ASSIGN_OR_RETURN(spec.merges, ParseMerges(path, model));
+  spec.added_tokens = ParseAddedTokens(j);
   DIKKAT_ASSIGN_OR_RETURN(SpecialFrame frame,
                           ParsePostProcessor(path, j.value("post_processor", Json())));
   spec.prefix_ids = std::move(frame.prefix);
@@ -161,7 +267,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& 
   try {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tok;
     if (type == "BPE") {
-      tok = LoadByteLevelBpeJson(path, j);
+      tok = IsMetaspaceBpe(j) ? LoadLlamaBpeJson(path, j) : LoadByteLevelBpeJson(path, j);
     } else if (type == "WordPiece") {
       tok = LoadWordPieceJson(path, j);
     } else {

@@ -140,18 +140,19 @@ TEST_F(SentencePieceTest, LoadTokenizerFindsModelAndFingerprintsIt) {
   EXPECT_EQ((*tok)->file_fingerprints()[0], want);
 }
 
-// Llama folders ship a tokenizer.json dikkat does not read (Metaspace BPE)
-// next to tokenizer.model: the SentencePiece model is used; alone, the
-// tokenizer.json is refused by name.
+// Folders (T5, ALBERT, ...) may ship a tokenizer.json dikkat does not read
+// (here a Unigram model) next to tokenizer.model: the SentencePiece model is
+// used; alone, the tokenizer.json is refused by name. (Llama's BPE
+// tokenizer.json is read: llama_bpe_tokenizer_test.cc.)
 TEST_F(SentencePieceTest, UnsupportedTokenizerJsonGivesWayToTokenizerModel) {
   ScratchDir model_dir;
   testing_util::WriteFile(
       model_dir.File("tokenizer.json"),
-      R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+      R"({"model": {"type": "Unigram", "vocab": [["<unk>", 0.0]], "unk_id": 0},
           "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581"}})");
   auto alone = LoadTokenizer(model_dir.path());
   EXPECT_EQ(alone.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(alone.status().message(), HasSubstr("Metaspace"));
+  EXPECT_THAT(alone.status().message(), HasSubstr("Unigram"));
 
   const std::string src = (*ref_)["bpe_byte_fallback"]["path"].get<std::string>();
   ASSERT_EQ(testing_util::Run("cp " + src + " " + model_dir.File("tokenizer.model")), 0);
