@@ -126,8 +126,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& mode
   const bool has_spm = IsFile(dir / "tokenizer.model");
   if (IsFile(dir / "tokenizer.json")) {
     auto tok = LoadTokenizerJson((dir / "tokenizer.json").string());
-    // Folders with an unsupported tokenizer.json (Llama's Metaspace BPE)
-    // usually also ship the original files, which read the same text.
+    // Folders with a tokenizer.json pipeline dikkat does not read (e.g. a
+    // Unigram model) often also ship the original files, which read the
+    // same text.
     if (tok.ok() || tok.status().code() != absl::StatusCode::kUnimplemented ||
         !(has_bpe_pair || has_spm)) {
       return tok;

