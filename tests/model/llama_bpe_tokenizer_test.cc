@@ -163,6 +163,28 @@ TEST_F(LlamaBpeTest, TokenTextShowsSpacesAndBytes) {
   }
 }
 
+// Whole licence texts (part of the trainer's input, ~70 KB of prose) as one
+// text: the same ids as libsentencepiece on the original model. It is one
+// BPE "word" of ~70k symbols, so a quadratic merge loop would show here.
+TEST_F(LlamaBpeTest, LongProseMatchesLibSentencePiece) {
+  auto tok = LoadTokenizerJson(Path("legacy"));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto sp = LoadSentencePiece((*ref_)["model"].get<std::string>());
+  ASSERT_TRUE(sp.ok()) << sp.status();
+  std::string all;
+  for (const char* licence : {"/usr/share/common-licenses/GPL-3",
+                              "/usr/share/common-licenses/Apache-2.0",
+                              "/usr/share/common-licenses/GFDL-1.3"}) {
+    all += testing_util::ReadFile(licence);
+  }
+  ASSERT_GT(all.size(), 50'000u);
+  auto want = (*sp)->Encode(all, false);
+  auto got = (*tok)->Encode(all, false);
+  ASSERT_TRUE(want.ok() && got.ok());
+  EXPECT_EQ(got->ids, want->ids);
+  EXPECT_EQ((*tok)->Decode(got->ids, true), all);
+}
+
 TEST_F(LlamaBpeTest, RejectsWhatItDoesNotSupport) {
   nlohmann::json j = nlohmann::json::parse(testing_util::ReadFile(Path("legacy")));
   const auto load = [&](const nlohmann::json& doc, const std::string& name) {
