@@ -112,7 +112,8 @@ def main():
         "invalid": b"ab\xff\xfe\xc3(\xe2\x82",
         "bert": "[CLS] unaffable running Hello HELLO hello-world (the) [SEP]",
     }
-    for target in ("byte_tokenizer", "gpt2_bpe_tokenizer", "wordpiece_tokenizer"):
+    for target in ("byte_tokenizer", "gpt2_bpe_tokenizer", "llama_bpe_tokenizer",
+                   "wordpiece_tokenizer"):
         for name, text in texts.items():
             out(target, name, text)
 

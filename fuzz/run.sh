@@ -17,7 +17,7 @@ ARTIFACTS="${ARTIFACTS:-/tmp/dikkat-fuzz-artifacts}"
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
   TARGETS=(safetensors torch_checkpoint config byte_tokenizer gpt2_bpe_tokenizer
-           wordpiece_tokenizer request)
+           llama_bpe_tokenizer wordpiece_tokenizer request)
 fi
 
 mkdir -p "$ARTIFACTS"
