@@ -23,11 +23,23 @@
 namespace dikkat::model {
 namespace {
 
+// GCC defines __SANITIZE_ADDRESS__ / __SANITIZE_THREAD__; clang 14 only
+// answers __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DIKKAT_CLANG_SANITIZER 1
+#endif
+#endif
+#ifndef DIKKAT_CLANG_SANITIZER
+#define DIKKAT_CLANG_SANITIZER 0
+#endif
+
 constexpr char kShimFile[] = "libdikkat_sentencepiece_shim.so";
 
 // Where the module may be: $DIKKAT_SENTENCEPIECE_SHIM, next to the running
 // executable or in its ../lib (installed layouts), then the build tree.
-std::vector<std::string> ShimCandidates() {
+// (Unused in sanitizer builds, where LoadShim refuses before looking.)
+[[maybe_unused]] std::vector<std::string> ShimCandidates() {
   std::vector<std::string> out;
   if (const char* env = std::getenv("DIKKAT_SENTENCEPIECE_SHIM"); env != nullptr && *env) {
     out.push_back(env);
@@ -43,7 +55,7 @@ std::vector<std::string> ShimCandidates() {
 }
 
 absl::StatusOr<OpenSentencePieceFn> LoadShim() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || DIKKAT_CLANG_SANITIZER
   return absl::UnimplementedError(
       "SentencePiece is unavailable in sanitizer builds: its module needs RTLD_DEEPBIND, which "
       "the sanitizer runtimes reject");

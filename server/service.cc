@@ -76,9 +76,11 @@ class CallRecord {
 class GenerateReactor;
 
 // The engine's handle on one Generate call. The engine may keep its
-// shared_ptr after OnFinish; the reactor it points to is only finished (and
-// later deleted) after OnFinish, so the pointer is valid for every call the
-// engine is allowed to make. `done_` guards against calls past that point.
+// shared_ptr after OnFinish; the reactor it points to stays alive until
+// OnFinish has returned (the engine holds one of the reactor's two owner
+// shares, see GenerateReactor::Release), so the pointer is valid for every
+// call the engine is allowed to make. `done_` guards against calls past that
+// point.
 class GenerateSink final : public GenerateObserver {
  public:
   explicit GenerateSink(GenerateReactor* reactor) : reactor_(reactor) {}
@@ -114,6 +116,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   }
 
   void OnEngineFinish(GenerateSummary summary) {
+    NextOp op;
     {
       absl::MutexLock lock(&mu_);
       std::optional<grpc::Status> status;
@@ -148,8 +151,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       }
       if (final_message) FillFinish(summary, PendingMessageLocked());
       final_status_ = std::move(status);
+      // Decide under the same lock: once final_status_ is visible, a write
+      // completing on a gRPC thread may finish the call at any moment.
+      op = NextOpLocked();
     }
-    Pump();
+    StartOp(op);
   }
 
  private:
@@ -186,6 +192,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       finish_called_ = true;
     }
     record_.Finished(status);
+    // The engine will never call back: give up its share now. (gRPC's share
+    // keeps the reactor alive: OnDone cannot run before this constructor's
+    // handler has returned.)
+    Release();
     Finish(status);
   }
 
@@ -203,39 +213,57 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     return &queue_.back();
   }
 
-  // Starts the next write, or finishes the call once the engine is done and
-  // everything is written. At most one write is in flight; gRPC ops are
-  // started without holding mu_ because their reactions may run inline.
-  void Pump() {
-    const v1::GenerateResponse* next = nullptr;
+  // The next gRPC operation: a write, a write with the finish, a finish, or
+  // nothing (a write is in flight, or there is nothing to send yet).
+  struct NextOp {
+    const v1::GenerateResponse* write = nullptr;
     std::optional<grpc::Status> finish;
-    {
-      absl::MutexLock lock(&mu_);
-      if (write_in_flight_ || finish_called_) return;
-      if (write_failed_) queue_.clear();  // the stream is dead; drop what is left
-      if (!queue_.empty()) {
-        next = &queue_.front();  // deque push_back keeps this reference valid
-        if (queue_.size() == 1 && final_status_.has_value()) {
-          finish = final_status_;
-          finish_called_ = true;
-        } else {
-          write_in_flight_ = true;
-        }
-      } else if (final_status_.has_value()) {
-        finish = final_status_;
+  };
+
+  NextOp NextOpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    NextOp op;
+    if (write_in_flight_ || finish_called_) return op;
+    if (write_failed_) queue_.clear();  // the stream is dead; drop what is left
+    if (!queue_.empty()) {
+      op.write = &queue_.front();  // deque push_back keeps this reference valid
+      if (queue_.size() == 1 && final_status_.has_value()) {
+        op.finish = final_status_;
         finish_called_ = true;
       } else {
-        return;
+        write_in_flight_ = true;
       }
+    } else if (final_status_.has_value()) {
+      op.finish = final_status_;
+      finish_called_ = true;
     }
-    if (finish.has_value()) record_.Finished(*finish);
-    if (next != nullptr && finish.has_value()) {
-      StartWriteAndFinish(next, grpc::WriteOptions(), *finish);
-    } else if (next != nullptr) {
-      StartWrite(next);
-    } else {
-      Finish(*finish);
+    return op;
+  }
+
+  // Starts `op` without holding mu_ (its reactions may run inline). Once a
+  // finish is started the reactor may be deleted at any moment: nothing here
+  // or in the callers touches a member after this returns.
+  void StartOp(const NextOp& op) {
+    if (op.finish.has_value()) record_.Finished(*op.finish);
+    if (op.write != nullptr && op.finish.has_value()) {
+      StartWriteAndFinish(op.write, grpc::WriteOptions(), *op.finish);
+    } else if (op.write != nullptr) {
+      StartWrite(op.write);
+    } else if (op.finish.has_value()) {
+      Finish(*op.finish);
     }
+  }
+
+  // Starts the next write, or finishes the call once the engine is done and
+  // everything is written. At most one write is in flight. Safe from gRPC
+  // reactions (gRPC calls OnDone only after they return) and from the engine
+  // thread before OnEngineFinish (only the final status lets anyone finish).
+  void Pump() {
+    NextOp op;
+    {
+      absl::MutexLock lock(&mu_);
+      op = NextOpLocked();
+    }
+    StartOp(op);
   }
 
   void CancelEngineRequest() {
@@ -264,8 +292,21 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Client cancel, disconnect, or the deadline passing.
   void OnCancel() override { CancelEngineRequest(); }
 
-  void OnDone() override { delete this; }
+  void OnDone() override { Release(); }
 
+ public:
+  // The reactor has two owners: gRPC (until OnDone) and the engine (until
+  // OnEngineFinish has returned; never if the request was not submitted).
+  // The last to let go deletes it. gRPC alone is not enough: a write that
+  // completes on a gRPC thread may finish the call while the engine thread is
+  // still inside OnEngineFinish (e.g. in mu_.Unlock()), and OnDone would then
+  // free the reactor under it (ASan, under tests/soak).
+  void Release() {
+    if (owners_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+ private:
+  std::atomic<int> owners_{2};
   grpc::CallbackServerContext* const context_;
   const CallRecord record_;
   Engine* engine_ = nullptr;  // not owned; set before submitting
@@ -292,6 +333,7 @@ void GenerateSink::OnChunk(GeneratedChunk chunk) {
 void GenerateSink::OnFinish(GenerateSummary summary) {
   if (done_.exchange(true, std::memory_order_acq_rel)) return;
   reactor_->OnEngineFinish(std::move(summary));
+  reactor_->Release();  // the engine's share: its last touch of the reactor
 }
 
 // ---- Encode / Attention ----------------------------------------------------------

@@ -16,7 +16,17 @@ cleanup() {
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -20 "$TMP/server.err" >&2 || true; exit 1; }
+fail() {
+  echo "FAIL: $*" >&2
+  # A sanitizer report's head (what and where) matters more than its tail.
+  if grep -qE 'runtime error:|Sanitizer' "$TMP/server.err" 2>/dev/null; then
+    grep -m1 -A40 -E 'runtime error:|ERROR: [A-Za-z]+Sanitizer|WARNING: ThreadSanitizer' \
+      "$TMP/server.err" >&2
+  else
+    tail -20 "$TMP/server.err" >&2 || true
+  fi
+  exit 1
+}
 
 "$SERVER" --model="$MODEL" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --threads=1 \
   --max_queue=64 --kv_cache_bytes=512KiB --max_batch_size=32 --grace_period=5s \
@@ -38,4 +48,9 @@ kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || fail "dikkat-server exited with status $? after SIGTERM"
 SERVER_PID=""
 grep -q 'dikkat-server: stopped' "$TMP/server.err" || fail "no clean stop"
+# Sanitizer builds: a report that did not stop the server still fails the run.
+if grep -qE 'runtime error:|ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer' \
+    "$TMP/server.err"; then
+  fail "sanitizer report in the server's log"
+fi
 echo "soak passed"
