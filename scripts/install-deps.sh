@@ -24,6 +24,8 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-grpcio python3-protobuf
   # tokenizer references: SentencePiece trainer/encoder; Unicode categories for GPT-2 pre-tokenization
   python3-sentencepiece libicu-dev
+  # word list the shipped language model's test measures its output against
+  wamerican
 )
 
 if [ "${1:-}" = "--containers" ]; then
