@@ -175,9 +175,10 @@ TEST_F(ServiceTest, DeadlineReachesTheEngineAndEndsTheStream) {
   EXPECT_FALSE(r.messages.empty());  // tokens before the deadline were delivered
   std::optional<GenerateRequest> submitted = lm_->last_generate();
   ASSERT_TRUE(submitted.has_value());
-  // The call's deadline travels into the engine request (to the millisecond).
+  // The call's deadline travels into the engine request (gRPC sends it as a
+  // timeout and re-anchors it on arrival: a few ms of skew on a busy machine).
   EXPECT_LT(absl::AbsDuration(submitted->deadline - absl::FromChrono(deadline)),
-            absl::Milliseconds(5));
+            absl::Milliseconds(50));
   // The engine request ends (by its deadline or the cancel) instead of
   // generating all 200 chunks.
   EXPECT_TRUE(lm_->WaitIdle(absl::Seconds(2)));
