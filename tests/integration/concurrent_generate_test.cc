@@ -87,9 +87,13 @@ void ExpectSameAsSolo(const std::vector<Outcome>& solo, const std::vector<Outcom
   }
 }
 
+// The engine sleeps 1 ms after each step: the tiny model decodes in tens of
+// microseconds, so on a quiet machine the 16 streams could otherwise finish
+// one after another before the next arrives, sharing no step and never
+// filling the cache: what these tests must exercise.
 std::unique_ptr<InProcessServer> StartLm(server::EngineOptions options) {
-  absl::StatusOr<std::unique_ptr<InProcessServer>> s =
-      InProcessServer::Start({{"tiny-lm", ModelDir("tiny-lm"), options}});
+  absl::StatusOr<std::unique_ptr<InProcessServer>> s = InProcessServer::Start(
+      {{"tiny-lm", ModelDir("tiny-lm"), options, absl::Milliseconds(1)}});
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
 }
