@@ -160,7 +160,9 @@ struct BatchIndex {
   std::vector<int64_t> lens;
   at::Tensor positions;           // [N] long
   at::Tensor write_slots;         // [N] long: where each new token's K/V go (cache only)
-  std::vector<at::Tensor> context_slots;  // per chunk [start + n] long (cache, start > 0)
+  std::vector<at::Tensor> context_slots;  // per chunk [start + n] long (cache, start > 0,
+                                          // not a paged decode token)
+  bool paged_decode = false;  // decode tokens (n == 1, start > 0) use PagedDecodeAttention
   int64_t total = 0;
 };
 
@@ -357,8 +359,9 @@ struct Transformer::Impl {
 
   // ---- forward ---------------------------------------------------------------
   BatchIndex Index(const std::vector<SequenceChunk>& chunks, bool use_cache,
-                   int32_t block_size) const {
+                   int32_t block_size, bool paged_decode) const {
     BatchIndex index;
+    index.paged_decode = use_cache && paged_decode;
     std::vector<int64_t> positions, write_slots;
     for (const SequenceChunk& c : chunks) {
       const int64_t n = static_cast<int64_t>(c.tokens.size());
@@ -370,7 +373,8 @@ struct Transformer::Impl {
       const std::vector<int32_t>& table = *c.block_table;
       auto slot = [&](int64_t p) { return int64_t{table[p / block_size]} * block_size + p % block_size; };
       for (int64_t j = 0; j < n; ++j) write_slots.push_back(slot(c.start_pos + j));
-      if (c.start_pos > 0) {
+      // The paged kernel reads the block table itself: no slot list for it.
+      if (c.start_pos > 0 && !(index.paged_decode && n == 1)) {
         std::vector<int64_t> ctx(c.start_pos + n);
         for (int64_t p = 0; p < c.start_pos + n; ++p) ctx[p] = slot(p);
         index.context_slots.push_back(ToDevice(ctx));
@@ -448,7 +452,7 @@ struct Transformer::Impl {
     std::vector<const std::vector<int32_t>*> decode_tables;
     std::vector<int64_t> decode_slot(chunks.size(), -1);
     const bool record = capture != nullptr && capture->self;
-    if (cache != nullptr && q.is_cpu() && !record) {
+    if (index.paged_decode) {
       for (size_t i = 0; i < chunks.size(); ++i) {
         if (index.lens[i] != 1 || chunks[i].start_pos == 0) continue;
         decode_slot[i] = static_cast<int64_t>(decode_rows.size());
@@ -549,7 +553,11 @@ struct Transformer::Impl {
                   "an encoder-decoder decode needs each chunk's cross-attention cache");
     }
     KvCache* kv = use_cache ? cache : nullptr;
-    const BatchIndex index = Index(chunks, use_cache, kv ? kv->block_size() : 1);
+    // Same condition as SelfAttention's choice of kernel: CPU, and no
+    // self-attention weights to record (the paged kernel does not return them).
+    const bool paged_decode =
+        options.device.is_cpu() && !(opts.capture != nullptr && opts.capture->self);
+    const BatchIndex index = Index(chunks, use_cache, kv ? kv->block_size() : 1, paged_decode);
     ForwardResult result;
     at::Tensor x = Embed(stack, chunks, index);  // [N, d]
     auto keep_hidden = [&](const at::Tensor& h) {
