@@ -12,7 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "server/engine.h"
 #include "server/runtime.h"
@@ -37,11 +37,11 @@ class Driver {
   }
 
   void Wait() {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(+[](Driver* d) { return d->finished_ == d->total_; }, this));
   }
   int64_t tokens() {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return tokens_;
   }
 
@@ -60,7 +60,7 @@ class Driver {
   void Start() {
     int index;
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       if (started_ == total_) return;
       index = started_++;
     }
@@ -78,7 +78,7 @@ class Driver {
 
   void Done(int64_t tokens) {
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       tokens_ += tokens;
       ++finished_;
     }
@@ -87,7 +87,7 @@ class Driver {
 
   Engine* engine_;
   const int total_, max_tokens_, prompt_tokens_;
-  absl::Mutex mu_;
+  dikkat::Mutex mu_;
   int started_ = 0, finished_ = 0;
   int64_t tokens_ = 0;
 };

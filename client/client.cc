@@ -217,7 +217,7 @@ struct UnaryCall {
 // ---- CancelHandle ---------------------------------------------------------------
 
 void CancelHandle::Cancel() {
-  absl::MutexLock lock(&mu_);
+  dikkat::MutexLock lock(&mu_);
   cancelled_ = true;
   // TryCancel is thread-safe; holding mu_ keeps each context alive (Detach
   // waits for the lock before the call's owner destroys it).
@@ -225,12 +225,12 @@ void CancelHandle::Cancel() {
 }
 
 bool CancelHandle::cancelled() const {
-  absl::MutexLock lock(&mu_);
+  dikkat::MutexLock lock(&mu_);
   return cancelled_;
 }
 
 void CancelHandle::Attach(grpc::ClientContext* context) {
-  absl::MutexLock lock(&mu_);
+  dikkat::MutexLock lock(&mu_);
   contexts_.push_back(context);
   // Before the call starts, TryCancel marks the context; the call is then
   // cancelled as soon as it is created.
@@ -238,7 +238,7 @@ void CancelHandle::Attach(grpc::ClientContext* context) {
 }
 
 void CancelHandle::Detach(grpc::ClientContext* context) {
-  absl::MutexLock lock(&mu_);
+  dikkat::MutexLock lock(&mu_);
   contexts_.erase(std::remove(contexts_.begin(), contexts_.end(), context), contexts_.end());
 }
 
@@ -282,14 +282,14 @@ class GenerateCall::Impl : public grpc::ClientReadReactor<v1::GenerateResponse> 
     absl::Status status =
         stopped_by_callback_ ? CallbackCancelledError() : FromGrpcStatus(grpc_status, context_);
     if (on_done_) on_done_(status);
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     status_ = std::move(status);
     done_ = true;
   }
 
   void Cancel() {
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       if (done_) return;
     }
     // The context owns a reference to the call, so this is safe even if the
@@ -298,19 +298,19 @@ class GenerateCall::Impl : public grpc::ClientReadReactor<v1::GenerateResponse> 
   }
 
   absl::Status Wait() {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&done_));
     return status_;
   }
 
   std::optional<absl::Status> WaitFor(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     if (!mu_.AwaitWithTimeout(absl::Condition(&done_), timeout)) return std::nullopt;
     return status_;
   }
 
   bool done() const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return done_;
   }
 
@@ -325,7 +325,7 @@ class GenerateCall::Impl : public grpc::ClientReadReactor<v1::GenerateResponse> 
   std::shared_ptr<Impl> self_;
   bool stopped_by_callback_ = false;  // touched by reactions only, which gRPC serializes
 
-  mutable absl::Mutex mu_;
+  mutable dikkat::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };

@@ -29,7 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/time.h"
 #include "dikkat/v1/dikkat.grpc.pb.h"
 #include "dikkat/v1/dikkat.pb.h"
@@ -116,7 +116,7 @@ class CancelHandle {
   void Detach(grpc::ClientContext* context);
 
  private:
-  mutable absl::Mutex mu_;
+  mutable dikkat::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<grpc::ClientContext*> contexts_ ABSL_GUARDED_BY(mu_);
 };

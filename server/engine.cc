@@ -25,8 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "common/sync.h"
 #include "model/kv_cache.h"
 #include "model/model_loader.h"
 #include "model/sampler.h"
@@ -188,7 +187,7 @@ class EngineImpl final : public Engine {
   EngineListener* listener_;  // not owned; may be null
 
   // Inbox shared with submitters.
-  mutable absl::Mutex mu_;
+  mutable dikkat::Mutex mu_;
   std::deque<std::unique_ptr<Request>> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
@@ -201,7 +200,7 @@ class EngineImpl final : public Engine {
   int32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;
-  absl::Mutex shutdown_mu_;
+  dikkat::Mutex shutdown_mu_;
 
   // Engine-thread state.
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
@@ -397,7 +396,7 @@ absl::StatusOr<RequestId> EngineImpl::Enqueue(std::unique_ptr<Request> request) 
   request->id = next_id_.fetch_add(1);
   request->submitted = absl::Now();
   const RequestId id = request->id;
-  absl::MutexLock lock(&mu_);
+  dikkat::MutexLock lock(&mu_);
   if (draining_ || stop_) {
     return absl::UnavailableError("the server is shutting down; retry on another replica");
   }
@@ -444,7 +443,7 @@ absl::StatusOr<RequestId> EngineImpl::SubmitAttention(AttentionRequest request,
 }
 
 void EngineImpl::Cancel(RequestId id) {
-  absl::MutexLock lock(&mu_);
+  dikkat::MutexLock lock(&mu_);
   cancels_.push_back(id);
 }
 
@@ -463,10 +462,10 @@ EngineStats EngineImpl::stats() const {
 }
 
 void EngineImpl::Shutdown(absl::Duration grace) {
-  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  dikkat::MutexLock shutdown_lock(&shutdown_mu_);
   if (!thread_.joinable()) return;
   {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     draining_ = true;
     // Wait for in-flight work to finish, up to the grace period.
     auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
@@ -477,12 +476,12 @@ void EngineImpl::Shutdown(absl::Duration grace) {
 }
 
 absl::Status EngineImpl::Warmup() {
-  absl::Notification done;
+  dikkat::Notification done;
   absl::Status result;
   if (config_.has_decoder()) {
     class WarmupObserver : public GenerateObserver {
      public:
-      WarmupObserver(absl::Notification* done, absl::Status* result) : done_(done), result_(result) {}
+      WarmupObserver(dikkat::Notification* done, absl::Status* result) : done_(done), result_(result) {}
       void OnChunk(GeneratedChunk) override {}
       void OnFinish(GenerateSummary summary) override {
         *result_ = summary.status;
@@ -490,7 +489,7 @@ absl::Status EngineImpl::Warmup() {
       }
 
      private:
-      absl::Notification* done_;
+      dikkat::Notification* done_;
       absl::Status* result_;
     };
     GenerateRequest req;
@@ -533,7 +532,7 @@ void EngineImpl::Loop() {
   }
   // Stopping: everything still here is cancelled.
   {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     DrainInbox();
   }
   std::vector<Request*> left(running_.begin(), running_.end());
@@ -563,7 +562,7 @@ void EngineImpl::DrainInbox() {
 // Moves new requests and cancellations into engine-thread state; waits when
 // idle. Returns false when the engine must stop.
 bool EngineImpl::TakeInbox() {
-  absl::MutexLock lock(&mu_);
+  dikkat::MutexLock lock(&mu_);
   const bool busy = !running_.empty() || !waiting_.empty() || !auxiliary_.empty();
   if (!busy) {
     auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -674,7 +673,7 @@ bool EngineImpl::Preempt() {
   victim->num_cached = 0;
   waiting_.push_front(victim);
   {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ++queued_;
   }
   stat_preemptions_.fetch_add(1);
@@ -718,7 +717,7 @@ std::vector<Request*> EngineImpl::Schedule(std::vector<int64_t>* chunk_lens) {
     if (alloc.BlocksFor(len + 1) > alloc.num_free()) break;
     waiting_.pop_front();
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       --queued_;
     }
     Admit(r);
@@ -843,7 +842,7 @@ void EngineImpl::RemoveRunning(Request* r) {
   auto wit = std::find(waiting_.begin(), waiting_.end(), r);
   if (wit != waiting_.end()) {
     waiting_.erase(wit);
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     --queued_;
   }
 }
@@ -871,7 +870,7 @@ void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status st
   requests_.erase(r->id);  // r is gone from here on
   stat_finished_.fetch_add(1);
   {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     --in_flight_;
   }
   observer->OnFinish(std::move(summary));
@@ -881,7 +880,7 @@ void EngineImpl::FinishAuxiliary(Request* r, absl::Status status) {
   auto it = std::find(auxiliary_.begin(), auxiliary_.end(), r);
   if (it != auxiliary_.end()) auxiliary_.erase(it);
   {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     --queued_;
     --in_flight_;
   }

@@ -28,7 +28,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/byte_size.h"
@@ -103,7 +103,7 @@ namespace {
 constexpr char kServiceName[] = "dikkat.v1.Dikkat";
 
 // Shared with the signal thread, which is detached and may outlive Run().
-absl::Notification g_stop;
+dikkat::Notification g_stop;
 std::atomic<int> g_received_signal{0};
 
 // absl keeps only the last occurrence of a flag; --model may be repeated, so
@@ -148,7 +148,7 @@ double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 // Loads every model; false (after printing why) if one fails.
 bool LoadModels(const std::vector<ModelSpec>& specs, const EngineOptions& options,
-                Metrics* metrics, ModelRegistry* registry, const absl::Notification& stop) {
+                Metrics* metrics, ModelRegistry* registry, const dikkat::Notification& stop) {
   for (const ModelSpec& spec : specs) {
     if (stop.HasBeenNotified()) return false;
     const absl::Time start = absl::Now();
@@ -218,7 +218,7 @@ int Run(int argc, char** argv) {
     if (sigwait(&signals, &sig) == 0) g_received_signal = sig;
     g_stop.Notify();
   }).detach();
-  absl::Notification& stop = g_stop;
+  dikkat::Notification& stop = g_stop;
 
   absl::StatusOr<std::vector<ModelSpec>> specs = ParseModelSpecs(model_flags);
   if (!specs.ok() || specs->empty()) {

@@ -19,7 +19,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 
 namespace dikkat::server {
 namespace {
@@ -459,7 +459,7 @@ struct Metrics::Impl {
 
   ModelMetrics* Find(absl::string_view model) {
     {
-      absl::ReaderMutexLock lock(&mu);
+      dikkat::ReaderMutexLock lock(&mu);
       auto it = models.find(model);
       if (it != models.end()) return it->second.get();
     }
@@ -476,14 +476,14 @@ struct Metrics::Impl {
   Families families;
   // Models are added during start-up while /metrics may already be scraped.
   // Entries are never removed, so a ModelMetrics* stays valid without the lock.
-  absl::Mutex mu;
+  dikkat::Mutex mu;
   std::map<std::string, std::unique_ptr<ModelMetrics>, std::less<>> models ABSL_GUARDED_BY(mu);
   // Counters only move by increments: advance process_cpu_seconds_total by
   // what /proc reports beyond the value already exported.
   void RefreshProcessTimes() {
     double cpu = 0, start = 0;
     if (!ReadProcessTimes(&cpu, &start)) return;
-    absl::MutexLock lock(&cpu_mu);
+    dikkat::MutexLock lock(&cpu_mu);
     if (cpu > cpu_exported) {
       families.cpu_seconds.Increment(cpu - cpu_exported);
       cpu_exported = cpu;
@@ -491,7 +491,7 @@ struct Metrics::Impl {
     families.start_time.Set(start);
   }
 
-  absl::Mutex cpu_mu;
+  dikkat::Mutex cpu_mu;
   double cpu_exported ABSL_GUARDED_BY(cpu_mu) = 0;
   std::once_flag unknown_once;
   std::unique_ptr<ModelMetrics> unknown;  // requests naming a model we do not host
@@ -503,7 +503,7 @@ Metrics::Metrics(std::string server_version)
 Metrics::~Metrics() = default;
 
 EngineListener* Metrics::AddModel(const std::string& model) {
-  absl::MutexLock lock(&impl_->mu);
+  dikkat::MutexLock lock(&impl_->mu);
   auto& slot = impl_->models[model];
   if (slot == nullptr) slot = std::make_unique<ModelMetrics>(impl_->families, model);
   return slot.get();
@@ -529,7 +529,7 @@ void Metrics::AddPromptTokens(absl::string_view model, int64_t tokens) {
 
 std::string Metrics::Scrape() {
   {
-    absl::ReaderMutexLock lock(&impl_->mu);
+    dikkat::ReaderMutexLock lock(&impl_->mu);
     for (auto& [name, m] : impl_->models) m->Refresh();
   }
   impl_->families.resident_memory.Set(ResidentBytes());

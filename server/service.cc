@@ -9,7 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/convert.h"
@@ -112,7 +112,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Engine thread.
   void OnEngineChunk(GeneratedChunk chunk) {
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       AppendChunk(chunk, want_logprobs_, engine_->tokenizer(), PendingMessageLocked());
     }
     Pump();
@@ -121,7 +121,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void OnEngineFinish(GenerateSummary summary) {
     NextOp op;
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       std::optional<grpc::Status> status;
       bool final_message = true;
       switch (summary.reason) {
@@ -180,7 +180,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     if (!id.ok()) return FinishNow(ToGrpcStatus(id.status(), context_));
     bool cancel = false;
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       id_ = *id;
       submitted_ = true;
       cancel = cancel_requested_;
@@ -191,7 +191,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Only when the engine never got (or already let go of) the request.
   void FinishNow(const grpc::Status& status) {
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       finish_called_ = true;
     }
     record_.Finished(status);
@@ -263,7 +263,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void Pump() {
     NextOp op;
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       op = NextOpLocked();
     }
     StartOp(op);
@@ -273,7 +273,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     RequestId id = 0;
     bool submitted = false;
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       cancel_requested_ = true;
       id = id_;
       submitted = submitted_;
@@ -283,7 +283,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   void OnWriteDone(bool ok) override {
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       queue_.pop_front();
       write_in_flight_ = false;
       if (!ok) write_failed_ = true;
@@ -316,7 +316,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   bool want_logprobs_ = false;
   absl::Time deadline_ = absl::InfiniteFuture();
 
-  absl::Mutex mu_;
+  dikkat::Mutex mu_;
   std::vector<int32_t> echo_ids_ ABSL_GUARDED_BY(mu_);  // prompt ids for the first message
   std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);  // front is in flight if writing
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
@@ -358,7 +358,7 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
   void Submitted(Engine* engine, RequestId id) {
     bool cancel = false;
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       engine_ = engine;
       id_ = id;
       submitted_ = true;
@@ -376,7 +376,7 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
     Engine* engine = nullptr;
     RequestId id = 0;
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       cancel_requested_ = true;
       if (!submitted_) return;
       engine = engine_;
@@ -387,7 +387,7 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
 
   void OnDone() override { delete this; }
 
-  absl::Mutex mu_;
+  dikkat::Mutex mu_;
   Engine* engine_ ABSL_GUARDED_BY(mu_) = nullptr;
   RequestId id_ ABSL_GUARDED_BY(mu_) = 0;
   bool submitted_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "client/cli/commands.h"
 
@@ -51,7 +51,7 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
   void Run(int concurrency) {
     start_ = absl::Now();
     for (int i = 0; i < concurrency; ++i) StartNext();
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](BenchRun* run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu_) {
           return run->finished_ == run->started_ && (run->started_ == run->total_ || run->stop_);
@@ -61,7 +61,7 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
   }
 
   void Report(std::ostream& out) const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     const double seconds = absl::ToDoubleSeconds(wall_);
     out << absl::StrFormat("completed: %d ok, %d failed in %.2f s\n", ok_, finished_ - ok_,
                            seconds);
@@ -83,7 +83,7 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
   }
 
   bool all_ok() const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return ok_ == total_;
   }
 
@@ -96,7 +96,7 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
 
   void StartNext() {
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       if (started_ == total_ || stop_ || (call_.cancel && call_.cancel->cancelled())) return;
       ++started_;
     }
@@ -134,7 +134,7 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
   }
 
   void Finish(const StreamTiming& timing, const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ++finished_;
     if (!status.ok()) {
       ++errors_[status.code()];
@@ -156,7 +156,7 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
   const int total_;
   absl::Time start_;
 
-  mutable absl::Mutex mu_;
+  mutable dikkat::Mutex mu_;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
   int ok_ ABSL_GUARDED_BY(mu_) = 0;

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "client/tensor.h"
 #include "fake_dikkat_server.h"
@@ -256,7 +256,7 @@ TEST_F(ClientTest, CancelHandleCancelsFromAnotherThread) {
   auto client = MakeClient();
   CallOptions call = WithDelay(5);
   call.cancel = std::make_shared<CancelHandle>();
-  absl::Notification first_chunk;
+  dikkat::Notification first_chunk;
   std::thread canceller([&] {
     first_chunk.WaitForNotification();
     call.cancel->Cancel();
@@ -285,14 +285,14 @@ TEST_F(ClientTest, CancelHandleCancelsFromAnotherThread) {
 
 TEST_F(ClientTest, GenerateAsyncStreamsAndCompletes) {
   auto client = MakeClient();
-  absl::Mutex mu;
+  dikkat::Mutex mu;
   std::vector<int> ids;
-  absl::Notification done;
+  dikkat::Notification done;
   absl::Status done_status = absl::UnknownError("not called");
   GenerateCall call = client->GenerateAsync(
       GenerateRequest(10),
       [&](const v1::GenerateResponse& chunk) {
-        absl::MutexLock lock(&mu);
+        dikkat::MutexLock lock(&mu);
         for (const auto& token : chunk.tokens()) ids.push_back(token.id());
         return true;
       },
@@ -304,13 +304,13 @@ TEST_F(ClientTest, GenerateAsyncStreamsAndCompletes) {
   ASSERT_TRUE(done.HasBeenNotified());  // Wait() returns after on_done
   EXPECT_TRUE(done_status.ok()) << done_status;
   EXPECT_TRUE(call.done());
-  absl::MutexLock lock(&mu);
+  dikkat::MutexLock lock(&mu);
   EXPECT_THAT(ids, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7, 8, 9));
 }
 
 TEST_F(ClientTest, GenerateAsyncCancelStopsTheServer) {
   auto client = MakeClient();
-  absl::Notification first_chunk;
+  dikkat::Notification first_chunk;
   GenerateCall call = client->GenerateAsync(
       GenerateRequest(1000),
       [&](const v1::GenerateResponse&) {
@@ -354,7 +354,7 @@ TEST_F(ClientTest, AsyncUnaryCallsDeliverThroughCallbacksAndFutures) {
   ASSERT_TRUE(embedding.ok()) << embedding.status();
   EXPECT_THAT(embedding->values, ElementsAre(0.5f, -1.0f, 2.0f, 1.0f));
 
-  absl::Notification done;
+  dikkat::Notification done;
   absl::StatusOr<v1::TokenizeResponse> tokens;
   v1::TokenizeRequest tokenize;
   tokenize.set_text(absl::StrCat("status:", static_cast<int>(grpc::StatusCode::NOT_FOUND)));

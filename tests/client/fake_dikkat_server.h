@@ -30,8 +30,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "common/sync.h"
 #include "client/tensor.h"
 #include "dikkat/v1/dikkat.grpc.pb.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -56,7 +55,7 @@ class FakeDikkatService final : public v1::Dikkat::Service {
     double deadline_seconds = 0;  // remaining when the call arrived
   };
   Seen last() {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return last_;
   }
 
@@ -64,7 +63,7 @@ class FakeDikkatService final : public v1::Dikkat::Service {
   std::atomic<int> model_info_calls{0};
   std::atomic<int> fail_next_model_info{0};
   std::atomic<int> generate_chunks_written{0};
-  absl::Notification generate_cancel_observed;
+  dikkat::Notification generate_cancel_observed;
 
   grpc::Status Encode(grpc::ServerContext* context, const v1::EncodeRequest* request,
                       v1::EncodeResponse* response) override {
@@ -228,12 +227,12 @@ class FakeDikkatService final : public v1::Dikkat::Service {
     seen.deadline_seconds =
         std::chrono::duration<double>(context->deadline() - std::chrono::system_clock::now())
             .count();
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     last_ = std::move(seen);
   }
 
   const std::string name_;
-  absl::Mutex mu_;
+  dikkat::Mutex mu_;
   Seen last_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
+#include "common/sync.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
 #include "integration_harness.h"

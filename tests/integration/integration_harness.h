@@ -42,7 +42,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
@@ -113,35 +113,35 @@ class RecordingListener : public server::EngineListener {
 
   void OnStep(const server::StepTiming& step) override {
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       max_batch_ = std::max(max_batch_, step.sequences);
     }
     if (step_delay_ > absl::ZeroDuration()) absl::SleepFor(step_delay_);
   }
   void OnGenerateFinished(const server::GenerateSummary& summary) override {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     finished_.push_back(summary);
   }
   void OnTokenEmitted(absl::Duration) override {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ++tokens_;
   }
   std::vector<server::GenerateSummary> finished() const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return finished_;
   }
   int64_t tokens() const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return tokens_;
   }
   int32_t max_batch() const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return max_batch_;
   }
 
  private:
   const absl::Duration step_delay_;
-  mutable absl::Mutex mu_;
+  mutable dikkat::Mutex mu_;
   std::vector<server::GenerateSummary> finished_ ABSL_GUARDED_BY(mu_);
   int64_t tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t max_batch_ ABSL_GUARDED_BY(mu_) = 0;

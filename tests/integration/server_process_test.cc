@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "model/tokenizer.h"
@@ -71,40 +71,40 @@ class FakeEngine final : public Engine {
 
   // ---- scripting ----
   void set_script(GenerateScript script) {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     script_ = std::move(script);
   }
   void set_submit_error(absl::Status status) {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     submit_error_ = std::move(status);
   }
   // Makes Generate ignore GenerateRequest::deadline, so that only a Cancel
   // from the service can stop it.
   void set_ignore_deadlines(bool ignore) {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ignore_deadlines_ = ignore;
   }
   void set_stats(EngineStats stats) {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     stats_ = stats;
   }
 
   // ---- observations ----
   int submits() const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return submits_;
   }
   std::optional<GenerateRequest> last_generate() const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return last_generate_;
   }
   std::optional<EncodeRequest> last_encode() const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return last_encode_;
   }
   // Waits up to `timeout` for Cancel(id).
   bool WaitCancelled(RequestId id, absl::Duration timeout) const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     auto cancelled = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return cancelled_.count(id) > 0;
     };
@@ -112,12 +112,12 @@ class FakeEngine final : public Engine {
   }
   // Waits up to `timeout` until every generate thread has called OnFinish.
   bool WaitIdle(absl::Duration timeout) const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; };
     return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
   }
   RequestId last_id() const {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return next_id_ - 1;
   }
 
@@ -129,7 +129,7 @@ class FakeEngine final : public Engine {
 
   absl::StatusOr<RequestId> SubmitGenerate(GenerateRequest request,
                                            std::shared_ptr<GenerateObserver> observer) override {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ++submits_;
     if (!submit_error_.ok()) return submit_error_;
     const RequestId id = next_id_++;
@@ -144,7 +144,7 @@ class FakeEngine final : public Engine {
   }
 
   absl::StatusOr<RequestId> SubmitEncode(EncodeRequest request, EncodeCallback done) override {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ++submits_;
     if (!submit_error_.ok()) return submit_error_;
     const RequestId id = next_id_++;
@@ -171,7 +171,7 @@ class FakeEngine final : public Engine {
 
   absl::StatusOr<RequestId> SubmitAttention(AttentionRequest request,
                                             AttentionCallback done) override {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ++submits_;
     if (!submit_error_.ok()) return submit_error_;
     const RequestId id = next_id_++;
@@ -193,19 +193,19 @@ class FakeEngine final : public Engine {
   }
 
   void Cancel(RequestId id) override {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     cancelled_.insert(id);
   }
 
   EngineStats stats() const override {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     return stats_;
   }
 
   void Shutdown(absl::Duration) override {
     std::vector<std::thread> threads;
     {
-      absl::MutexLock lock(&mu_);
+      dikkat::MutexLock lock(&mu_);
       shutting_down_ = true;
       threads.swap(threads_);
     }
@@ -223,7 +223,7 @@ class FakeEngine final : public Engine {
     for (const GeneratedChunk& chunk : script.chunks) {
       bool cancelled = false;
       {
-        absl::MutexLock lock(&mu_);
+        dikkat::MutexLock lock(&mu_);
         auto stop = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return cancelled_.count(id) > 0 || shutting_down_;
         };
@@ -244,7 +244,7 @@ class FakeEngine final : public Engine {
       summary.generated_tokens += static_cast<int32_t>(chunk.tokens.size());
     }
     observer.OnFinish(summary);
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     --active_;
   }
 
@@ -252,7 +252,7 @@ class FakeEngine final : public Engine {
   ModelDescription description_;
   EngineOptions options_;
 
-  mutable absl::Mutex mu_;
+  mutable dikkat::Mutex mu_;
   GenerateScript script_ ABSL_GUARDED_BY(mu_);
   absl::Status submit_error_ ABSL_GUARDED_BY(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(mu_);

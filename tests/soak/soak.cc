@@ -45,7 +45,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
+#include "common/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
@@ -169,7 +169,7 @@ class Soak {
   }
 
   void ResetCounts() {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     counts_.clear();
     mismatches_ = 0;
     unexpected_.clear();
@@ -179,7 +179,7 @@ class Soak {
   // Prints the tables; returns false if any status was unexpected or any
   // completed greedy answer differed from its reference.
   bool Report(absl::Duration elapsed) {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     std::map<StatusCode, int64_t> by_code;
     int64_t total = 0;
     for (const auto& [key, n] : counts_) {
@@ -211,7 +211,7 @@ class Soak {
 
  private:
   void Record(Kind kind, const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ++counts_[{kind, status.code()}];
     if (!Allowed(kind, status.code()) && unexpected_.size() < 20) {
       unexpected_.push_back(absl::StrCat(kKindNames[static_cast<int>(kind)], ": ",
@@ -220,7 +220,7 @@ class Soak {
   }
 
   void Compare(size_t prompt, const std::vector<int32_t>& ids, const std::string& text) {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ++compared_;
     const Reference& ref = references_[prompt];
     if (ids != ref.ids || text != ref.text) {
@@ -233,7 +233,7 @@ class Soak {
   }
 
   void CountStream() {
-    absl::MutexLock lock(&mu_);
+    dikkat::MutexLock lock(&mu_);
     ++streams_;
   }
 
@@ -424,7 +424,7 @@ class Soak {
   std::vector<Reference> references_;  // by prompt; written before the workers start
   std::atomic<int> outstanding_{0};
 
-  absl::Mutex mu_;
+  dikkat::Mutex mu_;
   std::map<std::pair<Kind, StatusCode>, int64_t> counts_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> unexpected_ ABSL_GUARDED_BY(mu_);
   int64_t compared_ ABSL_GUARDED_BY(mu_) = 0;
