@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:50051
 METRICS_ADDR ?= 127.0.0.1:9090
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test run bench clean format docker-test
+.PHONY: all deps configure build test run bench clean format docker-test hardening
 
 all: build
 
@@ -40,6 +40,11 @@ run: configure
 docker-test: configure
 	cmake --build $(BUILD_DIR) --target dikkat
 	bash docker/test.sh $(BUILD_DIR)
+
+# Sanitizer builds (ASan+UBSan with the fuzzers, TSan) and a short fuzz run;
+# CI runs it after `make test` (scripts/hardening.sh, docs/hardening.md).
+hardening: deps
+	bash scripts/hardening.sh all
 
 bench: build
 	BUILD_DIR=$(BUILD_DIR) bash bench/run.sh

@@ -10,10 +10,17 @@
 # prints by default), and the third-party leaks in tests/sanitizers/lsan.supp
 # are not reported. Servers that integration tests start inherit this.
 set(DIKKAT_SANITIZER_TEST_ENV "")
-if(DIKKAT_SANITIZE)
+if(DIKKAT_SANITIZE STREQUAL "address")
   set(DIKKAT_SANITIZER_TEST_ENV
       "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
       "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp")
+elseif(DIKKAT_SANITIZE STREQUAL "thread")
+  # Every report is printed; the process then exits 66 and the test fails.
+  # ignore_noninstrumented_modules: libgomp (LibTorch's OpenMP) is not built
+  # with TSan, and clang's runtime asks for this to keep its internal
+  # synchronisation from being reported.
+  set(DIKKAT_SANITIZER_TEST_ENV
+      "TSAN_OPTIONS=second_deadlock_stack=1:history_size=4:ignore_noninstrumented_modules=1")
 endif()
 function(dikkat_add_tests)
   cmake_parse_arguments(ARG "" "GLOB" "LIBS;LABELS" ${ARGN})

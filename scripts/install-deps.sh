@@ -14,6 +14,8 @@ PACKAGES=(
   prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libssl-dev
   # model stack: LibTorch plus a fast BLAS (the default reference BLAS is ~50x slower)
   libtorch-dev libopenblas0-openmp libsentencepiece-dev
+  # sanitizer builds and libFuzzer (scripts/hardening.sh): clang with its runtimes
+  clang libclang-rt-14-dev
   # tests and benchmarks; the Prometheus server scrapes a real dikkat-server in
   # tests/integration/prometheus_test.sh (promtool checks docker/prometheus.yml)
   libgtest-dev libgmock-dev libbenchmark-dev prometheus
