@@ -1058,6 +1058,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   d.name = name;
   d.path = model_path;
   d.config = loaded->config;
+  // Callers know the model by the name it is served under (--model=NAME=PATH),
+  // not the folder's config name: errors built from the config say that name.
+  d.config.name = name;
   d.dtype = options.dtype;
   d.device = device.str();
   d.weights_sha256 = loaded->weights_sha256;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/sync.h"
+#include "server/convert.h"
 
 namespace dikkat::server {
 namespace {
@@ -324,6 +325,22 @@ TEST_F(EngineTest, EncoderDecoderGeneratesAndShutsDownCleanly) {
   auto after = engine->SubmitGenerate(r, std::make_shared<Collector>());
   EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable);
 }
+
+TEST_F(EngineTest, ErrorsNameTheModelAsItIsServed) {
+  EngineOptions options;
+  options.kv_cache_bytes = 8 << 20;
+  auto engine = Engine::Create("served-as", ModelPath("tiny-lm"), options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const ModelDescription& d = (*engine)->description();
+  ASSERT_GT(d.config.max_positions, 0);
+  v1::GenerateRequest request;
+  request.mutable_input()->mutable_tokens()->mutable_ids()->Resize(d.config.max_positions + 1, 'a');
+  auto converted = ToGenerateRequest(
+      request, ModelLimits{&d.config, &(*engine)->tokenizer(), &(*engine)->options(), 0});
+  ASSERT_EQ(converted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(converted.status().message()), ::testing::HasSubstr("model 'served-as'"));
+}
+
 
 // Several caller threads at once, as the gRPC service's threads call the
 // engine: Generate with cancels right after submit or mid-stream, deadlines
