@@ -630,6 +630,24 @@ void Client::TokenizeAsync(const v1::TokenizeRequest& request,
   });
 }
 
+void Client::DetokenizeAsync(const v1::DetokenizeRequest& request,
+                             ResponseCallback<v1::DetokenizeResponse> on_done,
+                             const CallOptions& call) {
+  StartUnaryAsync(request, std::move(on_done), call, [](auto* stub, auto* c) {
+    stub->async()->Detokenize(&c->context, &c->request, &c->response,
+                      [c](grpc::Status status) { std::decay_t<decltype(*c)>::Finish(c, status); });
+  });
+}
+
+void Client::GetModelInfoAsync(const v1::GetModelInfoRequest& request,
+                               ResponseCallback<v1::GetModelInfoResponse> on_done,
+                               const CallOptions& call) {
+  StartUnaryAsync(request, std::move(on_done), call, [](auto* stub, auto* c) {
+    stub->async()->GetModelInfo(&c->context, &c->request, &c->response,
+                      [c](grpc::Status status) { std::decay_t<decltype(*c)>::Finish(c, status); });
+  });
+}
+
 std::future<absl::StatusOr<v1::EncodeResponse>> Client::EncodeFuture(
     const v1::EncodeRequest& request, const CallOptions& call) {
   auto promise = std::make_shared<std::promise<absl::StatusOr<v1::EncodeResponse>>>();

@@ -235,6 +235,12 @@ class Client {
                       const CallOptions& call = {});
   void TokenizeAsync(const v1::TokenizeRequest& request,
                      ResponseCallback<v1::TokenizeResponse> on_done, const CallOptions& call = {});
+  void DetokenizeAsync(const v1::DetokenizeRequest& request,
+                       ResponseCallback<v1::DetokenizeResponse> on_done,
+                       const CallOptions& call = {});
+  void GetModelInfoAsync(const v1::GetModelInfoRequest& request,
+                         ResponseCallback<v1::GetModelInfoResponse> on_done,
+                         const CallOptions& call = {});
   // The same, delivered through a future.
   std::future<absl::StatusOr<v1::EncodeResponse>> EncodeFuture(const v1::EncodeRequest& request,
                                                                const CallOptions& call = {});

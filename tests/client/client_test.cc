@@ -365,6 +365,29 @@ TEST_F(ClientTest, AsyncUnaryCallsDeliverThroughCallbacksAndFutures) {
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(tokens.status().code(), absl::StatusCode::kNotFound);
 
+  dikkat::Notification detokenized;
+  absl::StatusOr<v1::DetokenizeResponse> text;
+  v1::DetokenizeRequest detokenize;
+  for (char c : std::string("hi!")) detokenize.add_ids(c);
+  client->DetokenizeAsync(detokenize, [&](absl::StatusOr<v1::DetokenizeResponse> result) {
+    text = std::move(result);
+    detokenized.Notify();
+  });
+  ASSERT_TRUE(detokenized.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->text(), "hi!");
+
+  dikkat::Notification described;
+  absl::StatusOr<v1::GetModelInfoResponse> info;
+  client->GetModelInfoAsync({}, [&](absl::StatusOr<v1::GetModelInfoResponse> result) {
+    info = std::move(result);
+    described.Notify();
+  });
+  ASSERT_TRUE(described.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->models_size(), 1);
+  EXPECT_EQ(info->models(0).name(), "tiny");
+
   v1::AttentionRequest attention;
   *attention.mutable_input() = TextInput("abc");
   attention.add_layers(1);
