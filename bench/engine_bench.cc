@@ -128,11 +128,12 @@ void BM_AttentionDecode(benchmark::State& state) {
 // they stream from memory as in a decode step), for M rows of input.
 // Args: {dtype (0 fp32, 1 bf16, 2 fp16), M, impl (0 SmallBatchLinear,
 // 1 LibTorch: at::matmul on fp32 weights (OpenBLAS), oneDNN's bf16 linear,
-// fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product))}.
+// fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product); 2 at::addmv,
+// OpenBLAS's GEMV, M = 1 fp32 only)}.
 // items_per_second = input rows x weights, i.e. FLOP/s / 2.
 void BM_SmallBatchLinear(benchmark::State& state) {
   const int64_t code = state.range(0), rows = state.range(1);
-  const bool ours = state.range(2) == 0;
+  const bool ours = state.range(2) == 0, gemv = state.range(2) == 2;
   const c10::ScalarType dtype = code == 1 ? at::kBFloat16 : (code == 2 ? at::kHalf : at::kFloat);
   struct Shape { int64_t in, out; };
   const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
@@ -154,6 +155,8 @@ void BM_SmallBatchLinear(benchmark::State& state) {
       at::Tensor y;
       if (ours) {
         y = SmallBatchLinear(x, weights[j], biases[j]);
+      } else if (gemv) {
+        y = at::addmv(biases[j], weights[j], x.select(0, 0)).unsqueeze(0);
       } else if (code == 1) {
         y = at::linear(x.to(at::kBFloat16), weights[j]).to(at::kFloat) + biases[j];
       } else {
@@ -214,7 +217,7 @@ BENCHMARK(BM_DecodeStep)
 BENCHMARK(BM_SmallBatchLinear)
     ->ArgNames({"dtype", "M", "torch"})
     ->ArgsProduct({{0, 1}, {1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}})
-    ->Args({2, 1, 0})->Args({2, 8, 0})
+    ->Args({0, 1, 2})->Args({2, 1, 0})->Args({2, 8, 0})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.5)
     ->UseRealTime();
