@@ -129,7 +129,8 @@ void BM_AttentionDecode(benchmark::State& state) {
 // Args: {dtype (0 fp32, 1 bf16, 2 fp16), M, impl (0 SmallBatchLinear,
 // 1 LibTorch: at::matmul on fp32 weights (OpenBLAS), oneDNN's bf16 linear,
 // fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product); 2 at::addmv,
-// OpenBLAS's GEMV, M = 1 fp32 only)}.
+// OpenBLAS's GEMV, M = 1 fp32 only), layers (12: weights stream from memory;
+// 1: 7 M weights, held in the L3 cache: the kernel's compute speed)}.
 // items_per_second = input rows x weights, i.e. FLOP/s / 2.
 void BM_SmallBatchLinear(benchmark::State& state) {
   const int64_t code = state.range(0), rows = state.range(1);
@@ -140,7 +141,7 @@ void BM_SmallBatchLinear(benchmark::State& state) {
   std::vector<at::Tensor> weights, biases;
   int64_t weight_count = 0;
   at::manual_seed(1);
-  for (int layer = 0; layer < 12; ++layer) {
+  for (int layer = 0; layer < state.range(3); ++layer) {
     for (const Shape& s : shapes) {
       at::Tensor w = at::randn({s.out, s.in}) * 0.02;
       weights.push_back(ours || code == 1 ? w.to(dtype).contiguous() : w);
@@ -215,9 +216,10 @@ BENCHMARK(BM_DecodeStep)
     ->MinTime(1.0)
     ->UseRealTime();
 BENCHMARK(BM_SmallBatchLinear)
-    ->ArgNames({"dtype", "M", "torch"})
-    ->ArgsProduct({{0, 1}, {1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}})
-    ->Args({0, 1, 2})->Args({2, 1, 0})->Args({2, 8, 0})
+    ->ArgNames({"dtype", "M", "torch", "layers"})
+    ->ArgsProduct({{0, 1}, {1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}, {12}})
+    ->Args({0, 1, 2, 12})->Args({2, 1, 0, 12})->Args({2, 8, 0, 12})
+    ->ArgsProduct({{0, 1}, {1, 4, 8}, {0, 1}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.5)
     ->UseRealTime();

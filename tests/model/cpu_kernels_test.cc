@@ -30,9 +30,10 @@ constexpr double kRelativeToMagnitude = 1e-5;
 struct Shape {
   int64_t in, out;
 };
-// in: below one vector, not a multiple of 16, exact multiples; out: not a
+// in: below one vector, not a multiple of 16 (nor of the 32 of the bfloat16
+// kernel: 37 = 32 + 5, 53 = 32 + 16 + 5), exact multiples; out: not a
 // multiple of any block size (3..8) nor of the 24-row parallel task unit.
-const Shape kShapes[] = {{5, 7}, {16, 24}, {37, 29}, {100, 53}, {768, 77}, {200, 131}};
+const Shape kShapes[] = {{5, 7}, {16, 24}, {37, 29}, {53, 40}, {100, 53}, {768, 77}, {200, 131}};
 
 std::string Name(c10::ScalarType dtype, int64_t m, const Shape& s, bool bias) {
   return absl::StrCat(c10::toString(dtype), " M=", m, " in=", s.in, " out=", s.out,
