@@ -16,6 +16,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "model/attention.h"
+#include "model/cpu_kernels.h"
 #include "model/kv_cache.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
@@ -121,6 +123,52 @@ void BM_AttentionDecode(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The four linear layers of all 12 GPT-2-small layers (qkv 768->2304, out
+// 768->768, up 768->3072, down 3072->768: 85 M weights, 340 MB in fp32, so
+// they stream from memory as in a decode step), for M rows of input.
+// Args: {dtype (0 fp32, 1 bf16, 2 fp16), M, impl (0 SmallBatchLinear,
+// 1 LibTorch: at::matmul on fp32 weights (OpenBLAS), oneDNN's bf16 linear,
+// fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product); 2 at::addmv,
+// OpenBLAS's GEMV, M = 1 fp32 only), layers (12: weights stream from memory;
+// 1: 7 M weights, held in the L3 cache: the kernel's compute speed)}.
+// items_per_second = input rows x weights, i.e. FLOP/s / 2.
+void BM_SmallBatchLinear(benchmark::State& state) {
+  const int64_t code = state.range(0), rows = state.range(1);
+  const bool ours = state.range(2) == 0, gemv = state.range(2) == 2;
+  const c10::ScalarType dtype = code == 1 ? at::kBFloat16 : (code == 2 ? at::kHalf : at::kFloat);
+  struct Shape { int64_t in, out; };
+  const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  std::vector<at::Tensor> weights, biases;
+  int64_t weight_count = 0;
+  at::manual_seed(1);
+  for (int layer = 0; layer < state.range(3); ++layer) {
+    for (const Shape& s : shapes) {
+      at::Tensor w = at::randn({s.out, s.in}) * 0.02;
+      weights.push_back(ours || code == 1 ? w.to(dtype).contiguous() : w);
+      biases.push_back(at::randn({s.out}) * 0.02);
+      weight_count += s.out * s.in;
+    }
+  }
+  at::Tensor x768 = at::randn({rows, 768}), x3072 = at::randn({rows, 3072});
+  for (auto _ : state) {
+    for (size_t j = 0; j < weights.size(); ++j) {
+      const at::Tensor& x = weights[j].size(1) == 768 ? x768 : x3072;
+      at::Tensor y;
+      if (ours) {
+        y = SmallBatchLinear(x, weights[j], biases[j]);
+      } else if (gemv) {
+        y = at::addmv(biases[j], weights[j], x.select(0, 0)).unsqueeze(0);
+      } else if (code == 1) {
+        y = at::linear(x.to(at::kBFloat16), weights[j]).to(at::kFloat) + biases[j];
+      } else {
+        y = at::matmul(x, weights[j].t()) + biases[j];
+      }
+      benchmark::DoNotOptimize(y.data_ptr());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * rows * weight_count);
+}
+
 // The machine's limits, measured in the same run as everything else.
 // STREAM-like triad a = b + s*c on 3 x 64 MiB arrays: bytes moved per second.
 void BM_MemoryTriad(benchmark::State& state) {
@@ -166,6 +214,14 @@ BENCHMARK(BM_DecodeStep)
     ->ArgsProduct({{0}, {1}, {16, 64, 128, 256, 512, 768, 1023}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
+    ->UseRealTime();
+BENCHMARK(BM_SmallBatchLinear)
+    ->ArgNames({"dtype", "M", "torch", "layers"})
+    ->ArgsProduct({{0, 1}, {1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}, {12}})
+    ->Args({0, 1, 2, 12})->Args({2, 1, 0, 12})->Args({2, 8, 0, 12})
+    ->ArgsProduct({{0, 1}, {1, 4, 8}, {0, 1}, {1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.5)
     ->UseRealTime();
 BENCHMARK(BM_AttentionDecode)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 

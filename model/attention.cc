@@ -9,10 +9,9 @@
 namespace dikkat::model {
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  // Decode steps of a few sequences: stream the weights once (bench/engine_bench.cc).
-  if (SmallBatchLinearApplies(x, w) && (x.size(0) > 1 || w.scalar_type() != at::kFloat)) {
-    return SmallBatchLinear(x, w, b);
-  }
+  // Decode steps of a few sequences: stream the weights once; also faster than
+  // OpenBLAS's GEMV for one row (bench/engine_bench.cc, BM_SmallBatchLinear).
+  if (SmallBatchLinearApplies(x, w)) return SmallBatchLinear(x, w, b);
   if (x.scalar_type() != w.scalar_type()) {
     // Half-precision weights with float32 activations (CPU): the product in
     // the weights' dtype (oneDNN for bfloat16), the result back in float32.

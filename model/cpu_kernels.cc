@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -21,7 +23,8 @@ namespace dikkat::model {
 namespace {
 
 bool HasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
   return has;
 }
 
@@ -66,74 +69,233 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512 Load16(const Half16* p
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// Masked loads of the first n < 16 elements (the rest read as zero): rows
+// whose length is not a multiple of 16 need no scalar tail loop.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 Load16(const float* p,
+                                                                          __mmask16 k) {
+  return _mm512_maskz_loadu_ps(k, p);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 Load16(const uint16_t* p,
+                                                                          __mmask16 k) {
+  __m256i raw = _mm256_maskz_loadu_epi16(k, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 Load16(const Half16* p,
+                                                                          __mmask16 k) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
+}
+
 // ---- SmallBatchLinear -----------------------------------------------------------
 
-// Rows [o0, o1) of y[m, :] = x[m, :] . W[o, :], M rows of x at once so that
-// each weight is read from memory once per step.
-template <int M, typename W>
-__attribute__((target("avx512f,avx512bw"))) void LinearRowsAvx512(const float* x, const W* w,
-                                                                  const float* b, float* y,
-                                                                  int64_t in, int64_t out,
-                                                                  int64_t o0, int64_t o1) {
-  constexpr int R = M <= 2 ? 4 : (M <= 4 ? 2 : 1);  // output rows per pass (ILP vs registers)
-  int64_t o = o0;
-  for (; o + R <= o1; o += R) {
-    __m512 acc[R][M];
-    for (int r = 0; r < R; ++r)
-      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= in; i += 16) {
-      __m512 xv[M];
-      for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(x + m * in + i);
-      for (int r = 0; r < R; ++r) {
-        __m512 wv = Load16(w + (o + r) * in + i);
-        for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int m = 0; m < M; ++m) {
-        float s = _mm512_reduce_add_ps(acc[r][m]);
-        for (int64_t j = i; j < in; ++j) s += LoadScalar(w + (o + r) * in, j) * x[m * in + j];
-        y[m * out + o + r] = s + (b ? b[o + r] : 0.0f);
-      }
-    }
+// Output rows computed together for M input rows. The R x M accumulators, the
+// R weight vectors and one x vector live in the 32 zmm registers (R*M + R + 1
+// <= 32); each weight vector loaded serves M FMAs and each x vector R, so the
+// loads stay below the FMA count from M = 2 on.
+template <int M>
+constexpr int BlockRows() {
+  constexpr int kRows[] = {0, 8, 8, 6, 5, 4, 4, 3, 3};
+  return kRows[M];
+}
+
+// acc[r][m] += W[r, i:i+16] * x[m, i:i+16] (only the first lanes of mask k
+// when kMasked).
+template <int M, int R, bool kMasked, typename W>
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void LinearStep(
+    const float* x, const W* wo, int64_t in, int64_t i, __mmask16 k, __m512 (&acc)[R][M]) {
+  __m512 wv[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) wv[r] = kMasked ? Load16(wo + r * in + i, k) : Load16(wo + r * in + i);
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+    const __m512 xv = kMasked ? _mm512_maskz_loadu_ps(k, x + m * in + i) : _mm512_loadu_ps(x + m * in + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
   }
-  for (; o < o1; ++o) {
+}
+
+// y[m, o + r] (=|+=) sum of acc[r][m]'s lanes + b[o + r].
+template <int M, int R>
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void StoreBlock(
+    const __m512 (&acc)[R][M], const float* b, float* y, int64_t ldy, int64_t o, bool accumulate) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const float bias = b != nullptr ? b[o + r] : 0.0f;
+#pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
-      float s = 0;
-      for (int64_t j = 0; j < in; ++j) s += LoadScalar(w + o * in, j) * x[m * in + j];
-      y[m * out + o] = s + (b ? b[o] : 0.0f);
+      float* dst = y + m * ldy + o + r;
+      const float s = _mm512_reduce_add_ps(acc[r][m]) + bias;
+      *dst = accumulate ? *dst + s : s;
     }
   }
 }
 
+// y[m, o + r] (=|+=) x[m, :] . W[o + r, :] + b[o + r] for r < R, m < M: every
+// weight read once for the M rows. The loops over R and M are unrolled so
+// that the accumulators stay in registers (-O2 does not unroll them itself).
+template <int M, int R, typename W>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockAvx512(
+    const float* x, const W* w, const float* b, float* y, int64_t in, int64_t ldy, int64_t o,
+    bool accumulate) {
+  __m512 acc[R][M];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
+  }
+  const W* wo = w + o * in;
+  int64_t i = 0;
+  for (; i + 16 <= in; i += 16) LinearStep<M, R, false>(x, wo, in, i, 0, acc);
+  if (i < in) {
+    LinearStep<M, R, true>(x, wo, in, i, static_cast<__mmask16>((1u << (in - i)) - 1), acc);
+  }
+  StoreBlock<M, R>(acc, b, y, ldy, o, accumulate);
+}
+
+// Output rows [o0, o1): blocks of BlockRows<M>(), the remainder one by one.
+template <int M, typename W>
+void LinearRowsAvx512(const float* x, const W* w, const float* b, float* y, int64_t in,
+                      int64_t ldy, int64_t o0, int64_t o1, bool accumulate) {
+  constexpr int R = BlockRows<M>();
+  int64_t o = o0;
+  for (; o + R <= o1; o += R) LinearBlockAvx512<M, R>(x, w, b, y, in, ldy, o, accumulate);
+  for (; o < o1; ++o) LinearBlockAvx512<M, 1>(x, w, b, y, in, ldy, o, accumulate);
+}
+
+// bfloat16 weights, few rows: widening 16 bfloat16 values to float32 takes a
+// cross-lane shuffle per vector, which bounds the kernel below the memory
+// speed at M <= 4. Read 32 weights per load instead and split them without
+// shuffles: shifting each 32-bit lane left by 16 gives the even elements as
+// float32, masking off its low half the odd ones. x is reordered once per
+// call to match: per 32-element block, its 16 even elements then its 16 odd
+// ones (`xp`); the last in % 32 elements keep x's order and the plain path.
+// The products are the same as LinearBlockAvx512's, summed in another order.
+template <int M>
+constexpr int Bf16PairRows() {  // R*M accumulators + 2R weight vectors + 2 x vectors <= 32
+  constexpr int kRows[] = {0, 8, 6, 5, 4};
+  return kRows[M];
+}
+
+template <int M, int R>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockBf16Pairs(
+    const float* x, const float* xp, const uint16_t* w, const float* b, float* y, int64_t in,
+    int64_t ldy, int64_t o, bool accumulate) {
+  __m512 acc[R][M];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
+  }
+  const uint16_t* wo = w + o * in;
+  int64_t i = 0;
+  for (; i + 32 <= in; i += 32) {
+    __m512 even[R], odd[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      // The next block's rows, one cache line each per step: R short streams
+      // of 24..96 lines are too short for the hardware prefetcher alone.
+      _mm_prefetch(reinterpret_cast<const char*>(wo + (R + r) * in + i), _MM_HINT_T0);
+      const __m512i raw = _mm512_loadu_si512(wo + r * in + i);
+      even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+      odd[r] = _mm512_castsi512_ps(_mm512_maskz_mov_epi16(0xAAAAAAAAu, raw));
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 xe = _mm512_loadu_ps(xp + m * in + i);
+      const __m512 xo = _mm512_loadu_ps(xp + m * in + i + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        acc[r][m] = _mm512_fmadd_ps(even[r], xe, acc[r][m]);
+        acc[r][m] = _mm512_fmadd_ps(odd[r], xo, acc[r][m]);
+      }
+    }
+  }
+  for (; i + 16 <= in; i += 16) LinearStep<M, R, false>(x, wo, in, i, 0, acc);
+  if (i < in) {
+    LinearStep<M, R, true>(x, wo, in, i, static_cast<__mmask16>((1u << (in - i)) - 1), acc);
+  }
+  StoreBlock<M, R>(acc, b, y, ldy, o, accumulate);
+}
+
+// xp[m, 32c + j] = x[m, 32c + 2j], xp[m, 32c + 16 + j] = x[m, 32c + 2j + 1]
+// (j < 16) for whole blocks of 32; the rest copied as it is.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void SplitEvenOdd(const float* x, float* xp,
+                                                                       int64_t rows, int64_t in) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* src = x + m * in;
+    float* dst = xp + m * in;
+    int64_t i = 0;
+    for (; i + 32 <= in; i += 32) {
+      const __m512 lo = _mm512_loadu_ps(src + i), hi = _mm512_loadu_ps(src + i + 16);
+      _mm512_storeu_ps(dst + i, _mm512_permutex2var_ps(lo, even, hi));
+      _mm512_storeu_ps(dst + i + 16, _mm512_permutex2var_ps(lo, odd, hi));
+    }
+    std::copy(src + i, src + in, dst + i);
+  }
+}
+
+template <int M>
+void LinearRowsBf16Pairs(const float* x, const float* xp, const uint16_t* w, const float* b,
+                         float* y, int64_t in, int64_t ldy, int64_t o0, int64_t o1,
+                         bool accumulate) {
+  constexpr int R = Bf16PairRows<M>();
+  int64_t o = o0;
+  for (; o + R <= o1; o += R) LinearBlockBf16Pairs<M, R>(x, xp, w, b, y, in, ldy, o, accumulate);
+  for (; o < o1; ++o) LinearBlockBf16Pairs<M, 1>(x, xp, w, b, y, in, ldy, o, accumulate);
+}
+
 template <typename W>
 void LinearRowsGeneric(const float* x, const W* w, const float* b, float* y, int64_t rows,
-                       int64_t in, int64_t out, int64_t o0, int64_t o1) {
+                       int64_t in, int64_t ldy, int64_t o0, int64_t o1, bool accumulate) {
   for (int64_t o = o0; o < o1; ++o) {
     for (int64_t m = 0; m < rows; ++m) {
       float s = 0;
       for (int64_t j = 0; j < in; ++j) s += LoadScalar(w + o * in, j) * x[m * in + j];
-      y[m * out + o] = s + (b ? b[o] : 0.0f);
+      s += b ? b[o] : 0.0f;
+      float* dst = y + m * ldy + o;
+      *dst = accumulate ? *dst + s : s;
     }
   }
 }
 
 template <typename W>
 void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_t rows,
-                    int64_t in, int64_t out) {
-  // Chunks of 64 output rows: enough work per task, enough tasks to balance.
-  at::parallel_for(0, out, 64, [&](int64_t o0, int64_t o1) {
-    if (!HasAvx512()) return LinearRowsGeneric(x, w, b, y, rows, in, out, o0, o1);
+                    int64_t in, int64_t out, bool accumulate) {
+  // bfloat16 weights, up to 4 rows: the shuffle-free kernel on x reordered.
+  std::vector<float> xp;
+  if (std::is_same_v<W, uint16_t> && HasAvx512() && rows <= 4 && in >= 32) {
+    xp.resize(rows * in);
+    SplitEvenOdd(x, xp.data(), rows, in);
+  }
+  // Tasks of whole blocks (24 rows = a multiple of every block size but 5):
+  // about 64 output rows per task, enough work to amortize the task and
+  // enough tasks to balance.
+  constexpr int64_t kUnit = 24;
+  const int64_t units = (out + kUnit - 1) / kUnit;
+  at::parallel_for(0, units, 64 / kUnit + 1, [&](int64_t u0, int64_t u1) {
+    const int64_t o0 = u0 * kUnit, o1 = std::min(out, u1 * kUnit);
+    if (!HasAvx512()) return LinearRowsGeneric(x, w, b, y, rows, in, out, o0, o1, accumulate);
+    if constexpr (std::is_same_v<W, uint16_t>) {
+      if (!xp.empty()) {
+        const float* p = xp.data();
+        switch (rows) {
+          case 1: return LinearRowsBf16Pairs<1>(x, p, w, b, y, in, out, o0, o1, accumulate);
+          case 2: return LinearRowsBf16Pairs<2>(x, p, w, b, y, in, out, o0, o1, accumulate);
+          case 3: return LinearRowsBf16Pairs<3>(x, p, w, b, y, in, out, o0, o1, accumulate);
+          default: return LinearRowsBf16Pairs<4>(x, p, w, b, y, in, out, o0, o1, accumulate);
+        }
+      }
+    }
     switch (rows) {
-      case 1: return LinearRowsAvx512<1>(x, w, b, y, in, out, o0, o1);
-      case 2: return LinearRowsAvx512<2>(x, w, b, y, in, out, o0, o1);
-      case 3: return LinearRowsAvx512<3>(x, w, b, y, in, out, o0, o1);
-      case 4: return LinearRowsAvx512<4>(x, w, b, y, in, out, o0, o1);
-      case 5: return LinearRowsAvx512<5>(x, w, b, y, in, out, o0, o1);
-      case 6: return LinearRowsAvx512<6>(x, w, b, y, in, out, o0, o1);
-      case 7: return LinearRowsAvx512<7>(x, w, b, y, in, out, o0, o1);
-      default: return LinearRowsAvx512<8>(x, w, b, y, in, out, o0, o1);
+      case 1: return LinearRowsAvx512<1>(x, w, b, y, in, out, o0, o1, accumulate);
+      case 2: return LinearRowsAvx512<2>(x, w, b, y, in, out, o0, o1, accumulate);
+      case 3: return LinearRowsAvx512<3>(x, w, b, y, in, out, o0, o1, accumulate);
+      case 4: return LinearRowsAvx512<4>(x, w, b, y, in, out, o0, o1, accumulate);
+      case 5: return LinearRowsAvx512<5>(x, w, b, y, in, out, o0, o1, accumulate);
+      case 6: return LinearRowsAvx512<6>(x, w, b, y, in, out, o0, o1, accumulate);
+      case 7: return LinearRowsAvx512<7>(x, w, b, y, in, out, o0, o1, accumulate);
+      default: return LinearRowsAvx512<8>(x, w, b, y, in, out, o0, o1, accumulate);
     }
   });
 }
@@ -257,13 +419,13 @@ at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
   if (w.scalar_type() == at::kFloat) {
     LinearDispatch(xf.data_ptr<float>(), w.data_ptr<float>(), bp, y.data_ptr<float>(), rows, in,
-                   out);
+                   out, false);
   } else if (w.scalar_type() == at::kBFloat16) {
     LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const uint16_t*>(w.data_ptr()), bp,
-                   y.data_ptr<float>(), rows, in, out);
+                   y.data_ptr<float>(), rows, in, out, false);
   } else {
     LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const Half16*>(w.data_ptr()), bp,
-                   y.data_ptr<float>(), rows, in, out);
+                   y.data_ptr<float>(), rows, in, out, false);
   }
   return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
 }
