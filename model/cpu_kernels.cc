@@ -113,10 +113,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void 
   }
 }
 
-// y[m, o + r] (=|+=) sum of acc[r][m]'s lanes + b[o + r].
+// y[m, o + r] = sum of acc[r][m]'s lanes + b[o + r].
 template <int M, int R>
 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void StoreBlock(
-    const __m512 (&acc)[R][M], const float* b, float* y, int64_t ldy, int64_t o, bool accumulate) {
+    const __m512 (&acc)[R][M], const float* b, float* y, int64_t ldy, int64_t o) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const float bias = b != nullptr ? b[o + r] : 0.0f;
@@ -124,7 +124,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void 
     for (int m = 0; m < M; ++m) {
       float* dst = y + m * ldy + o + r;
       const float s = _mm512_reduce_add_ps(acc[r][m]) + bias;
-      *dst = accumulate ? *dst + s : s;
+      *dst = s;
     }
   }
 }
@@ -134,8 +134,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void 
 // that the accumulators stay in registers (-O2 does not unroll them itself).
 template <int M, int R, typename W>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockAvx512(
-    const float* x, const W* w, const float* b, float* y, int64_t in, int64_t ldy, int64_t o,
-    bool accumulate) {
+    const float* x, const W* w, const float* b, float* y, int64_t in, int64_t ldy, int64_t o) {
   __m512 acc[R][M];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -148,17 +147,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockAvx512(
   if (i < in) {
     LinearStep<M, R, true>(x, wo, in, i, static_cast<__mmask16>((1u << (in - i)) - 1), acc);
   }
-  StoreBlock<M, R>(acc, b, y, ldy, o, accumulate);
+  StoreBlock<M, R>(acc, b, y, ldy, o);
 }
 
 // Output rows [o0, o1): blocks of BlockRows<M>(), the remainder one by one.
 template <int M, typename W>
 void LinearRowsAvx512(const float* x, const W* w, const float* b, float* y, int64_t in,
-                      int64_t ldy, int64_t o0, int64_t o1, bool accumulate) {
+                      int64_t ldy, int64_t o0, int64_t o1) {
   constexpr int R = BlockRows<M>();
   int64_t o = o0;
-  for (; o + R <= o1; o += R) LinearBlockAvx512<M, R>(x, w, b, y, in, ldy, o, accumulate);
-  for (; o < o1; ++o) LinearBlockAvx512<M, 1>(x, w, b, y, in, ldy, o, accumulate);
+  for (; o + R <= o1; o += R) LinearBlockAvx512<M, R>(x, w, b, y, in, ldy, o);
+  for (; o < o1; ++o) LinearBlockAvx512<M, 1>(x, w, b, y, in, ldy, o);
 }
 
 // bfloat16 weights, few rows: widening 16 bfloat16 values to float32 takes a
@@ -178,7 +177,7 @@ constexpr int Bf16PairRows() {  // R*M accumulators + 2R weight vectors + 2 x ve
 template <int M, int R>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockBf16Pairs(
     const float* x, const float* xp, const uint16_t* w, const float* b, float* y, int64_t in,
-    int64_t ldy, int64_t o, bool accumulate) {
+    int64_t ldy, int64_t o) {
   __m512 acc[R][M];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -213,7 +212,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockBf16Pairs(
   if (i < in) {
     LinearStep<M, R, true>(x, wo, in, i, static_cast<__mmask16>((1u << (in - i)) - 1), acc);
   }
-  StoreBlock<M, R>(acc, b, y, ldy, o, accumulate);
+  StoreBlock<M, R>(acc, b, y, ldy, o);
 }
 
 // xp[m, 32c + j] = x[m, 32c + 2j], xp[m, 32c + 16 + j] = x[m, 32c + 2j + 1]
@@ -237,31 +236,30 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void SplitEvenOdd(const flo
 
 template <int M>
 void LinearRowsBf16Pairs(const float* x, const float* xp, const uint16_t* w, const float* b,
-                         float* y, int64_t in, int64_t ldy, int64_t o0, int64_t o1,
-                         bool accumulate) {
+                         float* y, int64_t in, int64_t ldy, int64_t o0, int64_t o1) {
   constexpr int R = Bf16PairRows<M>();
   int64_t o = o0;
-  for (; o + R <= o1; o += R) LinearBlockBf16Pairs<M, R>(x, xp, w, b, y, in, ldy, o, accumulate);
-  for (; o < o1; ++o) LinearBlockBf16Pairs<M, 1>(x, xp, w, b, y, in, ldy, o, accumulate);
+  for (; o + R <= o1; o += R) LinearBlockBf16Pairs<M, R>(x, xp, w, b, y, in, ldy, o);
+  for (; o < o1; ++o) LinearBlockBf16Pairs<M, 1>(x, xp, w, b, y, in, ldy, o);
 }
 
 template <typename W>
 void LinearRowsGeneric(const float* x, const W* w, const float* b, float* y, int64_t rows,
-                       int64_t in, int64_t ldy, int64_t o0, int64_t o1, bool accumulate) {
+                       int64_t in, int64_t ldy, int64_t o0, int64_t o1) {
   for (int64_t o = o0; o < o1; ++o) {
     for (int64_t m = 0; m < rows; ++m) {
       float s = 0;
       for (int64_t j = 0; j < in; ++j) s += LoadScalar(w + o * in, j) * x[m * in + j];
       s += b ? b[o] : 0.0f;
       float* dst = y + m * ldy + o;
-      *dst = accumulate ? *dst + s : s;
+      *dst = s;
     }
   }
 }
 
 template <typename W>
 void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_t rows,
-                    int64_t in, int64_t out, bool accumulate) {
+                    int64_t in, int64_t out) {
   // bfloat16 weights, up to 4 rows: the shuffle-free kernel on x reordered.
   std::vector<float> xp;
   if (std::is_same_v<W, uint16_t> && HasAvx512() && rows <= 4 && in >= 32) {
@@ -275,27 +273,27 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
   const int64_t units = (out + kUnit - 1) / kUnit;
   at::parallel_for(0, units, 64 / kUnit + 1, [&](int64_t u0, int64_t u1) {
     const int64_t o0 = u0 * kUnit, o1 = std::min(out, u1 * kUnit);
-    if (!HasAvx512()) return LinearRowsGeneric(x, w, b, y, rows, in, out, o0, o1, accumulate);
+    if (!HasAvx512()) return LinearRowsGeneric(x, w, b, y, rows, in, out, o0, o1);
     if constexpr (std::is_same_v<W, uint16_t>) {
       if (!xp.empty()) {
         const float* p = xp.data();
         switch (rows) {
-          case 1: return LinearRowsBf16Pairs<1>(x, p, w, b, y, in, out, o0, o1, accumulate);
-          case 2: return LinearRowsBf16Pairs<2>(x, p, w, b, y, in, out, o0, o1, accumulate);
-          case 3: return LinearRowsBf16Pairs<3>(x, p, w, b, y, in, out, o0, o1, accumulate);
-          default: return LinearRowsBf16Pairs<4>(x, p, w, b, y, in, out, o0, o1, accumulate);
+          case 1: return LinearRowsBf16Pairs<1>(x, p, w, b, y, in, out, o0, o1);
+          case 2: return LinearRowsBf16Pairs<2>(x, p, w, b, y, in, out, o0, o1);
+          case 3: return LinearRowsBf16Pairs<3>(x, p, w, b, y, in, out, o0, o1);
+          default: return LinearRowsBf16Pairs<4>(x, p, w, b, y, in, out, o0, o1);
         }
       }
     }
     switch (rows) {
-      case 1: return LinearRowsAvx512<1>(x, w, b, y, in, out, o0, o1, accumulate);
-      case 2: return LinearRowsAvx512<2>(x, w, b, y, in, out, o0, o1, accumulate);
-      case 3: return LinearRowsAvx512<3>(x, w, b, y, in, out, o0, o1, accumulate);
-      case 4: return LinearRowsAvx512<4>(x, w, b, y, in, out, o0, o1, accumulate);
-      case 5: return LinearRowsAvx512<5>(x, w, b, y, in, out, o0, o1, accumulate);
-      case 6: return LinearRowsAvx512<6>(x, w, b, y, in, out, o0, o1, accumulate);
-      case 7: return LinearRowsAvx512<7>(x, w, b, y, in, out, o0, o1, accumulate);
-      default: return LinearRowsAvx512<8>(x, w, b, y, in, out, o0, o1, accumulate);
+      case 1: return LinearRowsAvx512<1>(x, w, b, y, in, out, o0, o1);
+      case 2: return LinearRowsAvx512<2>(x, w, b, y, in, out, o0, o1);
+      case 3: return LinearRowsAvx512<3>(x, w, b, y, in, out, o0, o1);
+      case 4: return LinearRowsAvx512<4>(x, w, b, y, in, out, o0, o1);
+      case 5: return LinearRowsAvx512<5>(x, w, b, y, in, out, o0, o1);
+      case 6: return LinearRowsAvx512<6>(x, w, b, y, in, out, o0, o1);
+      case 7: return LinearRowsAvx512<7>(x, w, b, y, in, out, o0, o1);
+      default: return LinearRowsAvx512<8>(x, w, b, y, in, out, o0, o1);
     }
   });
 }
@@ -419,13 +417,13 @@ at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
   if (w.scalar_type() == at::kFloat) {
     LinearDispatch(xf.data_ptr<float>(), w.data_ptr<float>(), bp, y.data_ptr<float>(), rows, in,
-                   out, false);
+                   out);
   } else if (w.scalar_type() == at::kBFloat16) {
     LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const uint16_t*>(w.data_ptr()), bp,
-                   y.data_ptr<float>(), rows, in, out, false);
+                   y.data_ptr<float>(), rows, in, out);
   } else {
     LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const Half16*>(w.data_ptr()), bp,
-                   y.data_ptr<float>(), rows, in, out, false);
+                   y.data_ptr<float>(), rows, in, out);
   }
   return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
 }
