@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "model/work_team.h"
+
 // GCC 12's AVX-512 intrinsics (_mm512_cvtepu16_epi32 and friends) start from
 // _mm512_undefined_*() and trip -Wuninitialized falsely (GCC bug 105593).
 // (clang has no -Wmaybe-uninitialized and warns about the unknown group.)
@@ -271,7 +273,7 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
   // enough tasks to balance.
   constexpr int64_t kUnit = 24;
   const int64_t units = (out + kUnit - 1) / kUnit;
-  at::parallel_for(0, units, 64 / kUnit + 1, [&](int64_t u0, int64_t u1) {
+  TeamParallelFor(units, 64 / kUnit + 1, [&](int64_t u0, int64_t u1) {
     const int64_t o0 = u0 * kUnit, o1 = std::min(out, u1 * kUnit);
     if (!HasAvx512()) return LinearRowsGeneric(x, w, b, y, rows, in, out, o0, o1);
     if constexpr (std::is_same_v<W, uint16_t>) {
@@ -379,7 +381,8 @@ void DecodeAttentionAll(const float* q, const T* k_cache, const T* v_cache, floa
   const int64_t batch = static_cast<int64_t>(lens.size());
   const int64_t group = hq / hkv;
   const bool avx = HasAvx512();
-  at::parallel_for(0, batch * hkv, 1, [&](int64_t t0, int64_t t1) {
+  // A few (sequence, KV head) pairs per chunk: one scores buffer each.
+  TeamParallelFor(batch * hkv, std::max<int64_t>(1, batch * hkv / 16), [&](int64_t t0, int64_t t1) {
     std::vector<float> scores;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / hkv, h = t % hkv;

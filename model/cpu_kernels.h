@@ -10,7 +10,7 @@
 //    per-sequence op dispatch).
 //
 // Both use AVX-512 when the CPU has it and a portable loop otherwise; both
-// parallelize with at::parallel_for. CPU tensors only: on other devices the
+// share their loops with the work team (work_team.h). CPU tensors only: on other devices the
 // callers keep LibTorch's ops (see transformer.cc).
 #ifndef DIKKAT_MODEL_CPU_KERNELS_H_
 #define DIKKAT_MODEL_CPU_KERNELS_H_
