@@ -19,6 +19,7 @@
 #include "model/attention.h"
 #include "model/cpu_kernels.h"
 #include "model/kv_cache.h"
+#include "server/runtime.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
 
@@ -193,6 +194,7 @@ void BM_Gemm(benchmark::State& state) {
 }
 
 void Setup() {
+  dikkat::server::TuneAllocator();  // as dikkat-server does
   const char* env = std::getenv("DIKKAT_BENCH_THREADS");
   at::set_num_threads(env != nullptr ? std::atoi(env) : 2);
 }

@@ -120,6 +120,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   dikkat::server::SelectBlasKernels(argc, argv);
+  dikkat::server::TuneAllocator();
   absl::ParseCommandLine(argc, argv);
   return dikkat::server::Main();
 }

@@ -367,5 +367,6 @@ int Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   dikkat::server::SelectBlasKernels(argc, argv);  // may re-exec this process
+  dikkat::server::TuneAllocator();
   return dikkat::server::Run(argc, argv);
 }

@@ -1,6 +1,7 @@
 #include "server/runtime.h"
 
 #include <dlfcn.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <ATen/Parallel.h>
@@ -70,6 +71,11 @@ std::string DescribeBlas() {
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   return std::string("BLAS: OpenBLAS, ") + core_name() + " kernels (" + source +
          "); OpenMP wait policy " + (wait != nullptr ? wait : "default");
+}
+
+void TuneAllocator() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
 int SetComputeThreads(int threads) {

@@ -23,6 +23,14 @@ void SelectBlasKernels(int argc, char** argv);
 // choice came from.
 std::string DescribeBlas();
 
+// Keeps the large temporaries of a forward pass (activations of a 512-token
+// prefill are several MiB each) in the allocator's heap between passes.
+// glibc otherwise maps and unmaps them every time, and the page faults of
+// touching fresh pages cost ~20% of a prefill (docs/performance.md). Allocations
+// under 256 MiB come from the heap; up to 512 MiB of free heap is kept. Call
+// first thing in main(), before other threads start.
+void TuneAllocator();
+
 // Sets LibTorch's intra-op thread count (at::set_num_threads). 0 means the
 // number of online cores. Returns the count in effect afterwards. Call once,
 // before any model is loaded.
