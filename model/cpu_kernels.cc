@@ -99,6 +99,17 @@ constexpr int BlockRows() {
   return kRows[M];
 }
 
+// acc[r][m] = 0 for every block accumulator.
+template <int M, int R>
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void ZeroBlock(
+    __m512 (&acc)[R][M]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
+  }
+}
+
 // acc[r][m] += W[r, i:i+16] * x[m, i:i+16] (only the first lanes of mask k
 // when kMasked).
 template <int M, int R, bool kMasked, typename W>
@@ -131,18 +142,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void 
   }
 }
 
-// y[m, o + r] (=|+=) x[m, :] . W[o + r, :] + b[o + r] for r < R, m < M: every
+// y[m, o + r] = x[m, :] . W[o + r, :] + b[o + r] for r < R, m < M: every
 // weight read once for the M rows. The loops over R and M are unrolled so
 // that the accumulators stay in registers (-O2 does not unroll them itself).
 template <int M, int R, typename W>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockAvx512(
     const float* x, const W* w, const float* b, float* y, int64_t in, int64_t ldy, int64_t o) {
   __m512 acc[R][M];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
-  }
+  ZeroBlock<M, R>(acc);
   const W* wo = w + o * in;
   int64_t i = 0;
   for (; i + 16 <= in; i += 16) LinearStep<M, R, false>(x, wo, in, i, 0, acc);
@@ -181,11 +188,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockBf16Pairs(
     const float* x, const float* xp, const uint16_t* w, const float* b, float* y, int64_t in,
     int64_t ldy, int64_t o) {
   __m512 acc[R][M];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_setzero_ps();
-  }
+  ZeroBlock<M, R>(acc);
   const uint16_t* wo = w + o * in;
   int64_t i = 0;
   for (; i + 32 <= in; i += 32) {
