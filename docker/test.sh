@@ -150,8 +150,17 @@ for i in $(seq 1 "$STREAMS"); do
     > "$WORK/drain$i.out" 2> "$WORK/drain$i.err" &
   client_pids+=($!)
 done
-# Text streams to stdout as it is generated: wait until it flows.
-until cat "$WORK"/drain*.out 2>/dev/null | grep -q .; do sleep 0.02; done
+# Text streams to stdout as it is generated: wait until it flows on every
+# stream. (Waiting for the first one only raced: a client process that had not
+# connected yet when SIGTERM landed was refused, which is what a draining
+# server should do to new connections, but it is not what this step tests.)
+wait_start=$SECONDS
+for i in $(seq 1 "$STREAMS"); do
+  until [ -s "$WORK/drain$i.out" ]; do
+    [ $((SECONDS - wait_start)) -lt 60 ] || { cat "$WORK/drain$i.err"; fail "generation $i produced no text in 60 s"; }
+    sleep 0.02
+  done
+done
 stop_start=$SECONDS
 podman kill --signal TERM "$NAME" > /dev/null
 sigterm_ns="$(date +%s%N)"
