@@ -19,7 +19,6 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -33,6 +32,7 @@
 #include "absl/time/time.h"
 #include "server/byte_size.h"
 #include "server/engine.h"
+#include "server/health_service.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
 #include "server/model_registry.h"
@@ -178,13 +178,6 @@ bool LoadModels(const std::vector<ModelSpec>& specs, const EngineOptions& option
   return true;
 }
 
-void SetHealth(grpc::Server* server, bool serving) {
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  if (health == nullptr) return;
-  health->SetServingStatus("", serving);
-  health->SetServingStatus(kServiceName, serving);
-}
-
 int Run(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dikkat-server --model=[name=]path [--model=...] [--listen=host:port] [flags]\n"
@@ -289,13 +282,16 @@ int Run(int argc, char** argv) {
   service_options.auth = auth->get();
   service_options.max_response_bytes = max_response;
   DikkatService service(&registry, &metrics, DIKKAT_VERSION, service_options);
-  grpc::EnableDefaultHealthCheckService(true);
+  // Our own grpc.health.v1 service: NOT_SERVING from the moment the port
+  // opens until the models are warm (gRPC's default one starts SERVING).
+  HealthService health({kServiceName});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string listen = absl::GetFlag(FLAGS_listen);
   int port = 0;
   builder.AddListeningPort(listen, *credentials, &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&health);
   // gRPC enables SO_REUSEPORT by default: a second server on the same port
   // would start "fine" and take half the connections. Fail loudly instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -319,7 +315,6 @@ int Run(int argc, char** argv) {
     registry.ShutdownAll(absl::ZeroDuration());
     return 1;
   }
-  SetHealth(server.get(), false);
 
   const std::string host = SplitHostPort(listen).ok() ? SplitHostPort(listen)->first : listen;
   absl::PrintF("listening on %s:%d\n", absl::StrContains(host, ':') ? absl::StrCat("[", host, "]")
@@ -336,13 +331,14 @@ int Run(int argc, char** argv) {
     if (!warm.ok()) {
       absl::FPrintF(stderr, "dikkat-server: warm-up of '%s' failed: %s\n", e.name, warm.ToString());
       registry.ShutdownAll(absl::ZeroDuration());
+      health.Shutdown();
       server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
       return 1;
     }
     absl::FPrintF(stderr, "dikkat-server: warmed up '%s' in %.2fs\n", e.name,
                   absl::ToDoubleSeconds(absl::Now() - start));
   }
-  SetHealth(server.get(), true);
+  health.SetServing(true);
   serving = true;
   absl::FPrintF(stderr, "dikkat-server: serving %d model(s); default '%s'\n",
                 static_cast<int>(registry.size()), registry.default_name());
@@ -353,9 +349,11 @@ int Run(int argc, char** argv) {
                 g_received_signal == SIGINT ? "SIGINT" : "SIGTERM", absl::FormatDuration(grace));
   // Health first so load balancers stop routing here; then the engines refuse
   // new work (UNAVAILABLE) and finish what runs; then the transport closes.
-  SetHealth(server.get(), false);
+  health.SetServing(false);
   serving = false;
   registry.ShutdownAll(grace);
+  // Watch streams end here rather than hold the transport's shutdown up.
+  health.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   http.Stop();
   absl::FPrintF(stderr, "dikkat-server: stopped\n");
