@@ -355,6 +355,19 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
     Finish(s);
   }
 
+  // Checks the caller, finds the model, then `submit` converts the request
+  // and hands it to the engine; any error on the way completes the call.
+  template <typename Submit>
+  void Start(const absl::Status& authenticated, const ModelRegistry* registry,
+             const std::string& model, Submit submit) {
+    if (!authenticated.ok()) return Complete(authenticated);
+    absl::StatusOr<Engine*> engine = registry->Find(model);
+    if (!engine.ok()) return Complete(engine.status());
+    absl::StatusOr<RequestId> id = submit(*engine);
+    if (!id.ok()) return Complete(id.status());
+    Submitted(*engine, *id);
+  }
+
   void Submitted(Engine* engine, RequestId id) {
     bool cancel = false;
     {
@@ -404,32 +417,20 @@ class EncodeReactor final : public EngineUnaryReactor {
                                                Rpc::kEncode)),
         response_(response),
         max_response_bytes_(options.max_response_bytes) {
-    if (!authenticated.ok()) {
-      Complete(authenticated);
-      return;
-    }
-    absl::StatusOr<Engine*> engine = registry->Find(request->model());
-    if (!engine.ok()) {
-      Complete(engine.status());
-      return;
-    }
-    absl::StatusOr<EncodeRequest> converted =
-        ToEncodeRequest(*request, LimitsOf(**engine, options));
-    if (!converted.ok()) {
-      Complete(converted.status());
-      return;
-    }
-    converted->deadline = deadline_;
-    engine_request_ = *converted;  // kept to echo the token ids
-    dtype_ = request->output_dtype();
-    response_->set_model((*engine)->description().name);
-    absl::StatusOr<RequestId> id = (*engine)->SubmitEncode(
-        std::move(*converted), [this](absl::StatusOr<EncodeResult> result) { Done(std::move(result)); });
-    if (!id.ok()) {
-      Complete(id.status());
-      return;
-    }
-    Submitted(*engine, *id);
+    Start(authenticated, registry, request->model(),
+          [&](Engine* engine) -> absl::StatusOr<RequestId> {
+            absl::StatusOr<EncodeRequest> converted =
+                ToEncodeRequest(*request, LimitsOf(*engine, options));
+            if (!converted.ok()) return converted.status();
+            converted->deadline = deadline_;
+            engine_request_ = *converted;  // kept to echo the token ids
+            dtype_ = request->output_dtype();
+            response_->set_model(engine->description().name);
+            return engine->SubmitEncode(std::move(*converted),
+                                        [this](absl::StatusOr<EncodeResult> result) {
+                                          Done(std::move(result));
+                                        });
+          });
   }
 
  private:
@@ -461,34 +462,21 @@ class AttentionReactor final : public EngineUnaryReactor {
                                                Rpc::kAttention)),
         response_(response),
         max_response_bytes_(options.max_response_bytes) {
-    if (!authenticated.ok()) {
-      Complete(authenticated);
-      return;
-    }
-    absl::StatusOr<Engine*> engine = registry->Find(request->model());
-    if (!engine.ok()) {
-      Complete(engine.status());
-      return;
-    }
-    engine_ = *engine;
-    absl::StatusOr<AttentionRequest> converted =
-        ToAttentionRequest(*request, LimitsOf(*engine_, options));
-    if (!converted.ok()) {
-      Complete(converted.status());
-      return;
-    }
-    converted->deadline = deadline_;
-    engine_request_ = *converted;  // kept for the axis labels
-    dtype_ = request->output_dtype();
-    response_->set_model(engine_->description().name);
-    absl::StatusOr<RequestId> id = engine_->SubmitAttention(
-        std::move(*converted),
-        [this](absl::StatusOr<AttentionResult> result) { Done(std::move(result)); });
-    if (!id.ok()) {
-      Complete(id.status());
-      return;
-    }
-    Submitted(engine_, *id);
+    Start(authenticated, registry, request->model(),
+          [&](Engine* engine) -> absl::StatusOr<RequestId> {
+            engine_ = engine;
+            absl::StatusOr<AttentionRequest> converted =
+                ToAttentionRequest(*request, LimitsOf(*engine, options));
+            if (!converted.ok()) return converted.status();
+            converted->deadline = deadline_;
+            engine_request_ = *converted;  // kept for the axis labels
+            dtype_ = request->output_dtype();
+            response_->set_model(engine->description().name);
+            return engine->SubmitAttention(std::move(*converted),
+                                           [this](absl::StatusOr<AttentionResult> result) {
+                                             Done(std::move(result));
+                                           });
+          });
   }
 
  private:

@@ -50,6 +50,20 @@ class HealthServiceTest : public ::testing::Test {
     return status.ok() ? response.status() : -1;
   }
 
+  // A Watch stream of `service`; its first message must be `first`.
+  std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> Watch(const std::string& service,
+                                                                 grpc::ClientContext* context,
+                                                                 int first) {
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    HealthCheckRequest request;
+    request.set_service(service);
+    auto reader = stub_->Watch(context, request);
+    HealthCheckResponse r;
+    EXPECT_TRUE(reader->Read(&r));
+    EXPECT_EQ(r.status(), first);
+    return reader;
+  }
+
   HealthService health_{{"dikkat.v1.Dikkat"}};
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Health::Stub> stub_;
@@ -83,13 +97,8 @@ TEST_F(HealthServiceTest, ShutdownIsNotServingForGood) {
 
 TEST_F(HealthServiceTest, WatchSendsEveryChangeAndEndsOnShutdown) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  HealthCheckRequest request;
-  request.set_service("dikkat.v1.Dikkat");
-  auto reader = stub_->Watch(&context, request);
+  auto reader = Watch("dikkat.v1.Dikkat", &context, HealthCheckResponse::NOT_SERVING);
   HealthCheckResponse r;
-  ASSERT_TRUE(reader->Read(&r));
-  EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
   health_.SetServing(true);
   ASSERT_TRUE(reader->Read(&r));
   EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
@@ -113,13 +122,8 @@ TEST_F(HealthServiceTest, WatchSendsEveryChangeAndEndsOnShutdown) {
 
 TEST_F(HealthServiceTest, WatchOfAnUnknownServiceSaysSoAndStaysOpen) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  HealthCheckRequest request;
-  request.set_service("no.such.Service");
-  auto reader = stub_->Watch(&context, request);
+  auto reader = Watch("no.such.Service", &context, HealthCheckResponse::SERVICE_UNKNOWN);
   HealthCheckResponse r;
-  ASSERT_TRUE(reader->Read(&r));
-  EXPECT_EQ(r.status(), HealthCheckResponse::SERVICE_UNKNOWN);
   health_.SetServing(true);  // not this service's business: nothing sent
   health_.Shutdown();
   EXPECT_FALSE(reader->Read(&r));
@@ -131,13 +135,9 @@ TEST_F(HealthServiceTest, ManyWatchersAndOnesThatLeave) {
   constexpr int kWatchers = 8;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<grpc::ClientReader<HealthCheckResponse>>> readers;
-  HealthCheckRequest request;
   for (int i = 0; i < kWatchers; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
-    readers.push_back(stub_->Watch(contexts.back().get(), request));
-    HealthCheckResponse r;
-    ASSERT_TRUE(readers.back()->Read(&r));
-    EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+    readers.push_back(Watch("", contexts.back().get(), HealthCheckResponse::NOT_SERVING));
   }
   for (int i = 0; i < kWatchers; i += 2) contexts[i]->TryCancel();
   health_.SetServing(true);
