@@ -83,6 +83,15 @@ podman image inspect --format '{{json .Config.ExposedPorts}}' "$IMAGE" | grep -q
   || fail "50051 not exposed"
 podman image inspect --format '{{json .Config.ExposedPorts}}' "$IMAGE" | grep -q '9090/tcp' \
   || fail "9090 not exposed"
+# The runtime stage carries only the libraries ldd listed in the builder:
+# every one must resolve, and BLAS must be OpenBLAS's OpenMP build.
+missing="$(podman run --rm --health-interval=disable --entrypoint sh "$IMAGE" -c 'for f in /opt/dikkat/bin/dikkat-server \
+  /opt/dikkat/bin/dikkat /opt/dikkat/lib/libdikkat_sentencepiece_shim.so; do ldd "$f"; done' \
+  | grep 'not found' || true)"
+[ -z "$missing" ] || fail "libraries missing in the image: $missing"
+blas="$(podman run --rm --health-interval=disable --entrypoint readlink "$IMAGE" -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
+case "$blas" in *openblas-openmp*) ;; *) fail "libblas.so.3 is $blas, not OpenBLAS (OpenMP)" ;; esac
+log "every library resolves; libblas.so.3 = $blas"
 
 # ---- run ------------------------------------------------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
