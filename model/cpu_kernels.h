@@ -1,9 +1,11 @@
-// Hand-written CPU kernels for the two places where LibTorch's general ops
+// Hand-written CPU kernels for the places where LibTorch's general ops
 // leave most of the machine idle during decoding:
 //
 //  * SmallBatchLinear: y = x W^T + b for a few rows (decode steps of 1..8
 //    sequences). The cost is streaming W once from memory; OpenBLAS's GEMM
 //    and LibTorch's bfloat16 GEMV are far from that limit at these shapes.
+//  * Int8Linear: the same for int8 weights with a float32 scale per group of
+//    32 inputs (--dtype int8), for any number of rows.
 //  * PagedDecodeAttention: one query token per sequence against its keys and
 //    values read in place from the paged KV cache, for every sequence and
 //    head of a decode step in one parallel call (no gather copies, no
@@ -20,6 +22,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "model/linear_weight.h"
+
 namespace dikkat::model {
 
 // Rows at most that SmallBatchLinear takes.
@@ -32,6 +36,12 @@ bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 // x [M, in] (any float dtype), w [out, in] float32, bfloat16 or float16, b [out] or
 // undefined -> [M, out] in x's dtype. Accumulates in float32.
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+
+// x [..., in] (any float dtype), w int8 with scales (QuantizeInt8), b [out] or
+// undefined -> [..., out] float32, accumulated in float32. Any number of rows:
+// blocks of up to kSmallBatchMaxRows rows reuse each task's slice of the
+// matrix from the cache, so the int8 matrix is read from memory once.
+at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b);
 
 // One decode token per sequence.
 //   q:       [B, Hq, D] (float32 or the cache dtype)
