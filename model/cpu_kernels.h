@@ -37,10 +37,15 @@ bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 // undefined -> [M, out] in x's dtype. Accumulates in float32.
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
+// Rows from which Int8Linear dequantizes tiles of W for LibTorch's GEMM.
+inline constexpr int64_t kInt8GemmMinRows = 64;
+
 // x [..., in] (any float dtype), w int8 with scales (QuantizeInt8), b [out] or
 // undefined -> [..., out] float32, accumulated in float32. Any number of rows:
-// blocks of up to kSmallBatchMaxRows rows reuse each task's slice of the
-// matrix from the cache, so the int8 matrix is read from memory once.
+// below kInt8GemmMinRows, blocks of up to kSmallBatchMaxRows rows reuse each
+// task's slice of the matrix from the cache (the int8 matrix is read from
+// memory once); from it, tiles of W dequantized into a cache-sized float32
+// buffer go through LibTorch's GEMM.
 at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b);
 
 // One decode token per sequence.
