@@ -335,7 +335,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void 
   }
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) {
-    const __m512 xv = kMasked ? _mm512_maskz_loadu_ps(k, x + m * in + i) : _mm512_loadu_ps(x + m * in + i);
+    const float* xm = x + m * in + i;
+    const __m512 xv = kMasked ? _mm512_maskz_loadu_ps(k, xm) : _mm512_loadu_ps(xm);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
   }

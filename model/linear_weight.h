@@ -14,6 +14,7 @@
 #define DIKKAT_MODEL_LINEAR_WEIGHT_H_
 
 #include <cstdint>
+#include <utility>
 
 #include <ATen/core/Tensor.h>
 

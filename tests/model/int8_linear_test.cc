@@ -47,13 +47,14 @@ double RelativeError(const at::Tensor& got, const at::Tensor& want, const at::Te
 // Weights whose rows differ in magnitude by 10^4, so that a scale applied to
 // the wrong row or group shows.
 at::Tensor RandomWeights(int64_t out, int64_t in) {
-  at::Tensor row_scale = at::pow(10.0, at::arange(out, at::kDouble).remainder(5) - 2).to(at::kFloat);
+  at::Tensor row_scale =
+      at::pow(10.0, at::arange(out, at::kDouble).remainder(5) - 2).to(at::kFloat);
   return at::randn({out, in}) * row_scale.unsqueeze(1);
 }
 
 void ExpectMatchesReference(int64_t m, const Shape& s, bool with_bias) {
-  const std::string name = absl::StrCat("M=", m, " in=", s.in, " out=", s.out,
-                                        with_bias ? " bias" : " no bias");
+  const std::string name =
+      absl::StrCat("M=", m, " in=", s.in, " out=", s.out, with_bias ? " bias" : " no bias");
   at::Tensor x = at::randn({m, s.in});
   LinearWeight w = QuantizeInt8(RandomWeights(s.out, s.in));
   at::Tensor b = with_bias ? at::randn({s.out}) : at::Tensor();
@@ -107,8 +108,8 @@ TEST(Int8LinearTest, KeepsLeadingDimensionsAndLinearDispatchesToIt) {
   at::Tensor x = at::randn({2, 3, 64});
   at::Tensor got = Linear(x, w, b);
   ASSERT_EQ(got.sizes(), at::IntArrayRef({2, 3, 24}));
-  at::Tensor want = at::matmul(x.to(at::kDouble), w.Dequantize().to(at::kDouble).t()) +
-                    b.to(at::kDouble);
+  at::Tensor want =
+      at::matmul(x.to(at::kDouble), w.Dequantize().to(at::kDouble).t()) + b.to(at::kDouble);
   EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), 1e-4);
 }
 
@@ -136,7 +137,8 @@ TEST(QuantizeInt8Test, SymmetricAbsmaxPerRowAndGroupOf32) {
       EXPECT_FLOAT_EQ(scale, absmax / 127.0f) << r << "," << g;
       EXPECT_EQ(qb.abs().max().item<int>(), 127) << "the absmax maps to +-127";
       // Round to nearest: every element within half a step of its value.
-      const double err = (qb.to(at::kDouble) * scale - block.to(at::kDouble)).abs().max().item<double>();
+      const double err =
+          (qb.to(at::kDouble) * scale - block.to(at::kDouble)).abs().max().item<double>();
       EXPECT_LE(err, 0.5 * scale * (1 + 1e-6)) << r << "," << g;
     }
   }

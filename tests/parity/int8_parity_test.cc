@@ -74,7 +74,9 @@ at::Tensor PromptLogits(const Transformer& model, const std::vector<int32_t>& pr
   return model.Decode({chunk}, nullptr, options).logits;  // [T, V]
 }
 
-double Rms(const at::Tensor& t) { return std::sqrt(t.to(at::kDouble).pow(2).mean().item<double>()); }
+double Rms(const at::Tensor& t) {
+  return std::sqrt(t.to(at::kDouble).pow(2).mean().item<double>());
+}
 
 TEST_F(Int8ParityTest, ModelLogitsCloseToFloat32AndNoWorseThanQ8_0) {
   absl::StatusOr<parity::LoadedModel> fp32 = parity::LoadModelDir(kModel);
@@ -93,9 +95,10 @@ TEST_F(Int8ParityTest, ModelLogitsCloseToFloat32AndNoWorseThanQ8_0) {
   const at::Tensor theirs = PromptLogits(*q8_0->model, prompt) - want;
   const double ours_max = ours.abs().max().item<double>(), ours_rms = Rms(ours);
   const double q8_max = theirs.abs().max().item<double>(), q8_rms = Rms(theirs);
-  std::printf("[ int8 ] logits rms %.4g (%.4g of float32's) vs float32: int8 max %.4g rms %.4g, "
-              "Q8_0 max %.4g rms %.4g\n",
-              Rms(want), ours_rms / Rms(want), ours_max, ours_rms, q8_max, q8_rms);
+  std::printf(
+      "[ int8 ] logits rms %.4g (%.4g of float32's) vs float32: int8 max %.4g rms %.4g, "
+      "Q8_0 max %.4g rms %.4g\n",
+      Rms(want), ours_rms / Rms(want), ours_max, ours_rms, q8_max, q8_rms);
   parity::ReportError("int8 vs float32 logits", ours_max);
   parity::ReportError("Q8_0 vs float32 logits", q8_max);
   // Stated tolerance: the logits (rms ~4 here) move by at most 0.25 and by
@@ -107,9 +110,11 @@ TEST_F(Int8ParityTest, ModelLogitsCloseToFloat32AndNoWorseThanQ8_0) {
   EXPECT_LE(ours_rms, 1.05 * q8_rms);
   EXPECT_LE(ours_max, 1.05 * q8_max);
   // Next-token choices over the prompt: mostly the same.
-  const double agree =
-      want.argmax(-1).eq(PromptLogits(*int8->model, prompt).argmax(-1)).to(at::kDouble).mean()
-          .item<double>();
+  const double agree = want.argmax(-1)
+                           .eq(PromptLogits(*int8->model, prompt).argmax(-1))
+                           .to(at::kDouble)
+                           .mean()
+                           .item<double>();
   EXPECT_GE(agree, 0.95);
 }
 
