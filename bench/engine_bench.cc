@@ -138,8 +138,8 @@ void BM_AttentionDecode(benchmark::State& state) {
 // 768->768, up 768->3072, down 3072->768: 85 M weights, 340 MB in fp32, so
 // they stream from memory as in a decode step), for M rows of input.
 // Args: {dtype (0 fp32, 1 bf16, 2 fp16, 3 int8), M, impl (0 SmallBatchLinear,
-// or Int8Linear for int8 at any M; 1 LibTorch: at::matmul on fp32 weights (OpenBLAS), oneDNN's bf16 linear,
-// fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product); 2 at::addmv,
+// or Int8Linear for int8 at any M; 1 LibTorch: at::matmul on fp32 weights
+// (OpenBLAS), oneDNN's bf16 linear, fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product); 2 at::addmv,
 // OpenBLAS's GEMV, M = 1 fp32 only), layers (12: weights stream from memory;
 // 1: 7 M weights, held in the L3 cache: the kernel's compute speed)}.
 // items_per_second = input rows x weights, i.e. FLOP/s / 2.
