@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -24,8 +25,11 @@
 namespace dikkat::model {
 namespace {
 
+// DIKKAT_NO_AVX512 (any value) selects the portable loops on any CPU: the
+// tests run them that way too (tests/CMakeLists.txt, *_portable).
 bool HasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  static const bool has = std::getenv("DIKKAT_NO_AVX512") == nullptr &&
+                          __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl");
   return has;
 }

@@ -11,8 +11,9 @@
 //    head of a decode step in one parallel call (no gather copies, no
 //    per-sequence op dispatch).
 //
-// Both use AVX-512 when the CPU has it and a portable loop otherwise; both
-// share their loops with the work team (work_team.h). CPU tensors only: on other devices the
+// All use AVX-512 when the CPU has it and a portable loop otherwise (or when
+// the environment variable DIKKAT_NO_AVX512 is set); all share their loops
+// with the work team (work_team.h). CPU tensors only: on other devices the
 // callers keep LibTorch's ops (see transformer.cc).
 #ifndef DIKKAT_MODEL_CPU_KERNELS_H_
 #define DIKKAT_MODEL_CPU_KERNELS_H_
