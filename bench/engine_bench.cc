@@ -1,7 +1,7 @@
 // Engine microbenchmarks on a real model folder (by default the GPT-2-small
 // shaped random model that bench/run.sh writes): prefill of a 512-token
 // prompt, one decode step at batch 1/8/32 and context 128/1023 (the longest GPT-2 allows before its last position), and the
-// attention core alone; float32 and bfloat16.
+// attention core alone; float32, bfloat16 and int8 weights.
 //
 // Environment: DIKKAT_BENCH_MODEL (folder), DIKKAT_BENCH_THREADS (default 2).
 // Every figure is tokens/s (items_per_second). Timings on these machines are
@@ -47,7 +47,16 @@ LoadedModel& Model(c10::ScalarType dtype) {
   return models->emplace(dtype, std::move(*loaded)).first->second;
 }
 
-c10::ScalarType DType(int64_t code) { return code == 1 ? at::kBFloat16 : at::kFloat; }
+// The `dtype` argument of every benchmark: 0 float32, 1 bfloat16, 2 float16,
+// 3 int8 (weight-only, --dtype int8).
+c10::ScalarType DType(int64_t code) {
+  switch (code) {
+    case 1: return at::kBFloat16;
+    case 2: return at::kHalf;
+    case 3: return at::kChar;
+    default: return at::kFloat;
+  }
+}
 
 std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -57,13 +66,14 @@ std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
   return out;
 }
 
-// Args: {dtype (0 fp32, 1 bf16), prompt tokens}
+// Args: {dtype, prompt tokens}
 void BM_Prefill(benchmark::State& state) {
   LoadedModel& m = Model(DType(state.range(0)));
   const int64_t n = state.range(1);
-  auto cache = KvCache::Create(m.config, 2 * KvCache::BytesPerToken(m.config, DType(state.range(0))) *
+  const c10::ScalarType cache_dtype = CacheDType(DType(state.range(0)));
+  auto cache = KvCache::Create(m.config, 2 * KvCache::BytesPerToken(m.config, cache_dtype) *
                                              m.config.max_positions,
-                               16, DType(state.range(0)), at::kCPU);
+                               16, cache_dtype, at::kCPU);
   std::vector<int32_t> tokens = RandomTokens(n, m.config.vocab_size, 1);
   std::vector<int32_t> table;
   cache->allocator().EnsureCapacity(&table, n);
@@ -81,14 +91,14 @@ void BM_Prefill(benchmark::State& state) {
 // sequences that each hold `context` cached tokens (the step rewrites the
 // same position, so the context stays fixed).
 void BM_DecodeStep(benchmark::State& state) {
-  const c10::ScalarType dtype = DType(state.range(0));
-  LoadedModel& m = Model(dtype);
+  LoadedModel& m = Model(DType(state.range(0)));
+  const c10::ScalarType cache_dtype = CacheDType(DType(state.range(0)));
   const int64_t batch = state.range(1), context = state.range(2);
   const int64_t per_seq = context + 1;
   auto cache = KvCache::Create(m.config,
-                               KvCache::BytesPerToken(m.config, dtype) *
+                               KvCache::BytesPerToken(m.config, cache_dtype) *
                                    std::max<int64_t>(batch * (per_seq + 16), m.config.max_positions + 16),
-                               16, dtype, at::kCPU);
+                               16, cache_dtype, at::kCPU);
   std::vector<std::vector<int32_t>> tokens(batch), tables(batch);
   for (int64_t b = 0; b < batch; ++b) {
     tokens[b] = RandomTokens(per_seq, m.config.vocab_size, static_cast<uint32_t>(b + 7));
@@ -127,25 +137,30 @@ void BM_AttentionDecode(benchmark::State& state) {
 // The four linear layers of all 12 GPT-2-small layers (qkv 768->2304, out
 // 768->768, up 768->3072, down 3072->768: 85 M weights, 340 MB in fp32, so
 // they stream from memory as in a decode step), for M rows of input.
-// Args: {dtype (0 fp32, 1 bf16, 2 fp16), M, impl (0 SmallBatchLinear,
-// 1 LibTorch: at::matmul on fp32 weights (OpenBLAS), oneDNN's bf16 linear,
-// fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product); 2 at::addmv,
+// Args: {dtype (0 fp32, 1 bf16, 2 fp16, 3 int8), M, impl (0 SmallBatchLinear,
+// or Int8Linear for int8 at any M; 1 LibTorch: at::matmul on fp32 weights
+// (OpenBLAS), oneDNN's bf16 linear, fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product); 2 at::addmv,
 // OpenBLAS's GEMV, M = 1 fp32 only), layers (12: weights stream from memory;
 // 1: 7 M weights, held in the L3 cache: the kernel's compute speed)}.
 // items_per_second = input rows x weights, i.e. FLOP/s / 2.
 void BM_SmallBatchLinear(benchmark::State& state) {
   const int64_t code = state.range(0), rows = state.range(1);
   const bool ours = state.range(2) == 0, gemv = state.range(2) == 2;
-  const c10::ScalarType dtype = code == 1 ? at::kBFloat16 : (code == 2 ? at::kHalf : at::kFloat);
+  const c10::ScalarType dtype = DType(code);
   struct Shape { int64_t in, out; };
   const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
-  std::vector<at::Tensor> weights, biases;
+  std::vector<LinearWeight> weights;
+  std::vector<at::Tensor> biases;
   int64_t weight_count = 0;
   at::manual_seed(1);
   for (int layer = 0; layer < state.range(3); ++layer) {
     for (const Shape& s : shapes) {
       at::Tensor w = at::randn({s.out, s.in}) * 0.02;
-      weights.push_back(ours || code == 1 ? w.to(dtype).contiguous() : w);
+      if (dtype == at::kChar) {
+        weights.push_back(QuantizeInt8(w));
+      } else {
+        weights.push_back(ours || code == 1 ? w.to(dtype).contiguous() : w);
+      }
       biases.push_back(at::randn({s.out}) * 0.02);
       weight_count += s.out * s.in;
     }
@@ -153,16 +168,19 @@ void BM_SmallBatchLinear(benchmark::State& state) {
   at::Tensor x768 = at::randn({rows, 768}), x3072 = at::randn({rows, 3072});
   for (auto _ : state) {
     for (size_t j = 0; j < weights.size(); ++j) {
-      const at::Tensor& x = weights[j].size(1) == 768 ? x768 : x3072;
+      const at::Tensor& x = weights[j].in_features() == 768 ? x768 : x3072;
+      const at::Tensor& w = weights[j].w;
       at::Tensor y;
-      if (ours) {
-        y = SmallBatchLinear(x, weights[j], biases[j]);
+      if (dtype == at::kChar) {
+        y = Int8Linear(x, weights[j], biases[j]);
+      } else if (ours) {
+        y = SmallBatchLinear(x, w, biases[j]);
       } else if (gemv) {
-        y = at::addmv(biases[j], weights[j], x.select(0, 0)).unsqueeze(0);
+        y = at::addmv(biases[j], w, x.select(0, 0)).unsqueeze(0);
       } else if (code == 1) {
-        y = at::linear(x.to(at::kBFloat16), weights[j]).to(at::kFloat) + biases[j];
+        y = at::linear(x.to(at::kBFloat16), w).to(at::kFloat) + biases[j];
       } else {
-        y = at::matmul(x, weights[j].t()) + biases[j];
+        y = at::matmul(x, w.t()) + biases[j];
       }
       benchmark::DoNotOptimize(y.data_ptr());
     }
@@ -201,18 +219,18 @@ void Setup() {
 
 BENCHMARK(BM_MemoryTriad)->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
 BENCHMARK(BM_Gemm)->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
-BENCHMARK(BM_Prefill)->ArgNames({"bf16", "tokens"})->Args({0, 512})->Args({1, 512})
+BENCHMARK(BM_Prefill)->ArgNames({"dtype", "tokens"})->Args({0, 512})->Args({1, 512})->Args({3, 512})
     ->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK(BM_DecodeStep)
-    ->ArgNames({"bf16", "batch", "context"})
-    ->ArgsProduct({{0, 1}, {1, 8, 32}, {128, 1023}})
+    ->ArgNames({"dtype", "batch", "context"})
+    ->ArgsProduct({{0, 1, 3}, {1, 8, 32}, {128, 1023}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
 // Step time against context length (batch 1, fp32): should grow linearly.
 BENCHMARK(BM_DecodeStep)
     ->Name("BM_DecodeContextCurve")
-    ->ArgNames({"bf16", "batch", "context"})
+    ->ArgNames({"dtype", "batch", "context"})
     ->ArgsProduct({{0}, {1}, {16, 64, 128, 256, 512, 768, 1023}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
@@ -222,6 +240,8 @@ BENCHMARK(BM_SmallBatchLinear)
     ->ArgsProduct({{0, 1}, {1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}, {12}})
     ->Args({0, 1, 2, 12})->Args({2, 1, 0, 12})->Args({2, 8, 0, 12})
     ->ArgsProduct({{0, 1}, {1, 4, 8}, {0, 1}, {1}})
+    ->ArgsProduct({{3}, {1, 4, 8, 32, 512}, {0}, {12, 1}})
+    ->Args({0, 32, 1, 12})->Args({0, 512, 1, 12})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.5)
     ->UseRealTime();

@@ -73,17 +73,19 @@ def main():
     gemm = find(engine, "BM_Gemm")["items_per_second"]
     bw_limit_fp32 = triad / (streamed * 4)
     bw_limit_bf16 = triad / (streamed * 2)
+    # int8: one byte per weight plus a float32 scale per 32.
+    bw_limit_int8 = triad / (streamed * (1 + 4 / 32))
     compute_limit = gemm / (2 * params)
 
     d = {}
-    for dt, code in (("fp32", 0), ("bf16", 1)):
+    for dt, code in (("fp32", 0), ("bf16", 1), ("int8", 3)):
         d[dt] = {
-            "b1": rate(find(engine, "BM_DecodeStep", bf16=code, batch=1, context=128)),
-            "b8": rate(find(engine, "BM_DecodeStep", bf16=code, batch=8, context=128)),
-            "b32": rate(find(engine, "BM_DecodeStep", bf16=code, batch=32, context=128)),
-            "b1_1023": rate(find(engine, "BM_DecodeStep", bf16=code, batch=1, context=1023)),
-            "b32_1023": rate(find(engine, "BM_DecodeStep", bf16=code, batch=32, context=1023)),
-            "prefill": rate(find(engine, "BM_Prefill", bf16=code, tokens=512)),
+            "b1": rate(find(engine, "BM_DecodeStep", dtype=code, batch=1, context=128)),
+            "b8": rate(find(engine, "BM_DecodeStep", dtype=code, batch=8, context=128)),
+            "b32": rate(find(engine, "BM_DecodeStep", dtype=code, batch=32, context=128)),
+            "b1_1023": rate(find(engine, "BM_DecodeStep", dtype=code, batch=1, context=1023)),
+            "b32_1023": rate(find(engine, "BM_DecodeStep", dtype=code, batch=32, context=1023)),
+            "prefill": rate(find(engine, "BM_Prefill", dtype=code, tokens=512)),
         }
     e2e32 = next((e for e in e2e if e["concurrency"] == 32), None)
 
@@ -105,7 +107,7 @@ def main():
     w("")
     w("| measure | value | implied tokens/s |")
     w("|---|---|---|")
-    w(f"| memory triad | {triad / 1e9:.1f} GB/s | fp32 batch-1 decode ≤ {bw_limit_fp32:.1f}; bf16 ≤ {bw_limit_bf16:.1f} |")
+    w(f"| memory triad | {triad / 1e9:.1f} GB/s | fp32 batch-1 decode ≤ {bw_limit_fp32:.1f}; bf16 ≤ {bw_limit_bf16:.1f}; int8 ≤ {bw_limit_int8:.1f} |")
     w(f"| fp32 GEMM 2048³ | {gemm / 1e9:.0f} GFLOP/s | ≤ {compute_limit:.0f} (large batches, prefill) |")
     w("")
     w("## dikkat against PyTorch eager and llama.cpp")
@@ -121,6 +123,10 @@ def main():
         ("prefill 512, fp32", d["fp32"]["prefill"], pt32.get("prefill_512_tokens_per_s"), LLAMA_CPP["F32"]["prefill512"]),
         ("batch-1 decode, ctx 128, bf16", d["bf16"]["b1"], pt16.get("decode_b1_ctx128_tokens_per_s"), LLAMA_CPP["F16"]["b1"]),
         ("prefill 512, bf16", d["bf16"]["prefill"], pt16.get("prefill_512_tokens_per_s"), LLAMA_CPP["F16"]["prefill512"]),
+        ("batch-1 decode, ctx 128, int8", d["int8"]["b1"], None, LLAMA_CPP["Q8_0"]["b1"]),
+        ("8 streams decode, ctx 128, int8", d["int8"]["b8"], None, LLAMA_CPP["Q8_0"]["s8"]),
+        ("32 streams decode, ctx 128, int8", d["int8"]["b32"], None, LLAMA_CPP["Q8_0"]["s32"]),
+        ("prefill 512, int8", d["int8"]["prefill"], None, LLAMA_CPP["Q8_0"]["prefill512"]),
     ]
     for name, ours, pt, ll in rows:
         pt_s = f"{pt:.1f}" if pt else "n/a"
@@ -128,10 +134,23 @@ def main():
         w(f"| {name} | {ours:.1f} | {pt_s} | {ratio(ours, pt)} | {ll_s} | {ratio(ours, ll) if ll else '—'} |")
     w("")
     w("llama.cpp figures are the issue's measurements on this machine kind (llama.cpp is not part of this")
-    w("project); the bf16 rows compare with llama.cpp's F16.")
+    w("project); the bf16 rows compare with llama.cpp's F16, the int8 rows (`--dtype int8`, weight-only,")
+    w("a float32 scale per 32 inputs) with its Q8_0. PyTorch eager has no int8 baseline here.")
     w("")
     w(f"- fp32 batch-1 decode at {d['fp32']['b1']:.1f} tokens/s is {100 * d['fp32']['b1'] / bw_limit_fp32:.0f}% of the memory-bandwidth limit measured in this run.")
     w(f"- bf16 batch-1 decode is {ratio(d['bf16']['b1'], d['fp32']['b1'])} our fp32.")
+    w("")
+    w("### int8 weights side by side (same run)")
+    w("")
+    w("| workload | fp32 | bf16 | int8 | int8 / fp32 | int8 / bf16 | llama.cpp Q8_0 | int8 / Q8_0 |")
+    w("|---|---|---|---|---|---|---|---|")
+    for name, key, ll in (("batch-1 decode, ctx 128", "b1", "b1"), ("8 streams, ctx 128", "b8", "s8"),
+                          ("32 streams, ctx 128", "b32", "s32"), ("prefill 512", "prefill", "prefill512")):
+        a, b, c = d["fp32"][key], d["bf16"][key], d["int8"][key]
+        q = LLAMA_CPP["Q8_0"][ll]
+        w(f"| {name} | {a:.1f} | {b:.1f} | {c:.1f} | {ratio(c, a)} | {ratio(c, b)} | {q:.1f} | {ratio(c, q)} |")
+    w("")
+    w(f"- int8 batch-1 decode at {d['int8']['b1']:.1f} tokens/s is {100 * d['int8']['b1'] / bw_limit_int8:.0f}% of its memory-bandwidth limit in this run.")
     w("")
     w("## gRPC end to end against the engine in process")
     w("")

@@ -8,7 +8,12 @@
 
 namespace dikkat::model {
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+at::Tensor Linear(const at::Tensor& x, const LinearWeight& weight, const at::Tensor& b) {
+  if (weight.quantized()) {
+    TORCH_CHECK(x.is_cpu(), "int8 weights are CPU-only");
+    return Int8Linear(x, weight, b);
+  }
+  const at::Tensor& w = weight.w;
   // Decode steps of a few sequences: stream the weights once; also faster than
   // OpenBLAS's GEMV for one row (bench/engine_bench.cc, BM_SmallBatchLinear).
   if (SmallBatchLinearApplies(x, w)) return SmallBatchLinear(x, w, b);
@@ -87,9 +92,9 @@ at::Tensor CausalKeepMask(int64_t q_len, int64_t q_start, int64_t k_len, int64_t
   return keep;
 }
 
-MultiHeadAttention::MultiHeadAttention(at::Tensor q_w, at::Tensor q_b, at::Tensor k_w,
-                                       at::Tensor k_b, at::Tensor v_w, at::Tensor v_b,
-                                       at::Tensor out_w, at::Tensor out_b, int64_t n_heads,
+MultiHeadAttention::MultiHeadAttention(LinearWeight q_w, at::Tensor q_b, LinearWeight k_w,
+                                       at::Tensor k_b, LinearWeight v_w, at::Tensor v_b,
+                                       LinearWeight out_w, at::Tensor out_b, int64_t n_heads,
                                        int64_t n_kv_heads)
     : q_w_(std::move(q_w)),
       q_b_(std::move(q_b)),
@@ -101,11 +106,11 @@ MultiHeadAttention::MultiHeadAttention(at::Tensor q_w, at::Tensor q_b, at::Tenso
       out_b_(std::move(out_b)),
       n_heads_(n_heads),
       n_kv_heads_(n_kv_heads),
-      head_dim_(q_w_.size(0) / n_heads) {
+      head_dim_(q_w_.out_features() / n_heads) {
   // Keep q/k/v as row views of one fused matrix so that self-attention
   // projects with one product. Weights given fused (FromFused) are views of
   // one tensor already; separate ones are concatenated once, here.
-  const int64_t q_rows = q_w_.size(0), kv_rows = k_w_.size(0);
+  const int64_t q_rows = q_w_.out_features(), kv_rows = k_w_.out_features();
   auto fuse = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     // Adjacent contiguous pieces of one storage (a fused in_proj split by
     // FromFused) are re-viewed as one tensor; anything else is copied once.
@@ -123,10 +128,12 @@ MultiHeadAttention::MultiHeadAttention(at::Tensor q_w, at::Tensor q_b, at::Tenso
     fused.set_(q.storage(), q.storage_offset(), sizes, q.strides());
     return fused;
   };
-  qkv_w_ = fuse(q_w_, k_w_, v_w_);
-  q_w_ = qkv_w_.narrow(0, 0, q_rows);
-  k_w_ = qkv_w_.narrow(0, q_rows, kv_rows);
-  v_w_ = qkv_w_.narrow(0, q_rows + kv_rows, kv_rows);
+  // int8 weights: their scales are row-aligned with them and fuse the same way.
+  qkv_w_.w = fuse(q_w_.w, k_w_.w, v_w_.w);
+  if (q_w_.quantized()) qkv_w_.scales = fuse(q_w_.scales, k_w_.scales, v_w_.scales);
+  q_w_ = qkv_w_.Rows(0, q_rows);
+  k_w_ = qkv_w_.Rows(q_rows, kv_rows);
+  v_w_ = qkv_w_.Rows(q_rows + kv_rows, kv_rows);
   if (q_b_.defined()) {
     qkv_b_ = fuse(q_b_, k_b_, v_b_);
     q_b_ = qkv_b_.narrow(0, 0, q_rows);
@@ -135,17 +142,17 @@ MultiHeadAttention::MultiHeadAttention(at::Tensor q_w, at::Tensor q_b, at::Tenso
   }
 }
 
-MultiHeadAttention MultiHeadAttention::FromFused(const at::Tensor& in_w, const at::Tensor& in_b,
-                                                 at::Tensor out_w, at::Tensor out_b,
+MultiHeadAttention MultiHeadAttention::FromFused(const LinearWeight& in_w, const at::Tensor& in_b,
+                                                 LinearWeight out_w, at::Tensor out_b,
                                                  int64_t n_heads, int64_t n_kv_heads) {
-  const int64_t head_dim = in_w.size(0) / (n_heads + 2 * n_kv_heads);
+  const int64_t head_dim = in_w.out_features() / (n_heads + 2 * n_kv_heads);
   const int64_t q_rows = n_heads * head_dim, kv_rows = n_kv_heads * head_dim;
   auto rows = [](const at::Tensor& t, int64_t start, int64_t len) {
     return t.defined() ? t.narrow(0, start, len) : at::Tensor();
   };
-  return MultiHeadAttention(rows(in_w, 0, q_rows), rows(in_b, 0, q_rows),
-                            rows(in_w, q_rows, kv_rows), rows(in_b, q_rows, kv_rows),
-                            rows(in_w, q_rows + kv_rows, kv_rows),
+  return MultiHeadAttention(in_w.Rows(0, q_rows), rows(in_b, 0, q_rows),
+                            in_w.Rows(q_rows, kv_rows), rows(in_b, q_rows, kv_rows),
+                            in_w.Rows(q_rows + kv_rows, kv_rows),
                             rows(in_b, q_rows + kv_rows, kv_rows), std::move(out_w),
                             std::move(out_b), n_heads, n_kv_heads);
 }

@@ -16,6 +16,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "model/linear_weight.h"
+
 namespace dikkat::model {
 
 // softmax(q k^T / sqrt(D) masked) v.
@@ -37,15 +39,16 @@ at::Tensor CausalKeepMask(int64_t q_len, int64_t q_start, int64_t k_len, int64_t
 // Projection weights of one attention block. Shapes (d = model width,
 // D = head_dim): q [Hq*D, d], k and v [Hkv*D, d], out [d, Hq*D]; biases
 // optional (undefined). A fused in_proj [(Hq+2*Hkv)*D, d] is split into
-// views at construction (no copy).
+// views at construction (no copy). Weights may be int8-quantized
+// (LinearWeight); biases are floating point.
 class MultiHeadAttention {
  public:
   MultiHeadAttention() = default;
-  MultiHeadAttention(at::Tensor q_w, at::Tensor q_b, at::Tensor k_w, at::Tensor k_b, at::Tensor v_w,
-                     at::Tensor v_b, at::Tensor out_w, at::Tensor out_b, int64_t n_heads,
-                     int64_t n_kv_heads);
-  static MultiHeadAttention FromFused(const at::Tensor& in_w, const at::Tensor& in_b,
-                                      at::Tensor out_w, at::Tensor out_b, int64_t n_heads,
+  MultiHeadAttention(LinearWeight q_w, at::Tensor q_b, LinearWeight k_w, at::Tensor k_b,
+                     LinearWeight v_w, at::Tensor v_b, LinearWeight out_w, at::Tensor out_b,
+                     int64_t n_heads, int64_t n_kv_heads);
+  static MultiHeadAttention FromFused(const LinearWeight& in_w, const at::Tensor& in_b,
+                                      LinearWeight out_w, at::Tensor out_b, int64_t n_heads,
                                       int64_t n_kv_heads);
 
   int64_t n_heads() const { return n_heads_; }
@@ -71,16 +74,25 @@ class MultiHeadAttention {
                      const at::Tensor& key_padding, bool causal, at::Tensor* probs = nullptr) const;
 
  private:
-  at::Tensor qkv_w_, qkv_b_;  // [(Hq+2*Hkv)*D, d], [(Hq+2*Hkv)*D]: q/k/v_w_ are row views
-  at::Tensor q_w_, q_b_, k_w_, k_b_, v_w_, v_b_, out_w_, out_b_;
+  LinearWeight qkv_w_;  // [(Hq+2*Hkv)*D, d]: q/k/v_w_ are row views of it
+  at::Tensor qkv_b_;    // [(Hq+2*Hkv)*D]: q/k/v_b_ are views of it
+  LinearWeight q_w_;
+  at::Tensor q_b_;
+  LinearWeight k_w_;
+  at::Tensor k_b_;
+  LinearWeight v_w_;
+  at::Tensor v_b_;
+  LinearWeight out_w_;
+  at::Tensor out_b_;
   int64_t n_heads_ = 0;
   int64_t n_kv_heads_ = 0;
   int64_t head_dim_ = 0;
 };
 
 // y = x W^T + b, taking the fast matrix-vector path for a single row
-// (OpenBLAS's GEMM is several times slower than GEMV at M = 1).
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// (OpenBLAS's GEMM is several times slower than GEMV at M = 1). int8 weights
+// (CPU only) go through Int8Linear and give float32.
+at::Tensor Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b);
 
 }  // namespace dikkat::model
 

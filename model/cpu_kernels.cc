@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -24,8 +25,11 @@
 namespace dikkat::model {
 namespace {
 
+// DIKKAT_NO_AVX512 (any value) selects the portable loops on any CPU: the
+// tests run them that way too (tests/CMakeLists.txt, *_portable).
 bool HasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  static const bool has = std::getenv("DIKKAT_NO_AVX512") == nullptr &&
+                          __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl");
   return has;
 }
@@ -303,6 +307,181 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
   });
 }
 
+// ---- Int8Linear ----------------------------------------------------------------
+
+// 16 int8 weights widened to float32 and multiplied by their group's scale:
+// the int8 -> float32 conversion stays in registers, so the matrix is read
+// from memory at one byte per weight.
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline __m512 LoadInt8(
+    const int8_t* p, __m512 scale) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)), scale);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline __m512 LoadInt8(
+    const int8_t* p, __mmask16 k, __m512 scale) {
+  const __m128i raw = _mm_maskz_loadu_epi8(k, p);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)), scale);
+}
+
+// acc[r][m] += dequant(W[r, i:i+16]) * x[m, i:i+16] (the first lanes of k
+// when kMasked); the 16 elements lie in one scale group (16 divides 32).
+template <int M, int R, bool kMasked>
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) inline void Int8Step(
+    const float* x, const int8_t* wo, const float* so, int64_t in, int64_t groups, int64_t i,
+    __mmask16 k, __m512 (&acc)[R][M]) {
+  static_assert(kInt8GroupSize % 16 == 0, "a 16-lane step must not straddle two groups");
+  const int64_t g = i / kInt8GroupSize;
+  __m512 wv[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m512 scale = _mm512_set1_ps(so[r * groups + g]);
+    wv[r] = kMasked ? LoadInt8(wo + r * in + i, k, scale) : LoadInt8(wo + r * in + i, scale);
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+    const float* xm = x + m * in + i;
+    const __m512 xv = kMasked ? _mm512_maskz_loadu_ps(k, xm) : _mm512_loadu_ps(xm);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+  }
+}
+
+// y[m, o + r] = x[m, :] . dequant(W[o + r, :]) + b[o + r] for r < R, m < M.
+template <int M, int R>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void Int8BlockAvx512(
+    const float* x, const int8_t* w, const float* scales, const float* b, float* y, int64_t in,
+    int64_t groups, int64_t ldy, int64_t o) {
+  __m512 acc[R][M];
+  ZeroBlock<M, R>(acc);
+  const int8_t* wo = w + o * in;
+  const float* so = scales + o * groups;
+  int64_t i = 0;
+  for (; i + 16 <= in; i += 16) {
+    // The next block's rows, a cache line each per 64 weights: int8 rows are
+    // 4x shorter streams than float32 ones, too short for the hardware
+    // prefetcher alone.
+    if (i % 64 == 0) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(wo + (R + r) * in + i), _MM_HINT_T0);
+      }
+    }
+    Int8Step<M, R, false>(x, wo, so, in, groups, i, 0, acc);
+  }
+  if (i < in) {
+    Int8Step<M, R, true>(x, wo, so, in, groups, i, static_cast<__mmask16>((1u << (in - i)) - 1),
+                         acc);
+  }
+  StoreBlock<M, R>(acc, b, y, ldy, o);
+}
+
+template <int M>
+void Int8RowsAvx512(const float* x, const int8_t* w, const float* scales, const float* b,
+                    float* y, int64_t in, int64_t groups, int64_t ldy, int64_t o0, int64_t o1) {
+  constexpr int R = BlockRows<M>();
+  int64_t o = o0;
+  for (; o + R <= o1; o += R) Int8BlockAvx512<M, R>(x, w, scales, b, y, in, groups, ldy, o);
+  for (; o < o1; ++o) Int8BlockAvx512<M, 1>(x, w, scales, b, y, in, groups, ldy, o);
+}
+
+void Int8RowsGeneric(const float* x, const int8_t* w, const float* scales, const float* b,
+                     float* y, int64_t rows, int64_t in, int64_t groups, int64_t ldy, int64_t o0,
+                     int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const int8_t* wo = w + o * in;
+    const float* so = scales + o * groups;
+    for (int64_t m = 0; m < rows; ++m) {
+      float s = 0;
+      for (int64_t j = 0; j < in; ++j) s += wo[j] * so[j / kInt8GroupSize] * x[m * in + j];
+      y[m * ldy + o] = s + (b ? b[o] : 0.0f);
+    }
+  }
+}
+
+// Input rows [0, rows) in blocks of up to kSmallBatchMaxRows against output
+// rows [o0, o1). The task's slice of W (tens to a few hundred KiB of int8)
+// stays in the L2 cache from one row block to the next, so the matrix is
+// streamed from memory once per call whatever the number of rows.
+void Int8Rows(const float* x, const int8_t* w, const float* scales, const float* b, float* y,
+              int64_t rows, int64_t in, int64_t groups, int64_t out, int64_t o0, int64_t o1) {
+  for (int64_t m0 = 0; m0 < rows; m0 += kSmallBatchMaxRows) {
+    const int64_t mb = std::min(kSmallBatchMaxRows, rows - m0);
+    const float* xb = x + m0 * in;
+    float* yb = y + m0 * out;
+    if (!HasAvx512()) {
+      Int8RowsGeneric(xb, w, scales, b, yb, mb, in, groups, out, o0, o1);
+      continue;
+    }
+    switch (mb) {
+      case 1: Int8RowsAvx512<1>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
+      case 2: Int8RowsAvx512<2>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
+      case 3: Int8RowsAvx512<3>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
+      case 4: Int8RowsAvx512<4>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
+      case 5: Int8RowsAvx512<5>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
+      case 6: Int8RowsAvx512<6>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
+      case 7: Int8RowsAvx512<7>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
+      default: Int8RowsAvx512<8>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
+    }
+  }
+}
+
+// dst[r - o0, :] = dequant(W[r, :]) for r in [o0, o1): float32 rows for a GEMM.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void DequantizeRowsAvx512(
+    const int8_t* w, const float* scales, int64_t in, int64_t groups, int64_t o0, int64_t o1,
+    float* dst) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const int8_t* wo = w + o * in;
+    const float* so = scales + o * groups;
+    float* d = dst + (o - o0) * in;
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+      _mm512_storeu_ps(d + i, LoadInt8(wo + i, _mm512_set1_ps(so[i / kInt8GroupSize])));
+    }
+    if (i < in) {
+      const __mmask16 k = static_cast<__mmask16>((1u << (in - i)) - 1);
+      _mm512_mask_storeu_ps(d + i, k, LoadInt8(wo + i, k, _mm512_set1_ps(so[i / kInt8GroupSize])));
+    }
+  }
+}
+
+void DequantizeRows(const int8_t* w, const float* scales, int64_t in, int64_t groups, int64_t o0,
+                    int64_t o1, float* dst) {
+  if (HasAvx512()) return DequantizeRowsAvx512(w, scales, in, groups, o0, o1, dst);
+  for (int64_t o = o0; o < o1; ++o) {
+    for (int64_t j = 0; j < in; ++j) {
+      dst[(o - o0) * in + j] = w[o * in + j] * scales[o * groups + j / kInt8GroupSize];
+    }
+  }
+}
+
+// Many rows (prefill): y[:, tile] = x dequant(W[tile])^T one tile of W's
+// rows at a time, each tile dequantized by the work team into a float32
+// buffer of at most 16 MiB (held in the L3 cache; every GPT-2-small matrix
+// but the LM head is one tile) and multiplied by LibTorch's GEMM (OpenBLAS,
+// multithreaded, writing straight into y's columns). Measured at 512 rows:
+// 1 MiB tiles cost ~25% more, as OpenBLAS packs x again for every tile.
+// The buffer lives for one call: the model stays int8.
+at::Tensor Int8LinearGemm(const at::Tensor& x /*[M, in] float32*/, const LinearWeight& w,
+                          const at::Tensor& b) {
+  const int64_t in = w.in_features(), out = w.out_features(), groups = w.scales.size(1);
+  const int64_t tile_rows = std::max<int64_t>(16, (int64_t{1} << 22) / in / 16 * 16);
+  at::Tensor y = at::empty({x.size(0), out}, x.options());  // [M, out]
+  at::Tensor tile = at::empty({std::min(tile_rows, out), in}, x.options());
+  const int8_t* wp = w.w.data_ptr<int8_t>();
+  const float* sp = w.scales.data_ptr<float>();
+  float* tp = tile.data_ptr<float>();
+  for (int64_t o = 0; o < out; o += tile_rows) {
+    const int64_t n = std::min(tile_rows, out - o);
+    TeamParallelFor((n + 15) / 16, 1, [&](int64_t c0, int64_t c1) {
+      const int64_t r0 = o + c0 * 16, r1 = std::min(o + n, o + c1 * 16);
+      DequantizeRows(wp, sp, in, groups, r0, r1, tp + (r0 - o) * in);
+    });
+    at::Tensor dst = y.narrow(1, o, n);  // strided columns: BLAS writes them in place
+    at::mm_out(dst, x, tile.narrow(0, 0, n).t());
+  }
+  return b.defined() ? y.add_(b.to(at::kFloat)) : y;
+}
+
 // ---- PagedDecodeAttention ---------------------------------------------------------
 
 template <typename T>
@@ -432,6 +611,36 @@ at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::
                    y.data_ptr<float>(), rows, in, out);
   }
   return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
+}
+
+at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b) {
+  TORCH_CHECK(w.quantized() && w.w.scalar_type() == at::kChar && w.w.is_contiguous() &&
+                  w.scales.is_contiguous() && w.w.is_cpu(),
+              "Int8Linear: a contiguous int8 CPU weight with scales");
+  const int64_t in = w.in_features(), out = w.out_features(), groups = w.scales.size(1);
+  TORCH_CHECK(x.size(-1) == in, "Int8Linear: x has ", x.size(-1), " columns, w ", in);
+  std::vector<int64_t> out_shape = x.sizes().vec();
+  out_shape.back() = out;
+  at::Tensor xf = x.reshape({-1, in}).to(at::kFloat).contiguous();  // [M, in]
+  const int64_t rows = xf.size(0);
+  if (rows >= kInt8GemmMinRows) return Int8LinearGemm(xf, w, b).view(out_shape);
+  at::Tensor bf = b.defined() ? b.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor y = at::empty({rows, out}, xf.options());
+  const float* xp = xf.data_ptr<float>();
+  const int8_t* wp = w.w.data_ptr<int8_t>();
+  const float* sp = w.scales.data_ptr<float>();
+  const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  // Tasks of whole blocks, as LinearDispatch; with many rows each task has
+  // more work per output row, so fewer rows per task suffice.
+  constexpr int64_t kUnit = 24;
+  const int64_t units = (out + kUnit - 1) / kUnit;
+  TeamParallelFor(units, rows <= kSmallBatchMaxRows ? 64 / kUnit + 1 : 1,
+                  [&](int64_t u0, int64_t u1) {
+                    const int64_t o0 = u0 * kUnit, o1 = std::min(out, u1 * kUnit);
+                    Int8Rows(xp, wp, sp, bp, yp, rows, in, groups, out, o0, o1);
+                  });
+  return y.view(out_shape);
 }
 
 at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,

@@ -1,16 +1,19 @@
-// Hand-written CPU kernels for the two places where LibTorch's general ops
+// Hand-written CPU kernels for the places where LibTorch's general ops
 // leave most of the machine idle during decoding:
 //
 //  * SmallBatchLinear: y = x W^T + b for a few rows (decode steps of 1..8
 //    sequences). The cost is streaming W once from memory; OpenBLAS's GEMM
 //    and LibTorch's bfloat16 GEMV are far from that limit at these shapes.
+//  * Int8Linear: the same for int8 weights with a float32 scale per group of
+//    32 inputs (--dtype int8), for any number of rows.
 //  * PagedDecodeAttention: one query token per sequence against its keys and
 //    values read in place from the paged KV cache, for every sequence and
 //    head of a decode step in one parallel call (no gather copies, no
 //    per-sequence op dispatch).
 //
-// Both use AVX-512 when the CPU has it and a portable loop otherwise; both
-// share their loops with the work team (work_team.h). CPU tensors only: on other devices the
+// All use AVX-512 when the CPU has it and a portable loop otherwise (or when
+// the environment variable DIKKAT_NO_AVX512 is set); all share their loops
+// with the work team (work_team.h). CPU tensors only: on other devices the
 // callers keep LibTorch's ops (see transformer.cc).
 #ifndef DIKKAT_MODEL_CPU_KERNELS_H_
 #define DIKKAT_MODEL_CPU_KERNELS_H_
@@ -19,6 +22,8 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+
+#include "model/linear_weight.h"
 
 namespace dikkat::model {
 
@@ -32,6 +37,17 @@ bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 // x [M, in] (any float dtype), w [out, in] float32, bfloat16 or float16, b [out] or
 // undefined -> [M, out] in x's dtype. Accumulates in float32.
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+
+// Rows from which Int8Linear dequantizes tiles of W for LibTorch's GEMM.
+inline constexpr int64_t kInt8GemmMinRows = 64;
+
+// x [..., in] (any float dtype), w int8 with scales (QuantizeInt8), b [out] or
+// undefined -> [..., out] float32, accumulated in float32. Any number of rows:
+// below kInt8GemmMinRows, blocks of up to kSmallBatchMaxRows rows reuse each
+// task's slice of the matrix from the cache (the int8 matrix is read from
+// memory once); from it, tiles of W dequantized into a cache-sized float32
+// buffer go through LibTorch's GEMM.
+at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b);
 
 // One decode token per sequence.
 //   q:       [B, Hq, D] (float32 or the cache dtype)

@@ -59,8 +59,13 @@ absl::StatusOr<c10::ScalarType> ParseDType(const std::string& name) {
   if (name == "float32" || name == "fp32") return c10::ScalarType::Float;
   if (name == "bfloat16" || name == "bf16") return c10::ScalarType::BFloat16;
   if (name == "float16" || name == "fp16") return c10::ScalarType::Half;
-  return absl::InvalidArgumentError(
-      absl::StrCat("dtype '", name, "' is not supported; use float32, bfloat16 or float16"));
+  if (name == "int8") return c10::ScalarType::Char;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "dtype '", name, "' is not supported; use float32, bfloat16, float16 or int8"));
+}
+
+c10::ScalarType CacheDType(c10::ScalarType weights_dtype) {
+  return weights_dtype == c10::ScalarType::Char ? c10::ScalarType::Float : weights_dtype;
 }
 
 absl::StatusOr<c10::Device> ParseDevice(const std::string& name) {

@@ -36,9 +36,14 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder);
 
 absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const LoadOptions& options);
 
-// Parses "float32" | "bfloat16" | "float16" and "cpu" | "cuda" | "cuda:N".
+// Parses "float32" | "bfloat16" | "float16" | "int8" (-> Char: int8 weights,
+// LoadOptions::dtype) and "cpu" | "cuda" | "cuda:N".
 absl::StatusOr<c10::ScalarType> ParseDType(const std::string& name);
 absl::StatusOr<c10::Device> ParseDevice(const std::string& name);
+
+// The KV cache's dtype for weights stored in `weights_dtype`: the same, but
+// float32 for int8 weights (their activations are float32).
+c10::ScalarType CacheDType(c10::ScalarType weights_dtype);
 
 }  // namespace dikkat::model
 

@@ -20,7 +20,9 @@ std::string ShapeString(at::IntArrayRef shape) { return "[" + absl::StrJoin(shap
 class WeightBinder {
  public:
   // Matrices (linear weights, embeddings) are kept in options.dtype; vectors
-  // (biases, norm weights) in `compute_dtype`, the dtype of activations.
+  // (biases, norm weights) in `compute_dtype`, the dtype of activations. With
+  // int8 (kChar), the matrices taken with TakeMatrix are quantized
+  // (QuantizeInt8) and every other tensor stays in `compute_dtype`.
   WeightBinder(const TensorMap& weights, const LoadOptions& options, c10::ScalarType compute_dtype)
       : weights_(weights), options_(options), compute_dtype_(compute_dtype) {}
 
@@ -33,6 +35,17 @@ class WeightBinder {
           absl::StrCat("missing tensor '", name, "' (expected shape ", ShapeString(shape), ")"));
     }
     return Convert(name, it->second, shape);
+  }
+
+  // A linear layer's weight or a token embedding table [out, in]: int8 with
+  // scales under --dtype int8, else as Take.
+  absl::StatusOr<LinearWeight> TakeMatrix(const std::string& name, std::vector<int64_t> shape) {
+    if (!quantize()) return Take(name, std::move(shape));
+    DIKKAT_ASSIGN_OR_RETURN(at::Tensor t, Take(name, std::move(shape)));  // float32, counted
+    bytes_ -= t.numel() * static_cast<int64_t>(t.element_size());
+    LinearWeight q = QuantizeInt8(t);
+    bytes_ += q.bytes();
+    return q;
   }
 
   // Undefined tensor when absent; shape-checked when present.
@@ -52,6 +65,8 @@ class WeightBinder {
   int64_t count() const { return count_; }
 
  private:
+  bool quantize() const { return options_.dtype == c10::ScalarType::Char; }
+
   absl::StatusOr<at::Tensor> Convert(const std::string& name, const at::Tensor& t,
                                      const std::vector<int64_t>& shape) {
     if (t.sizes() != at::IntArrayRef(shape)) {
@@ -65,8 +80,8 @@ class WeightBinder {
                                                      "; expected a floating-point dtype"));
     }
     used_.insert(name);
-    at::Tensor out =
-        t.to(options_.device, t.dim() >= 2 ? options_.dtype : compute_dtype_).contiguous();
+    const c10::ScalarType dtype = t.dim() >= 2 && !quantize() ? options_.dtype : compute_dtype_;
+    at::Tensor out = t.to(options_.device, dtype).contiguous();
     if (out.data_ptr() == t.data_ptr()) out = out.clone();  // own the memory; never alias a mapping
     bytes_ += out.numel() * static_cast<int64_t>(out.element_size());
     count_ += out.numel();
@@ -101,7 +116,8 @@ struct Norm {
 
 struct FeedForward {
   Activation activation = Activation::kGelu;
-  at::Tensor up_w, up_b, gate_w, gate_b, down_w, down_b;
+  LinearWeight up_w, gate_w, down_w;
+  at::Tensor up_b, gate_b, down_b;
 
   at::Tensor operator()(const at::Tensor& x) const {
     at::Tensor h = Linear(x, up_w, up_b);  // [N, ffn]
@@ -140,7 +156,7 @@ struct Layer {
 };
 
 struct Embeddings {
-  at::Tensor tokens;     // [V, d]
+  LinearWeight tokens;   // [V, d] (the LM head's weight too when tied)
   at::Tensor positions;  // [P, d] learned or sinusoidal table; undefined otherwise
   at::Tensor types;      // [type_vocab, d]
   Norm norm;             // BERT's embedding LayerNorm
@@ -191,7 +207,8 @@ struct Transformer::Impl {
   c10::ScalarType compute_dtype = c10::ScalarType::Float;
   Stack encoder;  // encoder-only, or the encoder of an encoder-decoder
   Stack decoder;  // decoder-only, or the decoder of an encoder-decoder
-  at::Tensor lm_head_w, lm_head_b;
+  LinearWeight lm_head_w;
+  at::Tensor lm_head_b;
   at::Tensor rope_cos, rope_sin;  // [P, D/2] float32
 
   // ---- loading ---------------------------------------------------------------
@@ -210,25 +227,28 @@ struct Transformer::Impl {
     const int64_t hd = config.head_size();
     const bool qkv_bias = config.attention_bias || config.qkv_bias_only;
     const bool out_bias = config.attention_bias && !config.qkv_bias_only;
-    at::Tensor out_w, out_b;
-    DIKKAT_ASSIGN_OR_RETURN(out_w, w.Take(prefix + ".out_proj.weight", {d, hq * hd}));
+    LinearWeight out_w;
+    at::Tensor out_b;
+    DIKKAT_ASSIGN_OR_RETURN(out_w, w.TakeMatrix(prefix + ".out_proj.weight", {d, hq * hd}));
     if (out_bias) {
       DIKKAT_ASSIGN_OR_RETURN(out_b, w.Take(prefix + ".out_proj.bias", {d}));
     }
     if (w.Has(prefix + ".in_proj_weight")) {
       const int64_t rows = (hq + 2 * hkv) * hd;
-      at::Tensor in_w, in_b;
-      DIKKAT_ASSIGN_OR_RETURN(in_w, w.Take(prefix + ".in_proj_weight", {rows, d}));
+      LinearWeight in_w;
+      at::Tensor in_b;
+      DIKKAT_ASSIGN_OR_RETURN(in_w, w.TakeMatrix(prefix + ".in_proj_weight", {rows, d}));
       if (qkv_bias) {
         DIKKAT_ASSIGN_OR_RETURN(in_b, w.Take(prefix + ".in_proj_bias", {rows}));
       }
       *out = MultiHeadAttention::FromFused(in_w, in_b, out_w, out_b, hq, hkv);
       return absl::OkStatus();
     }
-    at::Tensor q_w, q_b, k_w, k_b, v_w, v_b;
-    DIKKAT_ASSIGN_OR_RETURN(q_w, w.Take(prefix + ".q_proj.weight", {hq * hd, d}));
-    DIKKAT_ASSIGN_OR_RETURN(k_w, w.Take(prefix + ".k_proj.weight", {hkv * hd, d}));
-    DIKKAT_ASSIGN_OR_RETURN(v_w, w.Take(prefix + ".v_proj.weight", {hkv * hd, d}));
+    LinearWeight q_w, k_w, v_w;
+    at::Tensor q_b, k_b, v_b;
+    DIKKAT_ASSIGN_OR_RETURN(q_w, w.TakeMatrix(prefix + ".q_proj.weight", {hq * hd, d}));
+    DIKKAT_ASSIGN_OR_RETURN(k_w, w.TakeMatrix(prefix + ".k_proj.weight", {hkv * hd, d}));
+    DIKKAT_ASSIGN_OR_RETURN(v_w, w.TakeMatrix(prefix + ".v_proj.weight", {hkv * hd, d}));
     if (qkv_bias) {
       DIKKAT_ASSIGN_OR_RETURN(q_b, w.Take(prefix + ".q_proj.bias", {hq * hd}));
       DIKKAT_ASSIGN_OR_RETURN(k_b, w.Take(prefix + ".k_proj.bias", {hkv * hd}));
@@ -241,14 +261,14 @@ struct Transformer::Impl {
   absl::Status LoadFeedForward(WeightBinder& w, const std::string& prefix, FeedForward* ffn) {
     const int64_t d = config.d_model, f = config.ffn_dim;
     ffn->activation = config.activation;
-    DIKKAT_ASSIGN_OR_RETURN(ffn->up_w, w.Take(prefix + ".linear1.weight", {f, d}));
-    DIKKAT_ASSIGN_OR_RETURN(ffn->down_w, w.Take(prefix + ".linear2.weight", {d, f}));
+    DIKKAT_ASSIGN_OR_RETURN(ffn->up_w, w.TakeMatrix(prefix + ".linear1.weight", {f, d}));
+    DIKKAT_ASSIGN_OR_RETURN(ffn->down_w, w.TakeMatrix(prefix + ".linear2.weight", {d, f}));
     if (config.mlp_bias) {
       DIKKAT_ASSIGN_OR_RETURN(ffn->up_b, w.Take(prefix + ".linear1.bias", {f}));
       DIKKAT_ASSIGN_OR_RETURN(ffn->down_b, w.Take(prefix + ".linear2.bias", {d}));
     }
     if (config.is_gated()) {
-      DIKKAT_ASSIGN_OR_RETURN(ffn->gate_w, w.Take(prefix + ".linear_gate.weight", {f, d}));
+      DIKKAT_ASSIGN_OR_RETURN(ffn->gate_w, w.TakeMatrix(prefix + ".linear_gate.weight", {f, d}));
       if (config.mlp_bias) {
         DIKKAT_ASSIGN_OR_RETURN(ffn->gate_b, w.Take(prefix + ".linear_gate.bias", {f}));
       }
@@ -276,14 +296,14 @@ struct Transformer::Impl {
   }
 
   absl::Status LoadEmbeddings(WeightBinder& w, const std::string& prefix,
-                              const at::Tensor& shared_tokens, Embeddings* e) {
+                              const LinearWeight& shared_tokens, Embeddings* e) {
     const int64_t d = config.d_model;
     e->scale = config.embedding_scale;
     if (shared_tokens.defined()) {
       e->tokens = shared_tokens;
     } else {
       DIKKAT_ASSIGN_OR_RETURN(e->tokens,
-                              w.Take(prefix + "embed_tokens.weight", {config.vocab_size, d}));
+                              w.TakeMatrix(prefix + "embed_tokens.weight", {config.vocab_size, d}));
     }
     if (config.positions == PositionKind::kLearned) {
       DIKKAT_ASSIGN_OR_RETURN(
@@ -304,22 +324,23 @@ struct Transformer::Impl {
     switch (config.architecture) {
       case Architecture::kDecoderOnly:
         decoder.causal = true;
-        DIKKAT_RETURN_IF_ERROR(LoadEmbeddings(w, "", at::Tensor(), &decoder.embed));
+        DIKKAT_RETURN_IF_ERROR(LoadEmbeddings(w, "", LinearWeight(), &decoder.embed));
         DIKKAT_RETURN_IF_ERROR(LoadLayers(w, "layers.", config.n_layers, false, &decoder));
         if (config.final_norm) DIKKAT_RETURN_IF_ERROR(LoadNorm(w, "final_norm", &decoder.final_norm));
         break;
       case Architecture::kEncoderOnly:
         encoder.causal = false;
-        DIKKAT_RETURN_IF_ERROR(LoadEmbeddings(w, "", at::Tensor(), &encoder.embed));
+        DIKKAT_RETURN_IF_ERROR(LoadEmbeddings(w, "", LinearWeight(), &encoder.embed));
         DIKKAT_RETURN_IF_ERROR(LoadLayers(w, "layers.", config.n_layers, false, &encoder));
         if (config.final_norm) DIKKAT_RETURN_IF_ERROR(LoadNorm(w, "final_norm", &encoder.final_norm));
         break;
       case Architecture::kEncoderDecoder: {
         encoder.causal = false;
         decoder.causal = true;
-        at::Tensor shared;
+        LinearWeight shared;
         if (config.share_encoder_decoder_embeddings) {
-          DIKKAT_ASSIGN_OR_RETURN(shared, w.Take("embed_tokens.weight", {config.vocab_size, d}));
+          DIKKAT_ASSIGN_OR_RETURN(shared,
+                                  w.TakeMatrix("embed_tokens.weight", {config.vocab_size, d}));
         }
         DIKKAT_RETURN_IF_ERROR(LoadEmbeddings(w, "encoder.", shared, &encoder.embed));
         DIKKAT_RETURN_IF_ERROR(LoadEmbeddings(w, "decoder.", shared, &decoder.embed));
@@ -340,7 +361,8 @@ struct Transformer::Impl {
       if (config.tie_embeddings) {
         lm_head_w = decoder.embed.tokens;
       } else {
-        DIKKAT_ASSIGN_OR_RETURN(lm_head_w, w.Take("lm_head.weight", {config.vocab_size, d}));
+        DIKKAT_ASSIGN_OR_RETURN(lm_head_w,
+                                w.TakeMatrix("lm_head.weight", {config.vocab_size, d}));
       }
       DIKKAT_ASSIGN_OR_RETURN(lm_head_b, w.TakeOptional("lm_head.bias", {config.vocab_size}));
     }
@@ -396,7 +418,10 @@ struct Transformer::Impl {
     std::vector<int64_t> ids;
     ids.reserve(index.total);
     for (const SequenceChunk& c : chunks) ids.insert(ids.end(), c.tokens.begin(), c.tokens.end());
-    at::Tensor x = stack.embed.tokens.index_select(0, ToDevice(ids)).to(compute_dtype);  // [N, d]
+    const at::Tensor ids_t = ToDevice(ids);
+    at::Tensor x = stack.embed.tokens.quantized()
+                       ? stack.embed.tokens.Gather(ids_t)  // float32 [N, d]
+                       : stack.embed.tokens.w.index_select(0, ids_t).to(compute_dtype);  // [N, d]
     if (stack.embed.scale != 1.0) x = x * stack.embed.scale;
     if (stack.embed.positions.defined()) {
       x = x + stack.embed.positions.index_select(0, index.positions).to(compute_dtype);
@@ -612,6 +637,10 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelConfig
                                                                const LoadOptions& options,
                                                                LoadReport* report) {
   DIKKAT_RETURN_IF_ERROR(Validate(config));
+  if (options.dtype == c10::ScalarType::Char && !options.device.is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype int8 (int8 weights) runs on the CPU only, not on ", options.device.str()));
+  }
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;

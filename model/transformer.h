@@ -30,7 +30,11 @@
 namespace dikkat::model {
 
 struct LoadOptions {
-  c10::ScalarType dtype = c10::ScalarType::Float;  // compute/storage dtype of the weights
+  // Storage dtype of the weight matrices: Float, BFloat16, Half, or Char for
+  // int8 weight-only quantization (CPU only; linear weights, LM head and token
+  // embeddings as int8 with a float32 scale per row and 32 inputs, see
+  // linear_weight.h; everything else float32).
+  c10::ScalarType dtype = c10::ScalarType::Float;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
 };
 

@@ -1053,7 +1053,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   if (!loaded.ok()) return loaded.status();
   DIKKAT_ASSIGN_OR_RETURN(model::KvCache cache,
                           model::KvCache::Create(loaded->config, options.kv_cache_bytes,
-                                                 options.kv_block_size, dtype, device));
+                                                 options.kv_block_size,
+                                                 model::CacheDType(dtype), device));
   ModelDescription d;
   d.name = name;
   d.path = model_path;

@@ -159,7 +159,7 @@ using AttentionCallback = std::function<void(absl::StatusOr<AttentionResult>)>;
 
 struct EngineOptions {
   std::string device = "cpu";           // "cpu" or "cuda:N" (when LibTorch has CUDA)
-  std::string dtype = "float32";        // float32 | bfloat16 | float16
+  std::string dtype = "float32";        // float32 | bfloat16 | float16 | int8 (CPU only)
   int32_t max_batch_size = 64;          // running sequences per step
   int32_t max_batch_tokens = 2048;      // tokens per forward (prefill budget)
   int64_t kv_cache_bytes = 256ll << 20; // KV cache budget

@@ -57,7 +57,8 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9090",
           "HTTP address for /metrics (Prometheus text format) and /healthz. Empty disables it.");
 ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu or cuda:N.");
 ABSL_FLAG(std::string, dtype, "float32",
-          "Weights and activations dtype: float32, bfloat16 or float16.");
+          "Weights dtype: float32, bfloat16, float16, or int8 (weight-only int8 "
+          "quantization at load, CPU only; activations float32).");
 ABSL_FLAG(int32_t, threads, 0,
           "LibTorch intra-op threads (at::set_num_threads); 0 = the number of cores.");
 ABSL_FLAG(int32_t, max_batch_size, 64, "Most sequences an engine runs in one step.");

@@ -140,5 +140,59 @@ TEST(ConcurrentGenerateTest, PreemptedStreamsStillMatchTheirSoloRuns) {
   EXPECT_EQ(server->WaitUntilIdle(), "");
 }
 
+// --dtype int8: the engine's batches (row blocks of the int8 kernel, prefill
+// chunks next to decodes) give every stream the tokens of its solo run, and
+// the model describes itself as int8.
+TEST(ConcurrentGenerateTest, Int8WeightsStreamsMatchTheirSoloRuns) {
+  server::EngineOptions options = SmallEngineOptions();
+  options.dtype = "int8";
+  options.max_batch_tokens = 48;
+  std::unique_ptr<InProcessServer> server = StartLm(options);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<client::Client> c = server->NewClient();
+  absl::StatusOr<v1::GetModelInfoResponse> info = c->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->models_size(), 1);
+  EXPECT_EQ(info->models(0).dtype(), "int8");
+  const std::vector<v1::GenerateRequest> requests = Requests();
+  std::vector<Outcome> solo;
+  for (const auto& r : requests) solo.push_back(Solo(*c, r));
+  ExpectSameAsSolo(solo, Concurrent(*c, requests), requests);
+  EXPECT_GE(server->listener("tiny-lm")->max_batch(), 4);
+  EXPECT_EQ(server->WaitUntilIdle(), "");
+}
+
+// The dikkat-server binary: --dtype int8 loads, logs and serves; an unknown
+// dtype stops it at start with the values allowed.
+TEST(ConcurrentGenerateProcessTest, ServesInt8WeightsAndNamesTheAllowedDtypes) {
+  absl::StatusOr<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(
+      {"--model=" + ModelDir("tiny-lm"), "--listen=127.0.0.1:0", "--metrics_listen=",
+       "--dtype=int8", "--threads=1"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ServerProcess& server = **p;
+  EXPECT_NE(server.Stderr().find(", int8 on cpu"), std::string::npos) << server.Logs();
+  client::ClientOptions options;
+  options.targets = {server.grpc_address()};
+  options.wait_for_ready = true;
+  absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Create(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<v1::GetModelInfoResponse> info = (*c)->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status() << server.Logs();
+  EXPECT_EQ(info->models(0).dtype(), "int8");
+  const Outcome out = Solo(**c, GreedyRequest("int8 weights", 12));
+  EXPECT_TRUE(out.status.ok()) << out.status << server.Logs();
+  EXPECT_FALSE(out.ids.empty());
+
+  absl::StatusOr<std::unique_ptr<ServerProcess>> bad = ServerProcess::Start(
+      {"--model=" + ModelDir("tiny-lm"), "--listen=127.0.0.1:0", "--metrics_listen=",
+       "--dtype=int4"},
+      absl::Seconds(30), /*wait_for_listening=*/false);
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_TRUE((*bad)->WaitForOutput(std::regex("dtype 'int4' is not supported; use float32, "
+                                               "bfloat16, float16 or int8"),
+                                    absl::Seconds(30)))
+      << (*bad)->Logs();
+}
+
 }  // namespace
 }  // namespace dikkat::integration

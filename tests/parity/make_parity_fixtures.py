@@ -18,6 +18,10 @@ SUITE is one or more of:
              learned positions, final LayerNorm, tied head.
   llama      a Llama-style model (GQA, RoPE rotate-half, RMSNorm, SwiGLU, no
              biases) written plainly below, with and without a sliding window.
+  int8       int8 weight quantization: torch.quantize_per_channel(...).int_repr()
+             of matrices with each group of 32 inputs as a channel, and the
+             shipped models/dikkat-lm with every matrix quantized the way
+             llama.cpp's Q8_0 does (float16 block scales), dequantized to float32.
 
 Each suite writes OUT_DIR/SUITE/ with a cases.json manifest, and for every
 model a dikkat.json and a model.safetensors (plus inputs/expected tensors in
@@ -37,7 +41,7 @@ from torch import nn
 
 ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
              torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32",
-             torch.uint8: "U8", torch.bool: "BOOL"}
+             torch.uint8: "U8", torch.int8: "I8", torch.bool: "BOOL"}
 
 
 def write_safetensors(path, tensors):
@@ -469,9 +473,79 @@ def suite_llama(out):
                                            600 + i))
     write_json(os.path.join(out, "cases.json"), manifest)
 
+# ---- f) int8 weights -----------------------------------------------------------
+
+INT8_GROUP = 32
+
+
+def int8_reference(w):
+    """PyTorch's own per-channel quantizer with each (row, group of 32 inputs)
+    as a channel: symmetric, scale = absmax / 127 (1 for an all-zero group)."""
+    out, n = w.shape
+    groups = (n + INT8_GROUP - 1) // INT8_GROUP
+    padded = torch.zeros(out, groups * INT8_GROUP)
+    padded[:, :n] = w
+    channels = padded.reshape(out * groups, INT8_GROUP)
+    scales = channels.abs().amax(1) / 127
+    scales[scales == 0] = 1
+    q = torch.quantize_per_channel(channels, scales.double(),
+                                   torch.zeros(out * groups, dtype=torch.long), 0, torch.qint8)
+    return q.int_repr().reshape(out, groups * INT8_GROUP)[:, :n].contiguous(), \
+        scales.reshape(out, groups)
+
+
+def q8_0_dequantized(w):
+    """llama.cpp's Q8_0 (blocks of 32 along a row: d = absmax / 127 stored as
+    float16, q = round(x / d)), dequantized: q * float16(d). In 32 blocks of
+    whole rows; d_model and ffn widths here are multiples of 32."""
+    out, n = w.shape
+    assert n % INT8_GROUP == 0
+    blocks = w.reshape(out, n // INT8_GROUP, INT8_GROUP)
+    d = blocks.abs().amax(-1, keepdim=True) / 127
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    q = torch.round(blocks * inv).clamp(-127, 127)
+    return (q * d.half().float()).reshape(out, n)
+
+
+def read_safetensors_as_f32(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = {"F32": torch.float32, "F16": torch.float16}[meta["dtype"]]
+        a, b = meta["data_offsets"]
+        t = torch.frombuffer(bytearray(data[a:b]), dtype=dtype).reshape(meta["shape"])
+        out[name] = t.float()
+    return out
+
+
+def suite_int8(out):
+    gen = torch.Generator().manual_seed(800)
+    cases = {}
+    # Rows of very different magnitudes, an all-zero group, a short last group
+    # (100 = 3 * 32 + 4), and a row width of GPT-2's.
+    for name, (rows, cols) in {"odd": (37, 100), "wide": (64, 768)}.items():
+        w = torch.randn(rows, cols, generator=gen) * torch.logspace(-3, 1, rows).unsqueeze(1)
+        w[3, 32:64] = 0
+        q, scales = int8_reference(w)
+        cases[name + ".w"], cases[name + ".q"], cases[name + ".scales"] = w, q, scales
+    write_safetensors(os.path.join(out, "quantizer.safetensors"), cases)
+
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "dikkat-lm")
+    state = read_safetensors_as_f32(os.path.join(src, "model.safetensors"))
+    # The matrices dikkat quantizes: every 2-D weight but position/type tables.
+    q8 = {k: (q8_0_dequantized(v) if v.dim() == 2 and "embed_positions" not in k
+              and "embed_types" not in k else v) for k, v in state.items()}
+    with open(os.path.join(src, "dikkat.json")) as f:
+        write_model(os.path.join(out, "q8_0"), json.load(f), q8)
+
 
 SUITES = {"attention": suite_attention, "layers": suite_layers, "seq2seq": suite_seq2seq,
-          "decoder": suite_decoder, "llama": suite_llama}
+          "decoder": suite_decoder, "llama": suite_llama, "int8": suite_int8}
 
 
 def main(argv):

@@ -1,0 +1,157 @@
+// int8 weights (model/linear_weight.h, Int8Linear in model/cpu_kernels.h):
+// the kernel against a float64 product of the very same dequantized weights
+// (so that only the kernel's float32 accumulation differs), for every M of
+// the small-row blocks and for many rows, sizes that are not multiples of
+// the 16-lane vectors, the 32-input groups or the output blocks; and the
+// quantizer's own invariants. tests/parity/int8_parity_test.cc checks the
+// quantizer against PyTorch's and a whole model against llama.cpp's Q8_0.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/Context.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "model/attention.h"
+#include "model/cpu_kernels.h"
+#include "model/linear_weight.h"
+
+namespace dikkat::model {
+namespace {
+
+// As in cpu_kernels_test: float32 sums of n products are within about
+// n * 2^-24 * sum|terms| of the exact sum; 1e-5 * sum|terms| still fails on
+// any single wrong term at these sizes.
+constexpr double kRelativeToMagnitude = 1e-5;
+
+struct Shape {
+  int64_t in, out;
+};
+// in: below one vector; 16 (half a group); 37 = 32 + 5 and 53 = 32 + 16 + 5
+// (a short last group, masked); multiples of 32; out: not a multiple of any
+// block size (3..8) nor of the 24-row task unit.
+const Shape kShapes[] = {{5, 7}, {16, 24}, {37, 29}, {53, 40}, {100, 53}, {768, 77}, {200, 131}};
+
+double RelativeError(const at::Tensor& got, const at::Tensor& want, const at::Tensor& magnitude) {
+  return ((got.to(at::kDouble) - want).abs() / (magnitude + 1e-30)).max().item<double>();
+}
+
+// Weights whose rows differ in magnitude by 10^4, so that a scale applied to
+// the wrong row or group shows.
+at::Tensor RandomWeights(int64_t out, int64_t in) {
+  at::Tensor row_scale =
+      at::pow(10.0, at::arange(out, at::kDouble).remainder(5) - 2).to(at::kFloat);
+  return at::randn({out, in}) * row_scale.unsqueeze(1);
+}
+
+void ExpectMatchesReference(int64_t m, const Shape& s, bool with_bias) {
+  const std::string name =
+      absl::StrCat("M=", m, " in=", s.in, " out=", s.out, with_bias ? " bias" : " no bias");
+  at::Tensor x = at::randn({m, s.in});
+  LinearWeight w = QuantizeInt8(RandomWeights(s.out, s.in));
+  at::Tensor b = with_bias ? at::randn({s.out}) : at::Tensor();
+  at::Tensor got = Int8Linear(x, w, b);
+  ASSERT_EQ(got.scalar_type(), at::kFloat) << name;
+  ASSERT_EQ(got.sizes(), at::IntArrayRef({m, s.out})) << name;
+  const at::Tensor xd = x.to(at::kDouble), wd = w.Dequantize().to(at::kDouble);
+  at::Tensor want = at::matmul(xd, wd.t());
+  at::Tensor magnitude = at::matmul(xd.abs(), wd.abs().t());
+  if (with_bias) {
+    want = want + b.to(at::kDouble);
+    magnitude = magnitude + b.to(at::kDouble).abs();
+  }
+  EXPECT_LT(RelativeError(got, want, magnitude), kRelativeToMagnitude) << name;
+}
+
+TEST(Int8LinearTest, MatchesFloat64ProductOfDequantizedWeightsForEveryRowCountAndOddSize) {
+  at::manual_seed(11);
+  for (int64_t m = 1; m <= kSmallBatchMaxRows; ++m) {
+    for (const Shape& s : kShapes) {
+      for (bool with_bias : {false, true}) ExpectMatchesReference(m, s, with_bias);
+    }
+  }
+}
+
+TEST(Int8LinearTest, ManyRowsGoThroughBlocksOfRowsWithATail) {
+  at::manual_seed(12);
+  // 9 = one block + 1; 32 (a 32-stream decode step); 203 = 25 blocks + 3.
+  for (int64_t m : {9, 32, 203}) {
+    for (const Shape& s : {Shape{53, 40}, Shape{768, 77}}) ExpectMatchesReference(m, s, true);
+  }
+}
+
+TEST(Int8LinearTest, EachRowIsComputedAsIfAlone) {
+  // The engine's batching tests compare a sequence's tokens in a batch with
+  // its solo run: a row's result must not depend on the other rows.
+  at::manual_seed(13);
+  LinearWeight w = QuantizeInt8(RandomWeights(77, 768));
+  at::Tensor x = at::randn({21, 768});
+  at::Tensor all = Int8Linear(x, w, at::Tensor());
+  for (int64_t m : {0, 7, 8, 20}) {
+    EXPECT_TRUE(Int8Linear(x.narrow(0, m, 1), w, at::Tensor()).equal(all.narrow(0, m, 1)))
+        << "row " << m;
+  }
+}
+
+TEST(Int8LinearTest, KeepsLeadingDimensionsAndLinearDispatchesToIt) {
+  at::manual_seed(14);
+  LinearWeight w = QuantizeInt8(at::randn({24, 64}));
+  at::Tensor b = at::randn({24});
+  at::Tensor x = at::randn({2, 3, 64});
+  at::Tensor got = Linear(x, w, b);
+  ASSERT_EQ(got.sizes(), at::IntArrayRef({2, 3, 24}));
+  at::Tensor want =
+      at::matmul(x.to(at::kDouble), w.Dequantize().to(at::kDouble).t()) + b.to(at::kDouble);
+  EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), 1e-4);
+}
+
+TEST(QuantizeInt8Test, SymmetricAbsmaxPerRowAndGroupOf32) {
+  at::manual_seed(15);
+  at::Tensor w = RandomWeights(9, 70);  // groups of 32, 32 and 6
+  w.narrow(0, 4, 1).narrow(1, 32, 32).zero_();
+  const LinearWeight q = QuantizeInt8(w);
+  ASSERT_TRUE(q.quantized());
+  ASSERT_EQ(q.w.scalar_type(), at::kChar);
+  ASSERT_EQ(q.scales.sizes(), at::IntArrayRef({9, 3}));
+  EXPECT_EQ(q.bytes(), 9 * 70 + 9 * 3 * 4);
+  for (int64_t r = 0; r < 9; ++r) {
+    for (int64_t g = 0; g < 3; ++g) {
+      const int64_t len = g < 2 ? 32 : 6;
+      at::Tensor block = w[r].narrow(0, g * 32, len);
+      at::Tensor qb = q.w[r].narrow(0, g * 32, len);
+      const float scale = q.scales[r][g].item<float>();
+      const float absmax = block.abs().max().item<float>();
+      if (absmax == 0) {
+        EXPECT_EQ(scale, 1.0f);
+        EXPECT_EQ(qb.abs().max().item<int>(), 0);
+        continue;
+      }
+      EXPECT_FLOAT_EQ(scale, absmax / 127.0f) << r << "," << g;
+      EXPECT_EQ(qb.abs().max().item<int>(), 127) << "the absmax maps to +-127";
+      // Round to nearest: every element within half a step of its value.
+      const double err =
+          (qb.to(at::kDouble) * scale - block.to(at::kDouble)).abs().max().item<double>();
+      EXPECT_LE(err, 0.5 * scale * (1 + 1e-6)) << r << "," << g;
+    }
+  }
+}
+
+TEST(QuantizeInt8Test, RowsAndGatherSeeTheSameRowsAsDequantize) {
+  at::manual_seed(16);
+  const LinearWeight q = QuantizeInt8(at::randn({10, 40}));
+  const at::Tensor full = q.Dequantize();
+  EXPECT_TRUE(q.Rows(3, 4).Dequantize().equal(full.narrow(0, 3, 4)));
+  at::Tensor ids = at::arange(9, -1, -3, at::kLong);  // 9, 6, 3, 0
+  EXPECT_TRUE(q.Gather(ids).equal(full.index_select(0, ids)));
+}
+
+}  // namespace
+}  // namespace dikkat::model
