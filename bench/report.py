@@ -2,6 +2,10 @@
 """Turns bench/run.sh's results into docs/benchmark-results.md and two plots.
 
 usage: report.py RESULTS_DIR DOCS_DIR
+
+RESULTS_DIR holds one folder per pass of the whole suite (pass1, pass2, ...;
+or the files themselves for a single pass). Every figure reported is the
+median over the passes; ratios are taken between medians.
 """
 import json
 import os
@@ -58,12 +62,48 @@ def model_params(model_dir):
     return total
 
 
+def median(values):
+    xs = sorted(v for v in values if v == v)
+    if not xs:
+        return float("nan")
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def pool(values):
+    """Median of numbers; dicts and lists pooled member by member (the first pass's
+    keys and order); anything else (names, labels) taken from the first pass."""
+    first = values[0]
+    if isinstance(first, bool) or not isinstance(first, (int, float, dict, list)):
+        return first
+    if isinstance(first, dict):
+        return {k: pool([v[k] for v in values if isinstance(v, dict) and k in v]) for k in first}
+    if isinstance(first, list):
+        return [pool([v[i] for v in values if isinstance(v, list) and i < len(v)])
+                for i in range(len(first))]
+    return median([v for v in values if isinstance(v, (int, float))])
+
+
+def load_pass(folder):
+    return {
+        "engine": load_engine(os.path.join(folder, "engine.json")),
+        "pt32": json.load(open(os.path.join(folder, "pytorch_float32.json"))),
+        "pt16": json.load(open(os.path.join(folder, "pytorch_bfloat16.json"))),
+        "e2e": [json.loads(line) for line in open(os.path.join(folder, "e2e.jsonl")) if line.strip()],
+    }
+
+
+def pass_folders(res):
+    folders = sorted((f for f in os.listdir(res) if f.startswith("pass") and f[4:].isdigit()),
+                     key=lambda f: int(f[4:]))
+    return [os.path.join(res, f) for f in folders] or [res]
+
+
 def main():
     res, docs = sys.argv[1], sys.argv[2]
-    engine = load_engine(os.path.join(res, "engine.json"))
-    pt32 = json.load(open(os.path.join(res, "pytorch_float32.json")))
-    pt16 = json.load(open(os.path.join(res, "pytorch_bfloat16.json")))
-    e2e = [json.loads(line) for line in open(os.path.join(res, "e2e.jsonl")) if line.strip()]
+    passes = [load_pass(f) for f in pass_folders(res)]
+    pooled = pool(passes)
+    engine, pt32, pt16, e2e = pooled["engine"], pooled["pt32"], pooled["pt16"], pooled["e2e"]
     model_dir = os.path.join(os.path.dirname(res), "gpt2-small")
     params = model_params(model_dir)
     # Position embeddings are read one row per token, not whole: leave them out.
@@ -101,8 +141,41 @@ def main():
     w(f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
       f"{pt32['threads']} compute threads; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'auto')}.")
     w(f"Model: GPT-2-small shape (12 layers, d_model 768, 12 heads, FFN 3072, vocab 50257), "
-      f"random weights, {params / 1e6:.1f} M parameters. All figures are tokens/s measured in this one run.")
+      f"random weights, {params / 1e6:.1f} M parameters. Figures are tokens/s, each the median of "
+      f"{len(passes)} pass{'es' if len(passes) > 1 else ''} of the whole suite run one after another "
+      f"(ratios between medians; spread per pass below).")
     w("")
+    if len(passes) > 1:
+        def per_pass(get):
+            vals = []
+            for p in passes:
+                try:
+                    vals.append(get(p))
+                except (TypeError, KeyError, StopIteration):
+                    vals.append(float("nan"))
+            return vals
+
+        def e2e_grpc(p, c):
+            return next(e for e in p["e2e"] if e["concurrency"] == c)["grpc_tokens_per_s"]
+
+        spread = [
+            ("memory triad (GB/s)", per_pass(lambda p: find(p["engine"], "BM_MemoryTriad")["bytes_per_second"] / 1e9)),
+            ("fp32 GEMM (GFLOP/s)", per_pass(lambda p: find(p["engine"], "BM_Gemm")["items_per_second"] / 1e9)),
+            ("fp32 batch-1 decode", per_pass(lambda p: rate(find(p["engine"], "BM_DecodeStep", dtype=0, batch=1, context=128)))),
+            ("bf16 batch-1 decode", per_pass(lambda p: rate(find(p["engine"], "BM_DecodeStep", dtype=1, batch=1, context=128)))),
+            ("int8 batch-1 decode", per_pass(lambda p: rate(find(p["engine"], "BM_DecodeStep", dtype=3, batch=1, context=128)))),
+            ("PyTorch fp32 batch-1 decode", per_pass(lambda p: p["pt32"]["decode_b1_ctx128_tokens_per_s"])),
+            ("fp32 prefill 512", per_pass(lambda p: rate(find(p["engine"], "BM_Prefill", dtype=0, tokens=512)))),
+            ("PyTorch fp32 prefill 512", per_pass(lambda p: p["pt32"]["prefill_512_tokens_per_s"])),
+            ("32 streams through gRPC", per_pass(lambda p: e2e_grpc(p, 32))),
+        ]
+        w("Per pass (how much one run moves on these shared machines):")
+        w("")
+        w("| measure | " + " | ".join(f"pass {i + 1}" for i in range(len(passes))) + " | median |")
+        w("|---|" + "---|" * (len(passes) + 1))
+        for name, vals in spread:
+            w(f"| {name} | " + " | ".join(f"{v:.1f}" for v in vals) + f" | {median(vals):.1f} |")
+        w("")
     w("## Machine limits (same run)")
     w("")
     w("| measure | value | implied tokens/s |")
