@@ -121,6 +121,16 @@ void BM_DecodeStep(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * batch);
 }
 
+// Args: {dtype, batch, context, row blocks}: BM_DecodeStep with float32 and
+// bfloat16 linears of 9..63 rows in SmallBatchLinear's row blocks (1, the
+// default routing) or in LibTorch's GEMM (0, the routing before them), to
+// compare both in one process.
+void BM_DecodeRowBlocks(benchmark::State& state) {
+  SetSmallBatchLinearRowBlocks(state.range(3) != 0);
+  BM_DecodeStep(state);
+  SetSmallBatchLinearRowBlocks(true);
+}
+
 // Args: {context}. The attention core of one decode token, GPT-2-small heads.
 void BM_AttentionDecode(benchmark::State& state) {
   const int64_t context = state.range(0);
@@ -137,7 +147,7 @@ void BM_AttentionDecode(benchmark::State& state) {
 // The four linear layers of all 12 GPT-2-small layers (qkv 768->2304, out
 // 768->768, up 768->3072, down 3072->768: 85 M weights, 340 MB in fp32, so
 // they stream from memory as in a decode step), for M rows of input.
-// Args: {dtype (0 fp32, 1 bf16, 2 fp16, 3 int8), M, impl (0 SmallBatchLinear,
+// Args: {dtype (0 fp32, 1 bf16, 2 fp16, 3 int8), M, impl (0 SmallBatchLinear (any M),
 // or Int8Linear for int8 at any M; 1 LibTorch: at::matmul on fp32 weights
 // (OpenBLAS), oneDNN's bf16 linear, fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product); 2 at::addmv,
 // OpenBLAS's GEMV, M = 1 fp32 only), layers (12: weights stream from memory;
@@ -227,6 +237,12 @@ BENCHMARK(BM_DecodeStep)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
+BENCHMARK(BM_DecodeRowBlocks)
+    ->ArgNames({"dtype", "batch", "context", "row_blocks"})
+    ->ArgsProduct({{0, 1}, {8, 16, 32, 48}, {128}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
 // Step time against context length (batch 1, fp32): should grow linearly.
 BENCHMARK(BM_DecodeStep)
     ->Name("BM_DecodeContextCurve")
@@ -241,7 +257,9 @@ BENCHMARK(BM_SmallBatchLinear)
     ->Args({0, 1, 2, 12})->Args({2, 1, 0, 12})->Args({2, 8, 0, 12})
     ->ArgsProduct({{0, 1}, {1, 4, 8}, {0, 1}, {1}})
     ->ArgsProduct({{3}, {1, 4, 8, 32, 512}, {0}, {12, 1}})
-    ->Args({0, 32, 1, 12})->Args({0, 512, 1, 12})
+    ->Args({0, 512, 1, 12})
+    // float32 / bfloat16 row blocks (9..63 rows) against OpenBLAS / oneDNN
+    ->ArgsProduct({{0, 1}, {16, 32, 48, 63, 64}, {0, 1}, {12}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.5)
     ->UseRealTime();

@@ -1,9 +1,11 @@
 // Hand-written CPU kernels for the places where LibTorch's general ops
 // leave most of the machine idle during decoding:
 //
-//  * SmallBatchLinear: y = x W^T + b for a few rows (decode steps of 1..8
-//    sequences). The cost is streaming W once from memory; OpenBLAS's GEMM
-//    and LibTorch's bfloat16 GEMV are far from that limit at these shapes.
+//  * SmallBatchLinear: y = x W^T + b for the rows of a decode step (1..63
+//    sequences). W is streamed from memory once: up to 8 rows that is the
+//    whole cost, and OpenBLAS's GEMM and LibTorch's bfloat16 GEMV are far
+//    from it; more rows run as blocks of 8 over each task's slice of W, held
+//    in the L2 cache, where OpenBLAS's GEMM is far from the FMA peak.
 //  * Int8Linear: the same for int8 weights with a float32 scale per group of
 //    32 inputs (--dtype int8), for any number of rows.
 //  * PagedDecodeAttention: one query token per sequence against its keys and
@@ -27,15 +29,32 @@
 
 namespace dikkat::model {
 
-// Rows at most that SmallBatchLinear takes.
+// Input rows of one register block of the linear kernels (SmallBatchLinear,
+// Int8Linear); more rows are processed as several blocks.
 inline constexpr int64_t kSmallBatchMaxRows = 8;
 
-// True if SmallBatchLinear handles x [M, in] with w [out, in] (CPU, float32,
-// bfloat16 or float16 weights, contiguous, 1 <= M <= kSmallBatchMaxRows).
+// Rows up to which Linear (attention.cc) sends float32 and float16 weights to
+// SmallBatchLinear; from there on (prefill) LibTorch's GEMM (OpenBLAS; float16
+// widened to float32). bfloat16 weights stop at kSmallBatchMaxRows: from 9
+// rows oneDNN's bfloat16 GEMM, which multiplies with the CPU's bfloat16
+// dot-product instructions (activations rounded to bfloat16), is faster than
+// the row blocks. docs/performance.md has the side-by-side measurements.
+inline constexpr int64_t kSmallBatchLinearMaxRows = 63;
+
+// True if Linear should use SmallBatchLinear for x [M, in] with w [out, in]:
+// CPU, contiguous, 1 <= M <= kSmallBatchLinearMaxRows for float32 and
+// float16 weights, M <= kSmallBatchMaxRows for bfloat16 weights (and for
+// every dtype after SetSmallBatchLinearRowBlocks(false)).
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 
-// x [M, in] (any float dtype), w [out, in] float32, bfloat16 or float16, b [out] or
-// undefined -> [M, out] in x's dtype. Accumulates in float32.
+// For benchmarks: false routes only up to kSmallBatchMaxRows rows to
+// SmallBatchLinear (the routing before row blocks: GEMM from 9 rows), so that
+// both can be measured side by side in one process. Default true.
+void SetSmallBatchLinearRowBlocks(bool enabled);
+
+// x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or
+// float16, b [out] or undefined -> [M, out] in x's dtype. Accumulates in
+// float32; activations are never rounded to the weights' dtype.
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
 // Rows from which Int8Linear dequantizes tiles of W for LibTorch's GEMM.
