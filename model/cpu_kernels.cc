@@ -620,14 +620,16 @@ void SetSmallBatchLinearRowBlocks(bool enabled) {
 }
 
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
-  const int64_t max_rows =
-      row_blocks.load(std::memory_order_relaxed) && w.scalar_type() != at::kBFloat16
-          ? kSmallBatchLinearMaxRows
-          : kSmallBatchMaxRows;
-  return x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= max_rows && x.is_cpu() &&
-         w.is_cpu() && w.dim() == 2 && w.is_contiguous() &&
-         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16 ||
-          w.scalar_type() == at::kHalf);
+  int64_t max_rows = 0;
+  switch (w.scalar_type()) {
+    case at::kFloat: max_rows = kSmallBatchLinearMaxRowsFloat; break;
+    case at::kBFloat16: max_rows = kSmallBatchLinearMaxRowsBFloat16; break;
+    case at::kHalf: max_rows = kSmallBatchLinearMaxRowsHalf; break;
+    default: return false;
+  }
+  if (!row_blocks.load(std::memory_order_relaxed)) max_rows = kSmallBatchMaxRows;
+  return x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= max_rows && x.is_cpu() && w.is_cpu() &&
+         w.dim() == 2 && w.is_contiguous();
 }
 
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {

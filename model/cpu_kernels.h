@@ -1,11 +1,11 @@
 // Hand-written CPU kernels for the places where LibTorch's general ops
 // leave most of the machine idle during decoding:
 //
-//  * SmallBatchLinear: y = x W^T + b for the rows of a decode step (1..63
-//    sequences). W is streamed from memory once: up to 8 rows that is the
-//    whole cost, and OpenBLAS's GEMM and LibTorch's bfloat16 GEMV are far
-//    from it; more rows run as blocks of 8 over each task's slice of W, held
-//    in the L2 cache, where OpenBLAS's GEMM is far from the FMA peak.
+//  * SmallBatchLinear: y = x W^T + b for the rows of a decode step. W is
+//    streamed from memory once: up to 8 rows that is the whole cost, and
+//    OpenBLAS's GEMM and LibTorch's bfloat16 GEMV are far from it; more rows
+//    run as blocks of 8 over each task's slice of W, held in the L2 cache
+//    (faster than OpenBLAS's GEMM for 9..32 rows of float32 weights).
 //  * Int8Linear: the same for int8 weights with a float32 scale per group of
 //    32 inputs (--dtype int8), for any number of rows.
 //  * PagedDecodeAttention: one query token per sequence against its keys and
@@ -33,18 +33,23 @@ namespace dikkat::model {
 // Int8Linear); more rows are processed as several blocks.
 inline constexpr int64_t kSmallBatchMaxRows = 8;
 
-// Rows up to which Linear (attention.cc) sends float32 and float16 weights to
-// SmallBatchLinear; from there on (prefill) LibTorch's GEMM (OpenBLAS; float16
-// widened to float32). bfloat16 weights stop at kSmallBatchMaxRows: from 9
-// rows oneDNN's bfloat16 GEMM, which multiplies with the CPU's bfloat16
-// dot-product instructions (activations rounded to bfloat16), is faster than
-// the row blocks. docs/performance.md has the side-by-side measurements.
-inline constexpr int64_t kSmallBatchLinearMaxRows = 63;
+// Rows up to which Linear (attention.cc) sends weights to SmallBatchLinear,
+// by weight dtype; with more rows, LibTorch's GEMM. Measured side by side on
+// the GPT-2-small linears (docs/performance.md, BM_LinearRowBlocksPaired):
+//  * float32: the row blocks are 1.5-2x OpenBLAS's GEMM at 16-24 rows, level
+//    with it at 32 and slower from 48 (OpenBLAS's GEMM gets efficient there).
+//  * bfloat16: oneDNN's GEMM, which multiplies with the CPU's bfloat16
+//    dot-product instructions (x rounded to bfloat16), is faster from 9 rows.
+//  * float16: LibTorch 1.13 has no CPU float16 product; the alternative
+//    widens the whole matrix to float32 on every call. Row blocks up to 63.
+inline constexpr int64_t kSmallBatchLinearMaxRowsFloat = 32;
+inline constexpr int64_t kSmallBatchLinearMaxRowsBFloat16 = kSmallBatchMaxRows;
+inline constexpr int64_t kSmallBatchLinearMaxRowsHalf = 63;
 
 // True if Linear should use SmallBatchLinear for x [M, in] with w [out, in]:
-// CPU, contiguous, 1 <= M <= kSmallBatchLinearMaxRows for float32 and
-// float16 weights, M <= kSmallBatchMaxRows for bfloat16 weights (and for
-// every dtype after SetSmallBatchLinearRowBlocks(false)).
+// CPU, contiguous, float32/bfloat16/float16 weights, 1 <= M <= the dtype's
+// limit above (<= kSmallBatchMaxRows for every dtype after
+// SetSmallBatchLinearRowBlocks(false)).
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 
 // For benchmarks: false routes only up to kSmallBatchMaxRows rows to

@@ -6,6 +6,7 @@
 // multiples of the 16-lane vectors or of the kernels' output blocks.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/Context.h>
@@ -82,18 +83,19 @@ TEST(SmallBatchLinearTest, MatchesFloat64ReferenceForEveryDtypeRowCountAndOddSiz
 
 TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
   at::Tensor w = at::randn({8, 16});
-  for (c10::ScalarType dtype : {at::kFloat, at::kHalf}) {
+  const std::pair<c10::ScalarType, int64_t> limits[] = {
+      {at::kFloat, kSmallBatchLinearMaxRowsFloat},
+      {at::kBFloat16, kSmallBatchLinearMaxRowsBFloat16},
+      {at::kHalf, kSmallBatchLinearMaxRowsHalf}};
+  for (const auto& [dtype, max_rows] : limits) {
     const at::Tensor wd = w.to(dtype);
+    EXPECT_GE(max_rows, kSmallBatchMaxRows) << dtype;
+    EXPECT_LT(max_rows, 64) << dtype << ": prefill stays on GEMM";
     EXPECT_TRUE(SmallBatchLinearApplies(at::randn({1, 16}), wd)) << dtype;
-    EXPECT_TRUE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows + 1, 16}), wd)) << dtype;
-    EXPECT_TRUE(SmallBatchLinearApplies(at::randn({kSmallBatchLinearMaxRows, 16}), wd)) << dtype;
-    EXPECT_FALSE(SmallBatchLinearApplies(at::randn({kSmallBatchLinearMaxRows + 1, 16}), wd))
-        << dtype;
+    EXPECT_TRUE(SmallBatchLinearApplies(at::randn({max_rows, 16}), wd)) << dtype;
+    EXPECT_FALSE(SmallBatchLinearApplies(at::randn({max_rows + 1, 16}), wd)) << dtype;
   }
-  // bfloat16: oneDNN's GEMM from 9 rows.
-  const at::Tensor wb = w.to(at::kBFloat16);
-  EXPECT_TRUE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows, 16}), wb));
-  EXPECT_FALSE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows + 1, 16}), wb));
+  EXPECT_GT(kSmallBatchLinearMaxRowsFloat, kSmallBatchMaxRows);
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 16}), at::randn({16, 8}).t()));
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 16}), w.to(at::kDouble)));
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 3, 16}), w));
