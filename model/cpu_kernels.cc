@@ -270,9 +270,10 @@ void LinearRowsBf16Pairs(const float* x, const float* xp, const uint16_t* w, con
 // M <= kSmallBatchMaxRows input rows m0..m0+M-1 covering [0, rows). The
 // register blocks are compiled for M = 1..8 (BlockRows); more rows reuse
 // them: a task runs every row block over its own slice of W, which stays in
-// the L2 cache from one row block to the next (24-72 output rows, at most
-// ~0.9 MiB of float32 for GPT-2-small's 3072-wide rows), so W is streamed
-// from memory once per call whatever the number of rows.
+// the L2 cache from one row block to the next (24 output rows when there are
+// several row blocks, ForEachOutputTask: 72-288 KiB of float32 for
+// GPT-2-small's 768- and 3072-wide rows), so W is streamed from memory once
+// per call whatever the number of rows.
 template <typename Block>
 inline void ForEachRowBlock(int64_t rows, const Block& block) {
   for (int64_t m0 = 0; m0 < rows; m0 += kSmallBatchMaxRows) {
