@@ -8,6 +8,7 @@
 // noisy: compare within one run (bench/run.sh puts PyTorch beside it).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -87,38 +88,83 @@ void BM_Prefill(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 
-// Args: {dtype, batch, context}. Each iteration is one decode step of `batch`
-// sequences that each hold `context` cached tokens (the step rewrites the
-// same position, so the context stays fixed).
-void BM_DecodeStep(benchmark::State& state) {
-  LoadedModel& m = Model(DType(state.range(0)));
-  const c10::ScalarType cache_dtype = CacheDType(DType(state.range(0)));
-  const int64_t batch = state.range(1), context = state.range(2);
-  const int64_t per_seq = context + 1;
-  auto cache = KvCache::Create(m.config,
-                               KvCache::BytesPerToken(m.config, cache_dtype) *
-                                   std::max<int64_t>(batch * (per_seq + 16), m.config.max_positions + 16),
-                               16, cache_dtype, at::kCPU);
-  std::vector<std::vector<int32_t>> tokens(batch), tables(batch);
-  for (int64_t b = 0; b < batch; ++b) {
-    tokens[b] = RandomTokens(per_seq, m.config.vocab_size, static_cast<uint32_t>(b + 7));
-    cache->allocator().EnsureCapacity(&tables[b], per_seq);
-    SequenceChunk prefill;  // fill the context once
-    prefill.tokens = absl::MakeConstSpan(tokens[b]).subspan(0, context);
-    prefill.block_table = &tables[b];
-    m.transformer->Decode({prefill}, &*cache, ForwardOptions());
+// One decode step of `batch` sequences that each hold `context` cached tokens
+// (the step rewrites the same position, so the context stays fixed).
+class DecodeSteps {
+ public:
+  DecodeSteps(LoadedModel& m, c10::ScalarType dtype, int64_t batch, int64_t context) : m_(m) {
+    const c10::ScalarType cache_dtype = CacheDType(dtype);
+    const int64_t per_seq = context + 1;
+    cache_ = std::make_unique<KvCache>(*KvCache::Create(m.config,
+                             KvCache::BytesPerToken(m.config, cache_dtype) *
+                                 std::max<int64_t>(batch * (per_seq + 16), m.config.max_positions + 16),
+                             16, cache_dtype, at::kCPU));
+    tokens_.resize(batch);
+    tables_.resize(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      tokens_[b] = RandomTokens(per_seq, m.config.vocab_size, static_cast<uint32_t>(b + 7));
+      cache_->allocator().EnsureCapacity(&tables_[b], per_seq);
+      SequenceChunk prefill;  // fill the context once
+      prefill.tokens = absl::MakeConstSpan(tokens_[b]).subspan(0, context);
+      prefill.block_table = &tables_[b];
+      m.transformer->Decode({prefill}, &*cache_, ForwardOptions());
+    }
+    step_.resize(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      step_[b].tokens = absl::MakeConstSpan(tokens_[b]).subspan(context, 1);
+      step_[b].start_pos = context;
+      step_[b].block_table = &tables_[b];
+    }
   }
-  std::vector<SequenceChunk> step(batch);
-  for (int64_t b = 0; b < batch; ++b) {
-    step[b].tokens = absl::MakeConstSpan(tokens[b]).subspan(context, 1);
-    step[b].start_pos = context;
-    step[b].block_table = &tables[b];
-  }
-  for (auto _ : state) {
-    ForwardResult r = m.transformer->Decode(step, &*cache, ForwardOptions());
+
+  void Run() {
+    ForwardResult r = m_.transformer->Decode(step_, &*cache_, ForwardOptions());
     benchmark::DoNotOptimize(r.logits.data_ptr());
   }
-  state.SetItemsProcessed(state.iterations() * batch);
+
+ private:
+  LoadedModel& m_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<std::vector<int32_t>> tokens_, tables_;
+  std::vector<SequenceChunk> step_;
+};
+
+// Args: {dtype, batch, context}. Each iteration is one decode step.
+void BM_DecodeStep(benchmark::State& state) {
+  DecodeSteps steps(Model(DType(state.range(0))), DType(state.range(0)), state.range(1),
+                    state.range(2));
+  for (auto _ : state) steps.Run();
+  state.SetItemsProcessed(state.iterations() * state.range(1));
+}
+
+// Seconds that f() takes.
+template <typename F>
+double Seconds(const F& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Args: {dtype, batch, context}. Row blocks against the routing before them
+// (SetSmallBatchLinearRowBlocks), side by side: each iteration runs one
+// decode step with linears of 9 rows and more in LibTorch's GEMM and one in
+// SmallBatchLinear's row blocks up to the dtype's limit (cpu_kernels.h), so
+// that both see the same moments of a noisy machine. Counters: tokens/s of each (gemm_tok_s, blocks_tok_s) and
+// blocks_speedup = GEMM time / row-block time.
+void BM_DecodeRowBlocksPaired(benchmark::State& state) {
+  const int64_t batch = state.range(1);
+  DecodeSteps steps(Model(DType(state.range(0))), DType(state.range(0)), batch, state.range(2));
+  double gemm = 0, blocks = 0;
+  for (auto _ : state) {
+    SetSmallBatchLinearRowBlocks(false);
+    gemm += Seconds([&] { steps.Run(); });
+    SetSmallBatchLinearRowBlocks(true);
+    blocks += Seconds([&] { steps.Run(); });
+  }
+  const double n = static_cast<double>(state.iterations() * batch);
+  state.counters["gemm_tok_s"] = n / gemm;
+  state.counters["blocks_tok_s"] = n / blocks;
+  state.counters["blocks_speedup"] = gemm / blocks;
 }
 
 // Args: {context}. The attention core of one decode token, GPT-2-small heads.
@@ -137,7 +183,7 @@ void BM_AttentionDecode(benchmark::State& state) {
 // The four linear layers of all 12 GPT-2-small layers (qkv 768->2304, out
 // 768->768, up 768->3072, down 3072->768: 85 M weights, 340 MB in fp32, so
 // they stream from memory as in a decode step), for M rows of input.
-// Args: {dtype (0 fp32, 1 bf16, 2 fp16, 3 int8), M, impl (0 SmallBatchLinear,
+// Args: {dtype (0 fp32, 1 bf16, 2 fp16, 3 int8), M, impl (0 SmallBatchLinear (any M),
 // or Int8Linear for int8 at any M; 1 LibTorch: at::matmul on fp32 weights
 // (OpenBLAS), oneDNN's bf16 linear, fp32 weights for fp16 (LibTorch 1.13 has no CPU fp16 product); 2 at::addmv,
 // OpenBLAS's GEMV, M = 1 fp32 only), layers (12: weights stream from memory;
@@ -188,6 +234,48 @@ void BM_SmallBatchLinear(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * rows * weight_count);
 }
 
+// Args: {dtype (0 fp32, 1 bf16), M}. The 48 GPT-2-small linears (as
+// BM_SmallBatchLinear, streamed from memory) for M rows through
+// SmallBatchLinear's row blocks and through Linear with the routing before
+// them (fp32: OpenBLAS's GEMM; bf16: oneDNN's with x rounded to bf16),
+// alternating pass by pass. Counters: ms per pass of each (blocks_ms,
+// library_ms) and blocks_speedup = library time / row-block time.
+void BM_LinearRowBlocksPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t rows = state.range(1);
+  struct Shape { int64_t in, out; };
+  const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  std::vector<LinearWeight> weights;
+  std::vector<at::Tensor> biases;
+  at::manual_seed(1);
+  for (int layer = 0; layer < 12; ++layer) {
+    for (const Shape& s : shapes) {
+      weights.push_back((at::randn({s.out, s.in}) * 0.02).to(dtype).contiguous());
+      biases.push_back(at::randn({s.out}) * 0.02);
+    }
+  }
+  at::Tensor x768 = at::randn({rows, 768}), x3072 = at::randn({rows, 3072});
+  auto pass = [&](bool blocks) {
+    for (size_t j = 0; j < weights.size(); ++j) {
+      const at::Tensor& x = weights[j].in_features() == 768 ? x768 : x3072;
+      at::Tensor y = blocks ? SmallBatchLinear(x, weights[j].w, biases[j])
+                            : Linear(x, weights[j], biases[j]);
+      benchmark::DoNotOptimize(y.data_ptr());
+    }
+  };
+  double library = 0, blocks = 0;
+  SetSmallBatchLinearRowBlocks(false);
+  for (auto _ : state) {
+    library += Seconds([&] { pass(false); });
+    blocks += Seconds([&] { pass(true); });
+  }
+  SetSmallBatchLinearRowBlocks(true);
+  const double n = static_cast<double>(state.iterations());
+  state.counters["library_ms"] = 1e3 * library / n;
+  state.counters["blocks_ms"] = 1e3 * blocks / n;
+  state.counters["blocks_speedup"] = library / blocks;
+}
+
 // The machine's limits, measured in the same run as everything else.
 // STREAM-like triad a = b + s*c on 3 x 64 MiB arrays: bytes moved per second.
 void BM_MemoryTriad(benchmark::State& state) {
@@ -227,6 +315,12 @@ BENCHMARK(BM_DecodeStep)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
+BENCHMARK(BM_DecodeRowBlocksPaired)
+    ->ArgNames({"dtype", "batch", "context"})
+    ->ArgsProduct({{0, 1}, {16, 32, 48}, {128}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
 // Step time against context length (batch 1, fp32): should grow linearly.
 BENCHMARK(BM_DecodeStep)
     ->Name("BM_DecodeContextCurve")
@@ -241,9 +335,17 @@ BENCHMARK(BM_SmallBatchLinear)
     ->Args({0, 1, 2, 12})->Args({2, 1, 0, 12})->Args({2, 8, 0, 12})
     ->ArgsProduct({{0, 1}, {1, 4, 8}, {0, 1}, {1}})
     ->ArgsProduct({{3}, {1, 4, 8, 32, 512}, {0}, {12, 1}})
-    ->Args({0, 32, 1, 12})->Args({0, 512, 1, 12})
+    ->Args({0, 512, 1, 12})
+    // float32 / bfloat16 row blocks (9..63 rows) against OpenBLAS / oneDNN
+    ->ArgsProduct({{0, 1}, {16, 32, 48, 63, 64}, {0, 1}, {12}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.5)
+    ->UseRealTime();
+BENCHMARK(BM_LinearRowBlocksPaired)
+    ->ArgNames({"dtype", "M"})
+    ->ArgsProduct({{0, 1}, {8, 16, 24, 32, 48, 63}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0)
     ->UseRealTime();
 BENCHMARK(BM_AttentionDecode)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -156,7 +157,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockAvx512(
   ZeroBlock<M, R>(acc);
   const W* wo = w + o * in;
   int64_t i = 0;
-  for (; i + 16 <= in; i += 16) LinearStep<M, R, false>(x, wo, in, i, 0, acc);
+  for (; i + 16 <= in; i += 16) {
+    // The next block's rows, a cache line each per 64 bytes of weights:
+    // R short streams (one to a few KiB each) that the hardware prefetcher
+    // picks up late.
+    if ((i * static_cast<int64_t>(sizeof(W))) % 64 == 0) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(wo + (R + r) * in + i), _MM_HINT_T0);
+      }
+    }
+    LinearStep<M, R, false>(x, wo, in, i, 0, acc);
+  }
   if (i < in) {
     LinearStep<M, R, true>(x, wo, in, i, static_cast<__mmask16>((1u << (in - i)) - 1), acc);
   }
@@ -252,6 +264,46 @@ void LinearRowsBf16Pairs(const float* x, const float* xp, const uint16_t* w, con
   for (; o < o1; ++o) LinearBlockBf16Pairs<M, 1>(x, xp, w, b, y, in, ldy, o);
 }
 
+// ---- Row blocks and tasks shared by SmallBatchLinear and Int8Linear -----------
+
+// Calls block(std::integral_constant<int, M>{}, m0) for consecutive blocks of
+// M <= kSmallBatchMaxRows input rows m0..m0+M-1 covering [0, rows). The
+// register blocks are compiled for M = 1..8 (BlockRows); more rows reuse
+// them: a task runs every row block over its own slice of W, which stays in
+// the L2 cache from one row block to the next (24 output rows when there are
+// several row blocks, ForEachOutputTask: 72-288 KiB of float32 for
+// GPT-2-small's 768- and 3072-wide rows), so W is streamed from memory once
+// per call whatever the number of rows.
+template <typename Block>
+inline void ForEachRowBlock(int64_t rows, const Block& block) {
+  for (int64_t m0 = 0; m0 < rows; m0 += kSmallBatchMaxRows) {
+    switch (std::min(kSmallBatchMaxRows, rows - m0)) {
+      case 1: block(std::integral_constant<int, 1>{}, m0); break;
+      case 2: block(std::integral_constant<int, 2>{}, m0); break;
+      case 3: block(std::integral_constant<int, 3>{}, m0); break;
+      case 4: block(std::integral_constant<int, 4>{}, m0); break;
+      case 5: block(std::integral_constant<int, 5>{}, m0); break;
+      case 6: block(std::integral_constant<int, 6>{}, m0); break;
+      case 7: block(std::integral_constant<int, 7>{}, m0); break;
+      default: block(std::integral_constant<int, 8>{}, m0); break;
+    }
+  }
+}
+
+// Runs body(o0, o1) over output rows [0, out) on the work team, in tasks of
+// whole 24-row units (a multiple of every block size but 5). Up to
+// kSmallBatchMaxRows input rows, about 64 output rows per task: enough work
+// to amortize the task and enough tasks to balance. With more rows each
+// output row is more work, so one unit per task suffices (and keeps the
+// task's slice of W small enough for the L2 cache).
+template <typename Body>
+void ForEachOutputTask(int64_t out, int64_t rows, const Body& body) {
+  constexpr int64_t kUnit = 24;
+  const int64_t units = (out + kUnit - 1) / kUnit;
+  TeamParallelFor(units, rows <= kSmallBatchMaxRows ? 64 / kUnit + 1 : 1,
+                  [&](int64_t u0, int64_t u1) { body(u0 * kUnit, std::min(out, u1 * kUnit)); });
+}
+
 template <typename W>
 void LinearRowsGeneric(const float* x, const W* w, const float* b, float* y, int64_t rows,
                        int64_t in, int64_t ldy, int64_t o0, int64_t o1) {
@@ -266,6 +318,8 @@ void LinearRowsGeneric(const float* x, const W* w, const float* b, float* y, int
   }
 }
 
+// y = x W^T + b for any number of rows: up to 4 rows of bfloat16 weights the
+// shuffle-free kernel, otherwise row blocks of up to kSmallBatchMaxRows.
 template <typename W>
 void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_t rows,
                     int64_t in, int64_t out) {
@@ -275,13 +329,7 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
     xp.resize(rows * in);
     SplitEvenOdd(x, xp.data(), rows, in);
   }
-  // Tasks of whole blocks (24 rows = a multiple of every block size but 5):
-  // about 64 output rows per task, enough work to amortize the task and
-  // enough tasks to balance.
-  constexpr int64_t kUnit = 24;
-  const int64_t units = (out + kUnit - 1) / kUnit;
-  TeamParallelFor(units, 64 / kUnit + 1, [&](int64_t u0, int64_t u1) {
-    const int64_t o0 = u0 * kUnit, o1 = std::min(out, u1 * kUnit);
+  ForEachOutputTask(out, rows, [&](int64_t o0, int64_t o1) {
     if (!HasAvx512()) return LinearRowsGeneric(x, w, b, y, rows, in, out, o0, o1);
     if constexpr (std::is_same_v<W, uint16_t>) {
       if (!xp.empty()) {
@@ -294,16 +342,9 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
         }
       }
     }
-    switch (rows) {
-      case 1: return LinearRowsAvx512<1>(x, w, b, y, in, out, o0, o1);
-      case 2: return LinearRowsAvx512<2>(x, w, b, y, in, out, o0, o1);
-      case 3: return LinearRowsAvx512<3>(x, w, b, y, in, out, o0, o1);
-      case 4: return LinearRowsAvx512<4>(x, w, b, y, in, out, o0, o1);
-      case 5: return LinearRowsAvx512<5>(x, w, b, y, in, out, o0, o1);
-      case 6: return LinearRowsAvx512<6>(x, w, b, y, in, out, o0, o1);
-      case 7: return LinearRowsAvx512<7>(x, w, b, y, in, out, o0, o1);
-      default: return LinearRowsAvx512<8>(x, w, b, y, in, out, o0, o1);
-    }
+    ForEachRowBlock(rows, [&](auto m, int64_t m0) {
+      LinearRowsAvx512<decltype(m)::value>(x + m0 * in, w, b, y + m0 * out, in, out, o0, o1);
+    });
   });
 }
 
@@ -398,31 +439,16 @@ void Int8RowsGeneric(const float* x, const int8_t* w, const float* scales, const
   }
 }
 
-// Input rows [0, rows) in blocks of up to kSmallBatchMaxRows against output
-// rows [o0, o1). The task's slice of W (tens to a few hundred KiB of int8)
-// stays in the L2 cache from one row block to the next, so the matrix is
-// streamed from memory once per call whatever the number of rows.
+// Input rows [0, rows) in row blocks against output rows [o0, o1): the
+// task's slice of W (tens to a few hundred KiB of int8) stays in the L2 cache
+// from one row block to the next.
 void Int8Rows(const float* x, const int8_t* w, const float* scales, const float* b, float* y,
               int64_t rows, int64_t in, int64_t groups, int64_t out, int64_t o0, int64_t o1) {
-  for (int64_t m0 = 0; m0 < rows; m0 += kSmallBatchMaxRows) {
-    const int64_t mb = std::min(kSmallBatchMaxRows, rows - m0);
-    const float* xb = x + m0 * in;
-    float* yb = y + m0 * out;
-    if (!HasAvx512()) {
-      Int8RowsGeneric(xb, w, scales, b, yb, mb, in, groups, out, o0, o1);
-      continue;
-    }
-    switch (mb) {
-      case 1: Int8RowsAvx512<1>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
-      case 2: Int8RowsAvx512<2>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
-      case 3: Int8RowsAvx512<3>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
-      case 4: Int8RowsAvx512<4>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
-      case 5: Int8RowsAvx512<5>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
-      case 6: Int8RowsAvx512<6>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
-      case 7: Int8RowsAvx512<7>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
-      default: Int8RowsAvx512<8>(xb, w, scales, b, yb, in, groups, out, o0, o1); break;
-    }
-  }
+  if (!HasAvx512()) return Int8RowsGeneric(x, w, scales, b, y, rows, in, groups, out, o0, o1);
+  ForEachRowBlock(rows, [&](auto m, int64_t m0) {
+    Int8RowsAvx512<decltype(m)::value>(x + m0 * in, w, scales, b, y + m0 * out, in, groups, out,
+                                       o0, o1);
+  });
 }
 
 // dst[r - o0, :] = dequant(W[r, :]) for r in [o0, o1): float32 rows for a GEMM.
@@ -586,11 +612,25 @@ void DecodeAttentionAll(const float* q, const T* k_cache, const T* v_cache, floa
 
 }  // namespace
 
+namespace {
+std::atomic<bool> row_blocks{true};  // SetSmallBatchLinearRowBlocks
+}  // namespace
+
+void SetSmallBatchLinearRowBlocks(bool enabled) {
+  row_blocks.store(enabled, std::memory_order_relaxed);
+}
+
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
-  return x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kSmallBatchMaxRows && x.is_cpu() &&
-         w.is_cpu() && w.dim() == 2 && w.is_contiguous() &&
-         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16 ||
-          w.scalar_type() == at::kHalf);
+  int64_t max_rows = 0;
+  switch (w.scalar_type()) {
+    case at::kFloat: max_rows = kSmallBatchLinearMaxRowsFloat; break;
+    case at::kBFloat16: max_rows = kSmallBatchLinearMaxRowsBFloat16; break;
+    case at::kHalf: max_rows = kSmallBatchLinearMaxRowsHalf; break;
+    default: return false;
+  }
+  if (!row_blocks.load(std::memory_order_relaxed)) max_rows = kSmallBatchMaxRows;
+  return x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= max_rows && x.is_cpu() && w.is_cpu() &&
+         w.dim() == 2 && w.is_contiguous();
 }
 
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -631,15 +671,9 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   const float* sp = w.scales.data_ptr<float>();
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  // Tasks of whole blocks, as LinearDispatch; with many rows each task has
-  // more work per output row, so fewer rows per task suffice.
-  constexpr int64_t kUnit = 24;
-  const int64_t units = (out + kUnit - 1) / kUnit;
-  TeamParallelFor(units, rows <= kSmallBatchMaxRows ? 64 / kUnit + 1 : 1,
-                  [&](int64_t u0, int64_t u1) {
-                    const int64_t o0 = u0 * kUnit, o1 = std::min(out, u1 * kUnit);
-                    Int8Rows(xp, wp, sp, bp, yp, rows, in, groups, out, o0, o1);
-                  });
+  ForEachOutputTask(out, rows, [&](int64_t o0, int64_t o1) {
+    Int8Rows(xp, wp, sp, bp, yp, rows, in, groups, out, o0, o1);
+  });
   return y.view(out_shape);
 }
 

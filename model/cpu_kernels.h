@@ -1,9 +1,11 @@
 // Hand-written CPU kernels for the places where LibTorch's general ops
 // leave most of the machine idle during decoding:
 //
-//  * SmallBatchLinear: y = x W^T + b for a few rows (decode steps of 1..8
-//    sequences). The cost is streaming W once from memory; OpenBLAS's GEMM
-//    and LibTorch's bfloat16 GEMV are far from that limit at these shapes.
+//  * SmallBatchLinear: y = x W^T + b for the rows of a decode step. W is
+//    streamed from memory once: up to 8 rows that is the whole cost, and
+//    OpenBLAS's GEMM and LibTorch's bfloat16 GEMV are far from it; more rows
+//    run as blocks of 8 over each task's slice of W, held in the L2 cache
+//    (faster than OpenBLAS's GEMM for 9..32 rows of float32 weights).
 //  * Int8Linear: the same for int8 weights with a float32 scale per group of
 //    32 inputs (--dtype int8), for any number of rows.
 //  * PagedDecodeAttention: one query token per sequence against its keys and
@@ -27,15 +29,37 @@
 
 namespace dikkat::model {
 
-// Rows at most that SmallBatchLinear takes.
+// Input rows of one register block of the linear kernels (SmallBatchLinear,
+// Int8Linear); more rows are processed as several blocks.
 inline constexpr int64_t kSmallBatchMaxRows = 8;
 
-// True if SmallBatchLinear handles x [M, in] with w [out, in] (CPU, float32,
-// bfloat16 or float16 weights, contiguous, 1 <= M <= kSmallBatchMaxRows).
+// Rows up to which Linear (attention.cc) sends weights to SmallBatchLinear,
+// by weight dtype; with more rows, LibTorch's GEMM. Measured side by side on
+// the GPT-2-small linears (docs/performance.md, BM_LinearRowBlocksPaired):
+//  * float32: the row blocks are 1.5-2x OpenBLAS's GEMM at 16-24 rows, level
+//    with it at 32 and slower from 48 (OpenBLAS's GEMM gets efficient there).
+//  * bfloat16: oneDNN's GEMM, which multiplies with the CPU's bfloat16
+//    dot-product instructions (x rounded to bfloat16), is faster from 9 rows.
+//  * float16: LibTorch 1.13 has no CPU float16 product; the alternative
+//    widens the whole matrix to float32 on every call. Row blocks up to 63.
+inline constexpr int64_t kSmallBatchLinearMaxRowsFloat = 32;
+inline constexpr int64_t kSmallBatchLinearMaxRowsBFloat16 = kSmallBatchMaxRows;
+inline constexpr int64_t kSmallBatchLinearMaxRowsHalf = 63;
+
+// True if Linear should use SmallBatchLinear for x [M, in] with w [out, in]:
+// CPU, contiguous, float32/bfloat16/float16 weights, 1 <= M <= the dtype's
+// limit above (<= kSmallBatchMaxRows for every dtype after
+// SetSmallBatchLinearRowBlocks(false)).
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 
-// x [M, in] (any float dtype), w [out, in] float32, bfloat16 or float16, b [out] or
-// undefined -> [M, out] in x's dtype. Accumulates in float32.
+// For benchmarks: false routes only up to kSmallBatchMaxRows rows to
+// SmallBatchLinear (the routing before row blocks: GEMM from 9 rows), so that
+// both can be measured side by side in one process. Default true.
+void SetSmallBatchLinearRowBlocks(bool enabled);
+
+// x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or
+// float16, b [out] or undefined -> [M, out] in x's dtype. Accumulates in
+// float32; activations are never rounded to the weights' dtype.
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
 // Rows from which Int8Linear dequantizes tiles of W for LibTorch's GEMM.

@@ -1,10 +1,12 @@
 // The hand-written CPU kernels (model/cpu_kernels.h) against straightforward
 // LibTorch references computed in float64 from the very same (already
 // rounded) weights, so that the only difference left is the kernels' float32
-// accumulation: every dtype, M = 1..8 rows, and sizes that are not multiples
-// of the 16-lane vectors or of the kernels' output blocks.
+// accumulation: every dtype, M = 1..8 rows (one register block) and 9..64
+// (several row blocks, the last one partial), and sizes that are not
+// multiples of the 16-lane vectors or of the kernels' output blocks.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/Context.h>
@@ -35,6 +37,12 @@ struct Shape {
 // multiple of any block size (3..8) nor of the 24-row parallel task unit.
 const Shape kShapes[] = {{5, 7}, {16, 24}, {37, 29}, {53, 40}, {100, 53}, {768, 77}, {200, 131}};
 
+// One register block (1..8), then several: 9 = 8 + 1, odd counts whose last
+// block is every size 1..7, exact multiples of 8, the largest routed count
+// and one more (SmallBatchLinear takes any count).
+const int64_t kRowCounts[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  11, 16,
+                              18, 23, 29, 31, 32, 37, 45, 48, 55, 63, 64};
+
 std::string Name(c10::ScalarType dtype, int64_t m, const Shape& s, bool bias) {
   return absl::StrCat(c10::toString(dtype), " M=", m, " in=", s.in, " out=", s.out,
                       bias ? " bias" : " no bias");
@@ -49,13 +57,12 @@ double RelativeError(const at::Tensor& got, const at::Tensor& want, const at::Te
 TEST(SmallBatchLinearTest, MatchesFloat64ReferenceForEveryDtypeRowCountAndOddSize) {
   at::manual_seed(7);
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
-    for (int64_t m = 1; m <= kSmallBatchMaxRows; ++m) {
+    for (int64_t m : kRowCounts) {
       for (const Shape& s : kShapes) {
         for (bool with_bias : {false, true}) {
           at::Tensor x = at::randn({m, s.in});
           at::Tensor w = at::randn({s.out, s.in}).to(dtype);
           at::Tensor b = with_bias ? at::randn({s.out}) : at::Tensor();
-          ASSERT_TRUE(SmallBatchLinearApplies(x, w)) << Name(dtype, m, s, with_bias);
           at::Tensor got = SmallBatchLinear(x, w, b);
           ASSERT_EQ(got.scalar_type(), at::kFloat);
           ASSERT_EQ(got.sizes(), at::IntArrayRef({m, s.out}));
@@ -74,13 +81,33 @@ TEST(SmallBatchLinearTest, MatchesFloat64ReferenceForEveryDtypeRowCountAndOddSiz
   }
 }
 
-TEST(SmallBatchLinearTest, AppliesOnlyToFewRowsOfContiguousCpuWeights) {
+TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
   at::Tensor w = at::randn({8, 16});
-  EXPECT_TRUE(SmallBatchLinearApplies(at::randn({1, 16}), w));
-  EXPECT_TRUE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows, 16}), w));
-  EXPECT_FALSE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows + 1, 16}), w));
+  const std::pair<c10::ScalarType, int64_t> limits[] = {
+      {at::kFloat, kSmallBatchLinearMaxRowsFloat},
+      {at::kBFloat16, kSmallBatchLinearMaxRowsBFloat16},
+      {at::kHalf, kSmallBatchLinearMaxRowsHalf}};
+  for (const auto& [dtype, max_rows] : limits) {
+    const at::Tensor wd = w.to(dtype);
+    EXPECT_GE(max_rows, kSmallBatchMaxRows) << dtype;
+    EXPECT_LT(max_rows, 64) << dtype << ": prefill stays on GEMM";
+    EXPECT_TRUE(SmallBatchLinearApplies(at::randn({1, 16}), wd)) << dtype;
+    EXPECT_TRUE(SmallBatchLinearApplies(at::randn({max_rows, 16}), wd)) << dtype;
+    EXPECT_FALSE(SmallBatchLinearApplies(at::randn({max_rows + 1, 16}), wd)) << dtype;
+  }
+  EXPECT_GT(kSmallBatchLinearMaxRowsFloat, kSmallBatchMaxRows);
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 16}), at::randn({16, 8}).t()));
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 16}), w.to(at::kDouble)));
+  EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 3, 16}), w));
+}
+
+TEST(SmallBatchLinearTest, RowBlocksCanBeSwitchedOffForBenchmarks) {
+  at::Tensor w = at::randn({8, 16});
+  SetSmallBatchLinearRowBlocks(false);
+  EXPECT_TRUE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows, 16}), w));
+  EXPECT_FALSE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows + 1, 16}), w));
+  SetSmallBatchLinearRowBlocks(true);
+  EXPECT_TRUE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows + 1, 16}), w));
 }
 
 }  // namespace
