@@ -160,8 +160,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockAvx512(
   for (; i + 16 <= in; i += 16) {
     // The next block's rows, a cache line each per 64 bytes of weights:
     // R short streams (one to a few KiB each) that the hardware prefetcher
-    // picks up late.
-    if ((i * static_cast<int64_t>(sizeof(W))) % 64 == 0) {
+    // picks up late. Not for one row: that step is bound by memory bandwidth,
+    // the task's rows are one contiguous stream the hardware prefetcher
+    // follows, and the extra prefetches (past the task's last block, too)
+    // cost ~12% of batch-1 decode.
+    if (M > 1 && (i * static_cast<int64_t>(sizeof(W))) % 64 == 0) {
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         _mm_prefetch(reinterpret_cast<const char*>(wo + (R + r) * in + i), _MM_HINT_T0);
@@ -212,8 +215,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void LinearBlockBf16Pairs(
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       // The next block's rows, one cache line each per step: R short streams
-      // of 24..96 lines are too short for the hardware prefetcher alone.
-      _mm_prefetch(reinterpret_cast<const char*>(wo + (R + r) * in + i), _MM_HINT_T0);
+      // of 24..96 lines are too short for the hardware prefetcher alone (not
+      // for one row, see LinearBlockAvx512).
+      if (M > 1) _mm_prefetch(reinterpret_cast<const char*>(wo + (R + r) * in + i), _MM_HINT_T0);
       const __m512i raw = _mm512_loadu_si512(wo + r * in + i);
       even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
       odd[r] = _mm512_castsi512_ps(_mm512_maskz_mov_epi16(0xAAAAAAAAu, raw));
