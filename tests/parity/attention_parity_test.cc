@@ -24,29 +24,8 @@ namespace {
 using json = nlohmann::json;
 constexpr double kTolerance = 1e-5;
 
-class AttentionParityTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = parity::MakeFixtures("attention");
-    if (!dir.ok()) {
-      error_ = new std::string(dir.status().ToString());
-      return;
-    }
-    dir_ = new std::string(*dir);
-  }
-  static void TearDownTestSuite() {
-    if (dir_ != nullptr) parity::RemoveFixtures(*dir_);
-    delete dir_;
-    delete error_;
-    dir_ = error_ = nullptr;
-  }
-  void SetUp() override { ASSERT_EQ(error_, nullptr) << *error_; }
-
-  static std::string* dir_;
-  static std::string* error_;
-};
-std::string* AttentionParityTest::dir_ = nullptr;
-std::string* AttentionParityTest::error_ = nullptr;
+constexpr char kAttentionSuite[] = "attention";
+using AttentionParityTest = parity::FixtureSuite<kAttentionSuite>;
 
 at::Tensor Optional(const TensorMap& m, const std::string& name) {
   auto it = m.find(name);
@@ -54,12 +33,12 @@ at::Tensor Optional(const TensorMap& m, const std::string& name) {
 }
 
 TEST_F(AttentionParityTest, MatchesTorchMultiheadAttention) {
-  const json cases = json::parse(parity::ReadFile(*dir_ + "/cases.json"));
+  const json cases = json::parse(parity::ReadFile(Dir() + "/cases.json"));
   ASSERT_EQ(cases.size(), 6u);
   for (const json& c : cases) {
     const std::string name = c.at("name");
     SCOPED_TRACE(name);
-    absl::StatusOr<TensorMap> t = ReadSafetensors(*dir_ + "/" + name + ".safetensors");
+    absl::StatusOr<TensorMap> t = ReadSafetensors(Dir() + "/" + name + ".safetensors");
     ASSERT_TRUE(t.ok()) << t.status();
     const int64_t heads = c.at("n_heads");
     MultiHeadAttention mha = MultiHeadAttention::FromFused(

@@ -28,32 +28,11 @@ namespace {
 
 const std::string kModel = std::string(DIKKAT_SOURCE_DIR) + "/models/dikkat-lm";
 
-class Int8ParityTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = parity::MakeFixtures("int8");
-    if (!dir.ok()) {
-      error_ = new std::string(dir.status().ToString());
-      return;
-    }
-    dir_ = new std::string(*dir);
-  }
-  static void TearDownTestSuite() {
-    if (dir_ != nullptr) parity::RemoveFixtures(*dir_);
-    delete dir_;
-    delete error_;
-    dir_ = error_ = nullptr;
-  }
-  void SetUp() override { ASSERT_EQ(error_, nullptr) << *error_; }
-
-  static std::string* dir_;
-  static std::string* error_;
-};
-std::string* Int8ParityTest::dir_ = nullptr;
-std::string* Int8ParityTest::error_ = nullptr;
+constexpr char kInt8Suite[] = "int8";
+using Int8ParityTest = parity::FixtureSuite<kInt8Suite>;
 
 TEST_F(Int8ParityTest, QuantizerMatchesTorchQuantizePerChannel) {
-  absl::StatusOr<TensorMap> cases = ReadSafetensors(*dir_ + "/quantizer.safetensors");
+  absl::StatusOr<TensorMap> cases = ReadSafetensors(Dir() + "/quantizer.safetensors");
   ASSERT_TRUE(cases.ok()) << cases.status();
   for (const std::string name : {"odd", "wide"}) {
     const LinearWeight q = QuantizeInt8(cases->at(name + ".w"));
@@ -83,7 +62,7 @@ TEST_F(Int8ParityTest, ModelLogitsCloseToFloat32AndNoWorseThanQ8_0) {
   ASSERT_TRUE(fp32.ok()) << fp32.status();
   absl::StatusOr<parity::LoadedModel> int8 = parity::LoadModelDir(kModel, at::kChar);
   ASSERT_TRUE(int8.ok()) << int8.status();
-  absl::StatusOr<parity::LoadedModel> q8_0 = parity::LoadModelDir(*dir_ + "/q8_0");
+  absl::StatusOr<parity::LoadedModel> q8_0 = parity::LoadModelDir(Dir() + "/q8_0");
   ASSERT_TRUE(q8_0.ok()) << q8_0.status();
   // int8 matrices take a quarter of the bytes (+ one float32 scale per 32).
   EXPECT_LT(int8->report.parameter_bytes, fp32->report.parameter_bytes * 0.32);
@@ -121,7 +100,7 @@ TEST_F(Int8ParityTest, ModelLogitsCloseToFloat32AndNoWorseThanQ8_0) {
 TEST_F(Int8ParityTest, WeightErrorNoLargerThanQ8_0) {
   absl::StatusOr<TensorMap> original = ReadWeights(kModel + "/model.safetensors");
   ASSERT_TRUE(original.ok()) << original.status();
-  absl::StatusOr<TensorMap> q8_0 = ReadWeights(*dir_ + "/q8_0/model.safetensors");
+  absl::StatusOr<TensorMap> q8_0 = ReadWeights(Dir() + "/q8_0/model.safetensors");
   ASSERT_TRUE(q8_0.ok()) << q8_0.status();
   double ours = 0, theirs = 0;
   int matrices = 0;

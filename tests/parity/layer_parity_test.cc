@@ -24,26 +24,19 @@ namespace {
 using json = nlohmann::json;
 constexpr double kTolerance = 1e-5;
 
-class LayerParityTest : public ::testing::Test {
+constexpr char kLayersSuite[] = "layers";
+
+class LayerParityTest : public parity::FixtureSuite<kLayersSuite> {
  protected:
   static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = parity::MakeFixtures("layers");
-    if (!dir.ok()) {
-      error_ = new std::string(dir.status().ToString());
-      return;
-    }
-    dir_ = new std::string(*dir);
-    cases_ = new json(json::parse(parity::ReadFile(*dir_ + "/cases.json")));
+    FixtureSuite::SetUpTestSuite();
+    if (Ok()) cases_ = new json(json::parse(parity::ReadFile(Dir() + "/cases.json")));
   }
   static void TearDownTestSuite() {
-    if (dir_ != nullptr) parity::RemoveFixtures(*dir_);
-    delete dir_;
-    delete error_;
     delete cases_;
-    dir_ = error_ = nullptr;
     cases_ = nullptr;
+    FixtureSuite::TearDownTestSuite();
   }
-  void SetUp() override { ASSERT_EQ(error_, nullptr) << *error_; }
 
   static std::vector<json> Cases(const std::string& kind) {
     std::vector<json> out;
@@ -53,12 +46,8 @@ class LayerParityTest : public ::testing::Test {
     return out;
   }
 
-  static std::string* dir_;
-  static std::string* error_;
   static json* cases_;
 };
-std::string* LayerParityTest::dir_ = nullptr;
-std::string* LayerParityTest::error_ = nullptr;
 json* LayerParityTest::cases_ = nullptr;
 
 // Token ids 0..N-1 split into consecutive chunks of the given lengths.
@@ -83,7 +72,7 @@ TEST_F(LayerParityTest, EncoderLayerMatchesTorch) {
   for (const json& c : cases) {
     const std::string name = c.at("name");
     SCOPED_TRACE(name);
-    const std::string dir = *dir_ + "/" + name;
+    const std::string dir = Dir() + "/" + name;
     absl::StatusOr<parity::LoadedModel> m = parity::LoadModelDir(dir);
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_TRUE(m->report.unused_tensors.empty());
@@ -117,7 +106,7 @@ TEST_F(LayerParityTest, DecoderLayerMatchesTorch) {
   for (const json& c : cases) {
     const std::string name = c.at("name");
     SCOPED_TRACE(name);
-    const std::string dir = *dir_ + "/" + name;
+    const std::string dir = Dir() + "/" + name;
     absl::StatusOr<parity::LoadedModel> m = parity::LoadModelDir(dir);
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_TRUE(m->report.unused_tensors.empty());

@@ -64,6 +64,39 @@ inline void RemoveFixtures(const std::string& suite_dir) {
   std::filesystem::remove_all(std::filesystem::path(suite_dir).parent_path());
 }
 
+// Base of a test suite that reads the fixtures of `kSuite` (a suite of
+// make_parity_fixtures.py): made once before the suite's first test and
+// removed after its last; when they cannot be made (or a derived suite's own
+// loading fails: Fail()), every test fails with the reason. Derived suites
+// that load more call this SetUpTestSuite/TearDownTestSuite from theirs.
+template <const char* kSuite>
+class FixtureSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::string> dir = MakeFixtures(kSuite);
+    if (dir.ok()) {
+      dir_ = *dir;
+    } else {
+      Fail(dir.status());
+    }
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) RemoveFixtures(dir_);
+    dir_.clear();
+    error_.clear();
+  }
+  void SetUp() override { ASSERT_TRUE(error_.empty()) << error_; }
+
+  static bool Ok() { return error_.empty(); }
+  static void Fail(const absl::Status& status) { error_ = status.ToString(); }
+  // The suite's fixture folder.
+  static const std::string& Dir() { return dir_; }
+
+ private:
+  static inline std::string dir_;
+  static inline std::string error_;
+};
+
 inline double MaxAbsDiff(const at::Tensor& got, const at::Tensor& expected) {
   EXPECT_EQ(got.sizes(), expected.sizes());
   if (got.sizes() != expected.sizes()) return 1e30;

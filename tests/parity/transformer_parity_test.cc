@@ -25,36 +25,32 @@ constexpr double kHiddenTolerance = 1e-5;
 constexpr double kLogitTolerance = 1e-4;
 constexpr int kSequences = 2;
 
-class TransformerParityTest : public ::testing::Test {
+constexpr char kSeq2SeqSuite[] = "seq2seq";
+
+class TransformerParityTest : public parity::FixtureSuite<kSeq2SeqSuite> {
  protected:
   static void SetUpTestSuite() {
-    absl::StatusOr<std::string> dir = parity::MakeFixtures("seq2seq");
-    if (!dir.ok()) {
-      error_ = new std::string(dir.status().ToString());
-      return;
-    }
-    dir_ = new std::string(*dir);
-    absl::StatusOr<TensorMap> expected = ReadSafetensors(*dir_ + "/expected.safetensors");
+    FixtureSuite::SetUpTestSuite();
+    if (!Ok()) return;
+    absl::StatusOr<TensorMap> expected = ReadSafetensors(Dir() + "/expected.safetensors");
     if (!expected.ok()) {
-      error_ = new std::string(expected.status().ToString());
+      Fail(expected.status());
       return;
     }
     expected_ = new TensorMap(std::move(*expected));
-    manifest_ = new json(json::parse(parity::ReadFile(*dir_ + "/cases.json")));
+    manifest_ = new json(json::parse(parity::ReadFile(Dir() + "/cases.json")));
   }
   static void TearDownTestSuite() {
-    if (dir_ != nullptr) parity::RemoveFixtures(*dir_);
-    delete dir_;
-    delete error_;
     delete expected_;
     delete manifest_;
-    dir_ = error_ = nullptr;
     expected_ = nullptr;
     manifest_ = nullptr;
+    FixtureSuite::TearDownTestSuite();
   }
   void SetUp() override {
-    ASSERT_EQ(error_, nullptr) << *error_;
-    absl::StatusOr<parity::LoadedModel> m = parity::LoadModelDir(*dir_ + "/model");
+    FixtureSuite::SetUp();
+    if (HasFatalFailure()) return;
+    absl::StatusOr<parity::LoadedModel> m = parity::LoadModelDir(Dir() + "/model");
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
     for (int b = 0; b < kSequences; ++b) {
@@ -104,15 +100,11 @@ class TransformerParityTest : public ::testing::Test {
     return out;
   }
 
-  static std::string* dir_;
-  static std::string* error_;
   static TensorMap* expected_;
   static json* manifest_;
   parity::LoadedModel model_;
   std::vector<std::vector<int32_t>> sources_, targets_;
 };
-std::string* TransformerParityTest::dir_ = nullptr;
-std::string* TransformerParityTest::error_ = nullptr;
 TensorMap* TransformerParityTest::expected_ = nullptr;
 json* TransformerParityTest::manifest_ = nullptr;
 
@@ -186,7 +178,7 @@ TEST_F(TransformerParityTest, GreedyDecodingIsIdentical) {
 // The same weights saved by torch.save (zip checkpoint) give the same model.
 TEST_F(TransformerParityTest, TorchCheckpointLoadsTheSameModel) {
   absl::StatusOr<parity::LoadedModel> m =
-      parity::LoadModelDir(*dir_ + "/model", at::kFloat, *dir_ + "/model.pt");
+      parity::LoadModelDir(Dir() + "/model", at::kFloat, Dir() + "/model.pt");
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE(m->report.unused_tensors.empty());
   std::vector<CrossAttentionCache> cross;
