@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "fuzz/fuzz_util.h"
-#include "model/weights.h"
+#include "model/io/weights.h"
 
 namespace {
 

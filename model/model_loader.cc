@@ -8,10 +8,11 @@
 #include <c10/core/Device.h>
 
 #include "absl/strings/str_cat.h"
-#include "model/hf_config.h"
-#include "model/hf_weights.h"
-#include "model/status_macros.h"
-#include "model/weights.h"
+#include "common/sha256_file.h"
+#include "common/status_macros.h"
+#include "model/io/hf_config.h"
+#include "model/io/hf_weights.h"
+#include "model/io/weights.h"
 
 namespace dikkat::model {
 namespace {

@@ -15,8 +15,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
-#include "model/tokenizer.h"
+#include "model/io/config.h"
+#include "model/text/tokenizer.h"
 #include "model/transformer.h"
 
 namespace dikkat::model {

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "model/status_macros.h"
+#include "common/status_macros.h"
 
 namespace dikkat::model {
 namespace {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "model/status_macros.h"
+#include "common/status_macros.h"
 
 namespace dikkat::server {
 namespace {

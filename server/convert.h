@@ -16,9 +16,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dikkat/v1/dikkat.pb.h"
-#include "model/config.h"
+#include "model/io/config.h"
 #include "model/sampling_params.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 #include "server/engine.h"
 
 namespace dikkat::server {

@@ -25,11 +25,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "common/sync.h"
 #include "model/kv_cache.h"
 #include "model/model_loader.h"
 #include "model/sampler.h"
-#include "model/status_macros.h"
 #include "model/transformer.h"
 
 namespace dikkat::server {

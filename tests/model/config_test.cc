@@ -1,7 +1,7 @@
 // dikkat.json parsing: documented defaults, errors that name the field, the
 // value and what is allowed, and a lossless round trip through
 // ModelConfigToJson.
-#include "model/config.h"
+#include "model/io/config.h"
 
 #include <string>
 

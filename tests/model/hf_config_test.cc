@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
-#include "model/hf_config.h"
-#include "model/hf_weights.h"
+#include "model/io/hf_config.h"
+#include "model/io/hf_weights.h"
 #include "model/model_loader.h"
 
 namespace dikkat::model {

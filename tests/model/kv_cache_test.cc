@@ -24,7 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "model/config.h"
+#include "model/io/config.h"
 #include "model/kv_block_allocator.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"

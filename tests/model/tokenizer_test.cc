@@ -1,6 +1,6 @@
 // UTF-8 handling, the byte-level tokenizer, IncrementalDecoder and the
 // model-folder dispatch of LoadTokenizer.
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 #include <random>
 #include <string>

@@ -2,7 +2,7 @@
 // (tests/model/make_weight_fixtures.py, run with Debian's python3-torch).
 // Expected values are the raw bytes PyTorch produced, so every dtype must
 // round-trip bit-exactly (NaN payloads, -0.0, subnormals included).
-#include "model/weights.h"
+#include "model/io/weights.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "common/sha256_file.h"
 
 namespace dikkat::model {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 namespace dikkat::server {
 namespace {
