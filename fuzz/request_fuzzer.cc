@@ -14,6 +14,7 @@
 #include "dikkat/v1/dikkat.pb.h"
 #include "fuzz/fuzz_util.h"
 #include "model/io/config.h"
+#include "model/text/byte_tokenizer.h"
 #include "model/text/tokenizer.h"
 #include "server/convert.h"
 

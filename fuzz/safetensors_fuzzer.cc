@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "fuzz/fuzz_util.h"
+#include "model/io/safetensors.h"
 #include "model/io/weights.h"
 
 namespace {

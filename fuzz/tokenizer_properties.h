@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
+#include "model/text/incremental_decoder.h"
 #include "model/text/tokenizer.h"
 
 namespace dikkat::fuzz {

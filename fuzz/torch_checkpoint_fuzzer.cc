@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "fuzz/fuzz_util.h"
+#include "model/io/torch_checkpoint.h"
 #include "model/io/weights.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

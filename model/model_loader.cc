@@ -13,6 +13,7 @@
 #include "model/io/hf_config.h"
 #include "model/io/hf_weights.h"
 #include "model/io/weights.h"
+#include "model/text/tokenizer_loader.h"
 
 namespace dikkat::model {
 namespace {

@@ -30,6 +30,7 @@
 #include "model/kv_cache.h"
 #include "model/model_loader.h"
 #include "model/sampler.h"
+#include "model/text/incremental_decoder.h"
 #include "model/transformer.h"
 
 namespace dikkat::server {

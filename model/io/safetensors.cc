@@ -5,6 +5,8 @@
 // relative to the data section, which starts at byte 8 + N), then raw
 // little-endian tensor bytes. An optional "__metadata__" entry maps strings to
 // strings.
+#include "model/io/safetensors.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

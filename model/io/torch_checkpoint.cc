@@ -9,6 +9,8 @@
 // torch._utils._rebuild_tensor_v2 / _rebuild_parameter and storage persistent
 // ids) and reads the storages with LibTorch's own zip reader. It never
 // executes anything: unknown classes become opaque values that are dropped.
+#include "model/io/torch_checkpoint.h"
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>

@@ -13,6 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/io/safetensors.h"
+#include "model/io/torch_checkpoint.h"
 
 namespace dikkat::model {
 namespace {

@@ -35,11 +35,6 @@ struct ByteLevelBpeSpec {
 // INVALID_ARGUMENT if a merge names a token that is not in the vocabulary.
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeByteLevelBpe(ByteLevelBpeSpec spec);
 
-// Merges from merges.txt text (`path` names it in errors): an optional
-// "#version" first line, then one "a b" pair per line in rank order.
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMergesTxt(
-    const std::string& path, const std::string& contents);
-
 }  // namespace dikkat::model
 
 #endif  // DIKKAT_MODEL_TEXT_BYTE_LEVEL_BPE_H_

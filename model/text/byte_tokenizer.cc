@@ -2,6 +2,8 @@
 // 256 <pad>, 257 <bos>, 258 <eos> (vocab 259). Encode with
 // add_special_tokens prepends <bos>; no <eos> is appended (a decoder-only
 // model generates it).
+#include "model/text/byte_tokenizer.h"
+
 #include <array>
 #include <cstdio>
 

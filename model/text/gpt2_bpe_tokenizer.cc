@@ -1,5 +1,7 @@
 // GPT-2's own file pair: vocab.json (token -> id, a.k.a. encoder.json) and
 // merges.txt (one "a b" merge per line in rank order, a.k.a. vocab.bpe).
+#include "model/text/gpt2_bpe_tokenizer.h"
+
 #include <sstream>
 
 #include "absl/status/status.h"

@@ -2,6 +2,8 @@
 // Debian package runs Hugging Face tokenizer.json pipelines. The merge loop
 // follows Hugging Face's BPE word model: a priority queue of adjacent pairs
 // by merge rank, leftmost first on ties, over the whole "▁"-joined text.
+#include "model/text/llama_bpe_tokenizer.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -10,7 +12,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "model/text/llama_bpe_tokenizer.h"
 #include "common/status_macros.h"
 #include "model/text/utf8.h"
 

@@ -1,5 +1,7 @@
 // SentencePiece (tokenizer.model) through libsentencepiece, reached via the
 // dlopen()ed module described in sentencepiece_shim/sentencepiece_shim.h.
+#include "model/text/sentencepiece_tokenizer.h"
+
 #include <dlfcn.h>
 #include <unistd.h>
 

@@ -1,5 +1,7 @@
 // Hugging Face tokenizer.json: reads the parts dikkat supports and refuses
 // the rest by name, so an unsupported pipeline never yields wrong ids quietly.
+#include "model/text/tokenizer_json.h"
+
 #include <utility>
 
 #include "absl/status/status.h"

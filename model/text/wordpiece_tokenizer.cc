@@ -2,6 +2,8 @@
 // splitting, optional lower-casing and accent stripping) followed by greedy
 // longest-match-first WordPiece. Unicode properties and case mapping come
 // from ICU.
+#include "model/text/wordpiece_tokenizer.h"
+
 #include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
@@ -17,7 +19,6 @@
 #include "model/text/tokenizer.h"
 #include "model/text/tokenizer_files.h"
 #include "model/text/utf8.h"
-#include "model/text/wordpiece_tokenizer.h"
 
 namespace dikkat::model {
 namespace {

@@ -5,7 +5,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/text/incremental_decoder.h"
+#include "model/text/sentencepiece_tokenizer.h"
 #include "model/text/tokenizer.h"
+#include "model/text/tokenizer_loader.h"
 #include "nlohmann/json.hpp"
 #include "tests/model/tokenizer_test_util.h"
 

@@ -1,6 +1,9 @@
 // UTF-8 handling, the byte-level tokenizer, IncrementalDecoder and the
 // model-folder dispatch of LoadTokenizer.
+#include "model/text/byte_tokenizer.h"
+#include "model/text/incremental_decoder.h"
 #include "model/text/tokenizer.h"
+#include "model/text/tokenizer_loader.h"
 
 #include <random>
 #include <string>

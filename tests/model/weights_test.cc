@@ -2,6 +2,8 @@
 // (tests/model/make_weight_fixtures.py, run with Debian's python3-torch).
 // Expected values are the raw bytes PyTorch produced, so every dtype must
 // round-trip bit-exactly (NaN payloads, -0.0, subnormals included).
+#include "model/io/safetensors.h"
+#include "model/io/torch_checkpoint.h"
 #include "model/io/weights.h"
 
 #include <cstdint>

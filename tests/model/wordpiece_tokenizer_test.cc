@@ -7,6 +7,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/text/tokenizer.h"
+#include "model/text/tokenizer_loader.h"
+#include "model/text/wordpiece_tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/model/tokenizer_test_util.h"
 

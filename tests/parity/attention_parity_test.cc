@@ -4,6 +4,7 @@
 // cross-attention, one head and no biases. Fixtures: make_parity_fixtures.py
 // attention. Tolerance: 1e-5 max abs error (fp32).
 #include "model/attention.h"
+#include "model/io/safetensors.h"
 
 #include <string>
 

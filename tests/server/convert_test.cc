@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/text/byte_tokenizer.h"
 #include "model/text/tokenizer.h"
 
 namespace dikkat::server {

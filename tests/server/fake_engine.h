@@ -18,6 +18,7 @@
 #include "common/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "model/text/byte_tokenizer.h"
 #include "model/text/tokenizer.h"
 #include "server/engine.h"
 
