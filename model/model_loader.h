@@ -31,9 +31,6 @@ struct LoadedModel {
   std::string weights_sha256;  // of that file
 };
 
-// Reads the config only (cheap; no weights).
-absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder);
-
 absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const LoadOptions& options);
 
 // Parses "float32" | "bfloat16" | "float16" | "int8" (-> Char: int8 weights,

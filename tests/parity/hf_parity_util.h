@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "model/io/hf_weights.h"
+#include "model/io/model_folder.h"
 #include "model/io/safetensors.h"
 #include "model/io/weights.h"
 #include "model/model_loader.h"

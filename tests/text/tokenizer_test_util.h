@@ -1,8 +1,8 @@
 // Helpers shared by the tokenizer test suites: scratch directories and the
-// Python reference script (tests/model/tokenizer_reference.py run by Debian's
+// Python reference script (tests/text/tokenizer_reference.py run by Debian's
 // /usr/bin/python3).
-#ifndef DIKKAT_TESTS_MODEL_TOKENIZER_TEST_UTIL_H_
-#define DIKKAT_TESTS_MODEL_TOKENIZER_TEST_UTIL_H_
+#ifndef DIKKAT_TESTS_TEXT_TOKENIZER_TEST_UTIL_H_
+#define DIKKAT_TESTS_TEXT_TOKENIZER_TEST_UTIL_H_
 
 #include <cstdlib>
 #include <filesystem>
@@ -91,7 +91,7 @@ inline nlohmann::json RunReference(const ScratchDir& dir, const std::string& com
   const std::string out = dir.File(command + "_out.json");
   WriteFile(in, input.dump());
   const std::string cmd = std::string("/usr/bin/python3 ") + DIKKAT_SOURCE_DIR +
-                          "/tests/model/tokenizer_reference.py " + command + " " + in + " " + out +
+                          "/tests/text/tokenizer_reference.py " + command + " " + in + " " + out +
                           (extra.empty() ? "" : " " + extra);
   const int rc = Run(cmd);
   EXPECT_EQ(rc, 0) << "reference script failed: " << cmd;
@@ -130,7 +130,7 @@ inline nlohmann::json RunNodeReference(const ScratchDir& dir, const std::string&
   const std::string out = dir.File(command + "_node_out.json");
   WriteFile(in, input.dump());
   const std::string cmd = std::string("node ") + DIKKAT_SOURCE_DIR +
-                          "/tests/model/tokenizer_reference.js " + command + " " + npm_prefix +
+                          "/tests/text/tokenizer_reference.js " + command + " " + npm_prefix +
                           " " + in + " " + out;
   const int rc = Run(cmd);
   EXPECT_EQ(rc, 0) << "node reference failed: " << cmd;
@@ -140,4 +140,4 @@ inline nlohmann::json RunNodeReference(const ScratchDir& dir, const std::string&
 
 }  // namespace dikkat::model::testing_util
 
-#endif  // DIKKAT_TESTS_MODEL_TOKENIZER_TEST_UTIL_H_
+#endif  // DIKKAT_TESTS_TEXT_TOKENIZER_TEST_UTIL_H_

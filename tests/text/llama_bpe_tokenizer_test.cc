@@ -14,7 +14,7 @@
 #include "model/text/tokenizer_json.h"
 #include "model/text/tokenizer_loader.h"
 #include "nlohmann/json.hpp"
-#include "tests/model/tokenizer_test_util.h"
+#include "tests/text/tokenizer_test_util.h"
 
 namespace dikkat::model {
 namespace {

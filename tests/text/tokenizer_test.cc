@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/model/tokenizer_test_util.h"
+#include "tests/text/tokenizer_test_util.h"
 
 namespace dikkat::model {
 namespace {

@@ -1,5 +1,5 @@
 // Weight file readers/writers against files written by PyTorch itself
-// (tests/model/make_weight_fixtures.py, run with Debian's python3-torch).
+// (tests/io/make_weight_fixtures.py, run with Debian's python3-torch).
 // Expected values are the raw bytes PyTorch produced, so every dtype must
 // round-trip bit-exactly (NaN payloads, -0.0, subnormals included).
 #include "model/io/safetensors.h"
@@ -34,7 +34,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr char kPython[] = "/usr/bin/python3";
-const std::string kScript = std::string(DIKKAT_SOURCE_DIR) + "/tests/model/make_weight_fixtures.py";
+const std::string kScript = std::string(DIKKAT_SOURCE_DIR) + "/tests/io/make_weight_fixtures.py";
 
 // safetensors dtype names, as the format specifies them.
 std::string DtypeName(at::ScalarType t) {

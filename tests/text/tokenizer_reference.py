@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference outputs for tests/model/tokenizer*_test.cc, computed by third-party
+"""Reference outputs for tests/text/tokenizer*_test.cc, computed by third-party
 code (CPython's UTF-8 codec, Debian's python3-sentencepiece) on inputs the C++
 test writes. Usage: tokenizer_reference.py <command> <in> <out>.
 
