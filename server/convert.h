@@ -131,9 +131,6 @@ absl::StatusOr<v1::DType> ResolveDType(v1::DType dtype, absl::string_view field)
 // values do not match the shape.
 absl::Status ToProtoTensor(const DenseTensor& tensor, v1::DType dtype, v1::Tensor* out);
 
-uint16_t FloatToBfloat16Bits(float value);
-uint16_t FloatToFloat16Bits(float value);
-
 // ---- model info -------------------------------------------------------------
 
 void FillModelInfo(const ModelDescription& description, const EngineStats& stats,
