@@ -354,28 +354,4 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
   return out;
 }
 
-absl::StatusOr<std::vector<SampledToken>> SampleRows(absl::Span<Sampler* const> samplers,
-                                                     const at::Tensor& logits) {
-  absl::StatusOr<at::Tensor> host = ToHostFloat(logits, 2);
-  if (!host.ok()) return host.status();
-  if (host->size(0) != static_cast<int64_t>(samplers.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("logits: %d rows for %d samplers", host->size(0), samplers.size()));
-  }
-  const int64_t vocab = host->size(1);
-  const float* data = host->data_ptr<float>();
-  std::vector<SampledToken> out;
-  out.reserve(samplers.size());
-  for (size_t b = 0; b < samplers.size(); ++b) {
-    absl::StatusOr<SampledToken> token =
-        samplers[b]->Sample(absl::MakeConstSpan(data + b * vocab, vocab));
-    if (!token.ok()) {
-      return absl::Status(token.status().code(),
-                          absl::StrFormat("row %d: %s", b, token.status().message()));
-    }
-    out.push_back(*std::move(token));
-  }
-  return out;
-}
-
 }  // namespace dikkat::model

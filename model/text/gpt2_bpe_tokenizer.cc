@@ -3,6 +3,9 @@
 #include "model/text/gpt2_bpe_tokenizer.h"
 
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -13,7 +16,10 @@
 #include "nlohmann/json.hpp"
 
 namespace dikkat::model {
+namespace {
 
+// Merges from merges.txt text (`path` names it in errors): an optional
+// "#version" first line, then one "a b" pair per line in rank order.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMergesTxt(
     const std::string& path, const std::string& contents) {
   std::vector<std::pair<std::string, std::string>> merges;
@@ -35,6 +41,8 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMergesTxt(
   }
   return merges;
 }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2Bpe(const std::string& vocab_json,
                                                        const std::string& merges_txt) {

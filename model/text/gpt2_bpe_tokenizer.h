@@ -3,8 +3,6 @@
 
 #include <memory>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/text/tokenizer.h"
@@ -17,11 +15,6 @@ namespace dikkat::model {
 // encoded as plain text, never as the special id.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2Bpe(const std::string& vocab_json,
                                                        const std::string& merges_txt);
-
-// Merges from merges.txt text (`path` names it in errors): an optional
-// "#version" first line, then one "a b" pair per line in rank order.
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMergesTxt(
-    const std::string& path, const std::string& contents);
 
 }  // namespace dikkat::model
 
