@@ -4,8 +4,8 @@
 //  * SmallBatchLinear: y = x W^T + b for the rows of a decode step. W is
 //    streamed from memory once: up to 8 rows that is the whole cost, and
 //    OpenBLAS's GEMM and LibTorch's bfloat16 GEMV are far from it; more rows
-//    run as blocks of 8 over each task's slice of W, held in the L2 cache
-//    (faster than OpenBLAS's GEMM for 9..32 rows of float32 weights).
+//    run as register blocks over each task's slice of W, held in the L2
+//    cache (faster than OpenBLAS's GEMM for 9..32 rows of float32 weights).
 //  * Int8Linear: the same for int8 weights with a float32 scale per group of
 //    32 inputs (--dtype int8), for any number of rows.
 //  * PagedDecodeAttention: one query token per sequence against its keys and
@@ -13,10 +13,12 @@
 //    head of a decode step in one parallel call (no gather copies, no
 //    per-sequence op dispatch).
 //
-// All use AVX-512 when the CPU has it and a portable loop otherwise (or when
-// the environment variable DIKKAT_NO_AVX512 is set); all share their loops
-// with the work team (work_team.h). CPU tensors only: on other devices the
-// callers keep LibTorch's ops (see transformer.cc).
+// Each kernel exists for AVX-512, for AVX2 + FMA + F16C and as generic C++
+// (cpu_kernels_isa.h); the one for ActiveIsa() (cpu_isa.h: chosen from the
+// CPU at start, DIKKAT_ISA forces another) runs, and where a library is
+// faster on that ISA the routing below sends the work there instead. All
+// share their loops with the work team (work_team.h). CPU tensors only: on
+// other devices the callers keep LibTorch's ops (see attention.cc).
 #ifndef DIKKAT_MODEL_CPU_KERNELS_H_
 #define DIKKAT_MODEL_CPU_KERNELS_H_
 
@@ -25,34 +27,51 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "model/cpu_isa.h"
 #include "model/linear_weight.h"
 
 namespace dikkat::model {
 
-// Input rows of one register block of the linear kernels (SmallBatchLinear,
-// Int8Linear); more rows are processed as several blocks.
+// Input rows up to which the linear kernels need only one pass over W per
+// task (the largest register block, AVX-512's); more rows run as several
+// blocks over the task's slice of W, held in the L2 cache.
 inline constexpr int64_t kSmallBatchMaxRows = 8;
 
-// Rows up to which Linear (attention.cc) sends weights to SmallBatchLinear,
-// by weight dtype; with more rows, LibTorch's GEMM. Measured side by side on
-// the GPT-2-small linears (docs/performance.md, BM_LinearRowBlocksPaired):
+// Rows up to which Linear (attention.cc) sends weights of each dtype to
+// SmallBatchLinear on an ISA; with more rows (or 0), LibTorch's routes: for
+// float32 OpenBLAS's GEMV at one row and GEMM above, for bfloat16 oneDNN's
+// GEMM, for float16 the matrix widened to float32 on every call (LibTorch
+// 1.13 has no CPU float16 product).
+struct SmallBatchLinearLimits {
+  int64_t float32;
+  int64_t bfloat16;
+  int64_t float16;
+};
+
+// AVX-512, measured side by side on the GPT-2-small linears
+// (docs/performance.md, bench/engine_bench.cc BM_LinearRowBlocksPaired):
 //  * float32: the row blocks are 1.5-2x OpenBLAS's GEMM at 16-24 rows, level
 //    with it at 32 and slower from 48 (OpenBLAS's GEMM gets efficient there).
 //  * bfloat16: oneDNN's GEMM, which multiplies with the CPU's bfloat16
 //    dot-product instructions (x rounded to bfloat16), is faster from 9 rows.
-//  * float16: LibTorch 1.13 has no CPU float16 product; the alternative
-//    widens the whole matrix to float32 on every call. Row blocks up to 63.
-inline constexpr int64_t kSmallBatchLinearMaxRowsFloat = 32;
-inline constexpr int64_t kSmallBatchLinearMaxRowsBFloat16 = kSmallBatchMaxRows;
-inline constexpr int64_t kSmallBatchLinearMaxRowsHalf = 63;
+//  * float16: row blocks up to 63 (the alternative widens W every call).
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{32, 8, 63};
+// AVX2: measured the same way with DIKKAT_ISA=avx2 (docs/performance.md,
+// "Per ISA").
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{32, 8, 63};
+// Generic (no AVX2): float32 and bfloat16 go to LibTorch's libraries, which
+// carry their own per-CPU kernels; float16 has no library route worth taking.
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsGeneric{0, 0, 63};
+
+SmallBatchLinearLimits SmallBatchLinearLimitsFor(CpuIsa isa);
 
 // True if Linear should use SmallBatchLinear for x [M, in] with w [out, in]:
-// CPU, contiguous, float32/bfloat16/float16 weights, 1 <= M <= the dtype's
-// limit above (<= kSmallBatchMaxRows for every dtype after
+// CPU, contiguous, float32/bfloat16/float16 weights, 1 <= M <= the active
+// ISA's limit for the dtype (and <= kSmallBatchMaxRows after
 // SetSmallBatchLinearRowBlocks(false)).
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 
-// For benchmarks: false routes only up to kSmallBatchMaxRows rows to
+// For benchmarks: false routes at most kSmallBatchMaxRows rows to
 // SmallBatchLinear (the routing before row blocks: GEMM from 9 rows), so that
 // both can be measured side by side in one process. Default true.
 void SetSmallBatchLinearRowBlocks(bool enabled);
