@@ -112,15 +112,27 @@ SmallBatchLinearLimits SmallBatchLinearLimitsFor(CpuIsa isa) {
   return kSmallBatchLinearLimitsGeneric;
 }
 
+bool FastBFloat16Gemm() {
+#if defined(__x86_64__)
+  static const bool dq = __builtin_cpu_supports("avx512dq");
+  return ActiveIsa() == CpuIsa::kAvx512 && dq;
+#else
+  return false;
+#endif
+}
+
 void SetSmallBatchLinearRowBlocks(bool enabled) {
   row_blocks.store(enabled, std::memory_order_relaxed);
 }
 
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
   const SmallBatchLinearLimits limits = SmallBatchLinearLimitsFor(ActiveIsa());
-  int64_t max_rows = 0;
+  int64_t max_rows = 0, min_rows = 1;
   switch (w.scalar_type()) {
-    case at::kFloat: max_rows = limits.float32; break;
+    case at::kFloat:
+      max_rows = limits.float32;
+      min_rows = limits.float32_from;
+      break;
     case at::kBFloat16: max_rows = limits.bfloat16; break;
     case at::kHalf: max_rows = limits.float16; break;
     default: return false;
@@ -128,7 +140,7 @@ bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
   if (!row_blocks.load(std::memory_order_relaxed)) {
     max_rows = std::min(max_rows, kSmallBatchMaxRows);
   }
-  return x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= max_rows && x.is_cpu() && w.is_cpu() &&
+  return x.dim() == 2 && x.size(0) >= min_rows && x.size(0) <= max_rows && x.is_cpu() && w.is_cpu() &&
          w.dim() == 2 && w.is_contiguous();
 }
 

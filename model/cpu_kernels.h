@@ -46,28 +46,51 @@ struct SmallBatchLinearLimits {
   int64_t float32;
   int64_t bfloat16;
   int64_t float16;
+  // Rows from which float32 goes to SmallBatchLinear (below: OpenBLAS's GEMV).
+  int64_t float32_from = 1;
 };
 
-// AVX-512, measured side by side on the GPT-2-small linears
-// (docs/performance.md, bench/engine_bench.cc BM_LinearRowBlocksPaired):
+// Each ISA's limits come from BM_LinearRoutesPaired (bench/engine_bench.cc):
+// the 48 GPT-2-small linears through our kernels and through the library
+// route, alternating pass by pass, with the ISA forced (DIKKAT_ISA, and
+// OPENBLAS_CORETYPE for OpenBLAS's side). Figures: docs/performance.md,
+// "Routing per ISA".
+//
+// AVX-512:
 //  * float32: the row blocks are 1.5-2x OpenBLAS's GEMM at 16-24 rows, level
 //    with it at 32 and slower from 48 (OpenBLAS's GEMM gets efficient there).
 //  * bfloat16: oneDNN's GEMM, which multiplies with the CPU's bfloat16
 //    dot-product instructions (x rounded to bfloat16), is faster from 9 rows.
 //  * float16: row blocks up to 63 (the alternative widens W every call).
 inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{32, 8, 63};
-// AVX2: measured the same way with DIKKAT_ISA=avx2 (docs/performance.md,
-// "Per ISA").
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{32, 8, 63};
-// Generic (no AVX2): float32 and bfloat16 go to LibTorch's libraries, which
-// carry their own per-CPU kernels; float16 has no library route worth taking.
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsGeneric{0, 0, 63};
+// AVX2 (AMD EPYC with AVX-512 forced to AVX2, OpenBLAS's Haswell kernels):
+//  * float32: level with OpenBLAS's GEMV at one row (both stream W at the
+//    memory's speed), 1.4-3.8x its GEMM at 2-16 rows, 1.2x at 32, level at 48.
+//  * bfloat16: every row count. LibTorch 1.13 sends bfloat16 products to
+//    oneDNN only on CPUs with AVX-512 (BW, VL, DQ); on an AVX2-only CPU it
+//    falls back to its own scalar GEMM. (Forced AVX2 on an AVX-512 machine
+//    still measures oneDNN's AVX-512 route, which wins from 8 rows there.)
+//  * float16: 1.4-8x the widened GEMM at every row count up to 63.
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{32, 63, 63};
+// Generic (8-lane vector extensions, SSE2 on x86-64): float32 only at 2-8
+// rows (1.2-2.4x OpenBLAS's GEMM there; its GEMV is 2x ours at one row and
+// its GEMM from 16 rows); bfloat16 and float16 to the libraries (oneDNN was
+// level at one row and 2x ours above; the widened float16 GEMM 1.3-10x ours,
+// whose float16 loads convert lane by lane).
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsGeneric{8, 0, 0, 2};
 
 SmallBatchLinearLimits SmallBatchLinearLimitsFor(CpuIsa isa);
 
+// True if LibTorch's bfloat16 matrix product is oneDNN's (fast): LibTorch 1.13
+// uses oneDNN for it only on CPUs with AVX-512 BW, VL and DQ, and otherwise a
+// scalar loop (at 512 x 768 x 3072: 1365 ms against 36 ms for the product
+// widened to float32, measured with oneDNN switched off). Follows the active
+// ISA, so that a forced AVX2 routes as an AVX2-only machine would.
+bool FastBFloat16Gemm();
+
 // True if Linear should use SmallBatchLinear for x [M, in] with w [out, in]:
-// CPU, contiguous, float32/bfloat16/float16 weights, 1 <= M <= the active
-// ISA's limit for the dtype (and <= kSmallBatchMaxRows after
+// CPU, contiguous, float32/bfloat16/float16 weights, 1 (float32_from) <= M <=
+// the active ISA's limit for the dtype (and <= kSmallBatchMaxRows after
 // SetSmallBatchLinearRowBlocks(false)).
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 

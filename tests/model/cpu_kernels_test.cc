@@ -94,16 +94,24 @@ TEST(SmallBatchLinearTest, MatchesFloat64ReferenceForEveryDtypeRowCountAndOddSiz
 TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
   at::Tensor w = at::randn({8, 16});
   const SmallBatchLinearLimits active = SmallBatchLinearLimitsFor(ActiveIsa());
-  const std::pair<c10::ScalarType, int64_t> limits[] = {
-      {at::kFloat, active.float32}, {at::kBFloat16, active.bfloat16}, {at::kHalf, active.float16}};
-  for (const auto& [dtype, max_rows] : limits) {
-    const at::Tensor wd = w.to(dtype);
-    EXPECT_LT(max_rows, 64) << dtype << ": prefill stays on GEMM";
-    if (max_rows > 0) {
-      EXPECT_TRUE(SmallBatchLinearApplies(at::randn({1, 16}), wd)) << dtype;
-      EXPECT_TRUE(SmallBatchLinearApplies(at::randn({max_rows, 16}), wd)) << dtype;
+  struct Limit {
+    c10::ScalarType dtype;
+    int64_t from, to;
+  };
+  const Limit limits[] = {{at::kFloat, active.float32_from, active.float32},
+                          {at::kBFloat16, 1, active.bfloat16},
+                          {at::kHalf, 1, active.float16}};
+  for (const Limit& l : limits) {
+    const at::Tensor wd = w.to(l.dtype);
+    EXPECT_LT(l.to, 64) << l.dtype << ": prefill stays on GEMM";
+    if (l.to >= l.from) {
+      EXPECT_TRUE(SmallBatchLinearApplies(at::randn({l.from, 16}), wd)) << l.dtype;
+      EXPECT_TRUE(SmallBatchLinearApplies(at::randn({l.to, 16}), wd)) << l.dtype;
     }
-    EXPECT_FALSE(SmallBatchLinearApplies(at::randn({max_rows + 1, 16}), wd)) << dtype;
+    if (l.from > 1) {
+      EXPECT_FALSE(SmallBatchLinearApplies(at::randn({l.from - 1, 16}), wd)) << l.dtype;
+    }
+    EXPECT_FALSE(SmallBatchLinearApplies(at::randn({l.to + 1, 16}), wd)) << l.dtype;
   }
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 16}), at::randn({16, 8}).t()));
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 16}), w.to(at::kDouble)));
@@ -113,17 +121,19 @@ TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
 TEST(SmallBatchLinearTest, RoutingLimitsPerIsa) {
   // With AVX-512 or AVX2 our kernels take every decode row count of every
   // dtype (one register block at least) and float32 row blocks beyond it;
-  // the generic ISA leaves float32 and bfloat16 to LibTorch's libraries.
+  // the generic ISA only float32 at 2-8 rows.
   for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
     const SmallBatchLinearLimits l = SmallBatchLinearLimitsFor(isa);
+    EXPECT_EQ(l.float32_from, 1) << IsaName(isa);
     EXPECT_GT(l.float32, kSmallBatchMaxRows) << IsaName(isa);
     EXPECT_GE(l.bfloat16, kSmallBatchMaxRows) << IsaName(isa);
     EXPECT_GE(l.float16, kSmallBatchMaxRows) << IsaName(isa);
   }
   const SmallBatchLinearLimits generic = SmallBatchLinearLimitsFor(CpuIsa::kGeneric);
-  EXPECT_EQ(generic.float32, 0);
+  EXPECT_EQ(generic.float32_from, 2);
+  EXPECT_EQ(generic.float32, kSmallBatchMaxRows);
   EXPECT_EQ(generic.bfloat16, 0);
-  EXPECT_GE(generic.float16, kSmallBatchMaxRows);
+  EXPECT_EQ(generic.float16, 0);
 }
 
 TEST(SmallBatchLinearTest, RowBlocksCanBeSwitchedOffForBenchmarks) {
