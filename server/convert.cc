@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "model/cpu_isa.h"
 #include "model/status_macros.h"
 
 namespace dikkat::server {
@@ -669,6 +670,9 @@ void FillModelInfo(const ModelDescription& description, const EngineStats& stats
   info->set_pre_norm(c.pre_norm);
   info->set_dtype(description.dtype);
   info->set_device(description.device);
+  if (description.device == "cpu") {
+    info->set_cpu_isa(std::string(model::IsaName(model::ActiveIsa())));
+  }
   info->set_weights_sha256(description.weights_sha256);
   info->set_weights_bytes(description.weights_bytes);
   info->set_tokenizer(description.tokenizer_kind.empty() ? tokenizer.kind()

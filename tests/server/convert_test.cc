@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/cpu_isa.h"
 #include "model/tokenizer.h"
 
 namespace dikkat::server {
@@ -553,6 +554,7 @@ TEST_F(ConvertTest, ModelInfoReportsConfigAndCapabilities) {
   EXPECT_EQ(info.special_tokens().bos(), 257);
   EXPECT_EQ(info.special_tokens().cls(), -1);
   EXPECT_THAT(info.capabilities(), ElementsAre("encode", "attention"));
+  EXPECT_EQ(info.cpu_isa(), model::IsaName(model::ActiveIsa()));
 
   d.config = Config(model::Architecture::kDecoderOnly);
   v1::ModelInfo lm;
