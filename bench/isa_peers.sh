@@ -9,8 +9,9 @@
 #              tokens for float32, bfloat16 and int8 (tokens/s, time to first
 #              token, inter-token time); 8 and 32 streams float32; prefill of
 #              512 tokens and the memory triad in-process (engine_bench)
-#   llama.cpp  ../shared/tools/llama.cpp (not part of dikkat) on a GGUF of the
-#              same shape: llama-bench pp512/tg128 for F32, F16 and Q8_0,
+#   llama.cpp  ../shared/tools/llama.cpp (not part of dikkat) on GGUFs of the
+#              same shape (random weights; its make_gguf.py for F32 and F16,
+#              bench/gguf_q8_0.py for Q8_0): llama-bench pp512/tg128 for F32, F16 and Q8_0,
 #              llama-batched-bench F32 at 1, 8 and 32 parallel sequences;
 #              for avx2 a copy of its bin/ holding only the haswell CPU
 #              variant; for generic not run (its lowest variant needs AVX)
@@ -23,6 +24,7 @@
 # usage: isa_peers.sh BUILD_DIR MODEL_DIR OUT_DIR THREADS PASSES
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 BUILD=$1 MODEL=$2 OUT=$3 THREADS=$4 PASSES=$5
 LLAMA=${LLAMA_CPP_DIR:-$(cd .. && pwd)/shared/tools/llama.cpp}
 WORK=$BUILD/bench/llama
@@ -52,8 +54,10 @@ if [ -x "$LLAMA/bin/llama-bench" ]; then
       fi
       PYTHONPATH=$LLAMA/gguf-py /usr/bin/python3 "$LLAMA/make_gguf.py" gpt2 f32 gpt2-f32.gguf
       PYTHONPATH=$LLAMA/gguf-py /usr/bin/python3 "$LLAMA/make_gguf.py" gpt2 f16 gpt2-f16.gguf
-      LD_LIBRARY_PATH=$LLAMA/bin "$LLAMA/bin/llama-quantize" gpt2-f32.gguf gpt2-q8_0.gguf Q8_0 \
-        >/dev/null 2>&1
+      # Q8_0 with llama.cpp's gguf-py quantizer: this build's llama-quantize
+      # crashes before quantizing (bench/gguf_q8_0.py says why).
+      PYTHONPATH=$LLAMA/gguf-py /usr/bin/python3 "$ROOT/bench/gguf_q8_0.py" gpt2-f32.gguf \
+        gpt2-q8_0.gguf
     ) && have_llama=1 || echo "isa_peers: could not write the GGUFs; llama.cpp not measured"
   else
     have_llama=1

@@ -3,6 +3,10 @@
 #include <atomic>
 #include <cstdlib>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace dikkat::model {
 namespace {
 
@@ -33,6 +37,14 @@ const IsaChoice& Initial() {
   return choice;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports has no "f16c").
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+#endif
+
 // -1: not overridden by SetActiveIsa.
 std::atomic<int> override_isa{-1};
 
@@ -62,8 +74,7 @@ bool IsaSupported(CpuIsa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && IsaSupported(CpuIsa::kAvx2);
     case CpuIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
     case CpuIsa::kGeneric: return true;
   }
   return false;

@@ -15,9 +15,7 @@
 // The 32-byte vectors are passed between always-inline functions of this
 // file only (internal linkage): the ABI note GCC gives for them on a
 // baseline x86-64 build does not concern any interface.
-#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 
 #define DIKKAT_KERNEL
 #define DIKKAT_INLINE __attribute__((always_inline)) inline
