@@ -91,8 +91,11 @@ def load_round(folder):
     for n, v in llama_batched(os.path.join(folder, "llama_batched_f32.txt")).items():
         r[f"llama_f32_s{n}"] = v
     pt = os.path.join(folder, "pytorch_float32.json")
-    if os.path.exists(pt):
+    try:
         p = json.load(open(pt))
+    except (OSError, ValueError):  # not run, or cut short
+        p = None
+    if p:
         for k in ("decode_b1_ctx128", "decode_b8_ctx128", "decode_b32_ctx128", "prefill_512"):
             if f"{k}_tokens_per_s" in p:
                 r[f"pt_{k}"] = p[f"{k}_tokens_per_s"]
