@@ -4,8 +4,10 @@
 //          Schedule -> Forward -> Postprocess, each short (nano-vllm's shape).
 //
 // Invariants owned by the engine thread:
-//   * a Generate request is in exactly one of waiting_ or running_ until it
-//     finishes, and then in neither; its blocks are released in Finish();
+//   * a Generate request is in exactly one of the scheduler's waiting and
+//     running queues until it finishes, and then in neither; its blocks are
+//     released in FinishGenerate() (or by the scheduler when it expires or
+//     rejects it);
 //   * a running sequence's block table covers num_cached tokens, and is
 //     grown before each forward to cover what that forward writes;
 //   * every request's observer/callback is called exactly once with a final
@@ -31,6 +33,7 @@
 #include "model/sampler.h"
 #include "model/status_macros.h"
 #include "model/transformer.h"
+#include "server/scheduler.h"
 
 namespace dikkat::server {
 
@@ -58,21 +61,17 @@ using model::Architecture;
 
 enum class RequestKind { kGenerate, kEncode, kAttention };
 
-// One request's whole state. Owned by the engine thread once taken from the inbox.
-struct Request {
-  RequestId id = 0;
+// One request's whole state. Owned by the engine thread once taken from the
+// inbox. Its Sequence part (id, deadline, cancelled, tokens, KV block table) is
+// what the scheduler sees of a Generate request.
+struct Request : Sequence {
   RequestKind kind = RequestKind::kGenerate;
   absl::Time submitted;
-  absl::Time deadline = absl::InfiniteFuture();
-  bool cancelled = false;
 
   // ---- Generate ----
   GenerateRequest gen;
   std::shared_ptr<GenerateObserver> observer;
-  std::vector<int32_t> tokens;      // decoder tokens: prompt, then generated
-  int32_t prompt_len = 0;
-  int64_t num_cached = 0;           // tokens whose K/V are in the cache
-  std::vector<int32_t> blocks;      // block table
+  int32_t prompt_len = 0;           // set at the first admission
   std::unique_ptr<model::Sampler> sampler;
   std::unique_ptr<model::CrossAttentionCache> cross;
   std::unique_ptr<model::IncrementalDecoder> detok;
@@ -131,7 +130,9 @@ class EngineImpl final : public Engine {
         tokenizer_(std::move(loaded.tokenizer)),
         cache_(std::move(cache)),
         options_(std::move(options)),
-        listener_(listener) {
+        listener_(listener),
+        scheduler_(SchedulerOptions{options_.max_batch_size, options_.max_batch_tokens},
+                   &cache_.allocator()) {
     thread_ = std::thread([this] { Loop(); });
   }
 
@@ -162,16 +163,15 @@ class EngineImpl final : public Engine {
   void Loop();
   bool TakeInbox();
   void DrainInbox() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Expire();
+  void PublishQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireAuxiliary(absl::Time now);
   void RunAuxiliary();
-  std::vector<Request*> Schedule(std::vector<int64_t>* chunk_lens);
-  void Forward(const std::vector<Request*>& batch, const std::vector<int64_t>& chunk_lens);
+  ScheduleResult Schedule(absl::Time now);
+  void Forward(const ScheduleResult& plan);
   void Admit(Request* r);
-  bool Preempt();
   void Emit(Request* r, const model::SampledToken& token);
   void FinishGenerate(Request* r, FinishReason reason, absl::Status status = absl::OkStatus());
   void FinishAuxiliary(Request* r, absl::Status status);
-  void RemoveRunning(Request* r);
   void PublishStats();
   absl::StatusOr<EncodeResult> DoEncode(const EncodeRequest& req);
   absl::StatusOr<AttentionResult> DoAttention(const AttentionRequest& req);
@@ -192,7 +192,9 @@ class EngineImpl final : public Engine {
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  int32_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // inbox + waiting (for backpressure)
+  // Waiting Generate + queued Encode/Attention requests as the engine thread
+  // last published them; with inbox_ it is the queue that backpressure bounds.
+  int32_t engine_queued_ ABSL_GUARDED_BY(mu_) = 0;
   // Accepted and not yet finished, wherever they are (inbox, waiting,
   // running, auxiliary). Shutdown waits for it to reach 0: the published
   // stat_running_ lags a step behind admission, so a drain that waited on it
@@ -204,9 +206,8 @@ class EngineImpl final : public Engine {
 
   // Engine-thread state.
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  std::deque<Request*> waiting_;      // Generate, FIFO
+  Scheduler scheduler_;               // Generate: waiting and running, KV block tables
   std::deque<Request*> auxiliary_;    // Encode / Attention, FIFO
-  std::vector<Request*> running_;     // admission order
   std::mt19937_64 seed_source_{std::random_device{}()};
 
   // Published snapshot.
@@ -400,11 +401,10 @@ absl::StatusOr<RequestId> EngineImpl::Enqueue(std::unique_ptr<Request> request) 
   if (draining_ || stop_) {
     return absl::UnavailableError("the server is shutting down; retry on another replica");
   }
-  if (queued_ >= options_.max_queue) {
+  if (static_cast<int64_t>(inbox_.size()) + engine_queued_ >= options_.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the request queue is full (", options_.max_queue, " waiting); retry later"));
   }
-  ++queued_;
   ++in_flight_;
   inbox_.push_back(std::move(request));
   return id;
@@ -416,6 +416,12 @@ absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
   auto r = std::make_unique<Request>();
   r->kind = RequestKind::kGenerate;
   r->deadline = request.deadline;
+  if (config_.architecture == Architecture::kEncoderDecoder) {
+    r->tokens.push_back(static_cast<int32_t>(config_.decoder_start_token_id >= 0
+                                                 ? config_.decoder_start_token_id
+                                                 : config_.bos_token_id));
+  }
+  r->tokens.insert(r->tokens.end(), request.prompt.begin(), request.prompt.end());
   r->gen = std::move(request);
   r->observer = std::move(observer);
   return Enqueue(std::move(r));
@@ -523,11 +529,11 @@ void EngineImpl::Loop() {
   at::init_num_threads();
   while (true) {
     if (!TakeInbox()) break;
-    Expire();
+    const absl::Time now = absl::Now();
+    ExpireAuxiliary(now);
     RunAuxiliary();
-    std::vector<int64_t> chunk_lens;
-    std::vector<Request*> batch = Schedule(&chunk_lens);
-    if (!batch.empty()) Forward(batch, chunk_lens);
+    const ScheduleResult plan = Schedule(now);
+    if (!plan.batch.empty()) Forward(plan);
     PublishStats();
   }
   // Stopping: everything still here is cancelled.
@@ -535,15 +541,15 @@ void EngineImpl::Loop() {
     dikkat::MutexLock lock(&mu_);
     DrainInbox();
   }
-  std::vector<Request*> left(running_.begin(), running_.end());
-  left.insert(left.end(), waiting_.begin(), waiting_.end());
-  for (Request* r : left) FinishGenerate(r, FinishReason::kCancelled);
+  std::vector<Sequence*> left(scheduler_.running().begin(), scheduler_.running().end());
+  left.insert(left.end(), scheduler_.waiting().begin(), scheduler_.waiting().end());
+  for (Sequence* s : left) FinishGenerate(static_cast<Request*>(s), FinishReason::kCancelled);
   std::vector<Request*> aux(auxiliary_.begin(), auxiliary_.end());
   for (Request* r : aux) FinishAuxiliary(r, absl::UnavailableError("the server is shutting down"));
   PublishStats();
 }
 
-// Takes ownership of every submitted request: Generate to waiting_, the rest
+// Takes ownership of every submitted request: Generate to the scheduler, the rest
 // to auxiliary_.
 void EngineImpl::DrainInbox() {
   while (!inbox_.empty()) {
@@ -552,18 +558,23 @@ void EngineImpl::DrainInbox() {
     Request* raw = r.get();
     requests_[raw->id] = std::move(r);
     if (raw->kind == RequestKind::kGenerate) {
-      waiting_.push_back(raw);
+      scheduler_.Add(raw);
     } else {
       auxiliary_.push_back(raw);
     }
   }
+  PublishQueued();
+}
+
+void EngineImpl::PublishQueued() {
+  engine_queued_ = static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size());
 }
 
 // Moves new requests and cancellations into engine-thread state; waits when
 // idle. Returns false when the engine must stop.
 bool EngineImpl::TakeInbox() {
   dikkat::MutexLock lock(&mu_);
-  const bool busy = !running_.empty() || !waiting_.empty() || !auxiliary_.empty();
+  const bool busy = !scheduler_.empty() || !auxiliary_.empty();
   if (!busy) {
     auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return stop_ || !inbox_.empty() || !cancels_.empty();
@@ -580,20 +591,15 @@ bool EngineImpl::TakeInbox() {
   return true;
 }
 
-void EngineImpl::Expire() {
-  const absl::Time now = absl::Now();
+// Generate requests expire in the scheduler; Encode/Attention ones here.
+void EngineImpl::ExpireAuxiliary(absl::Time now) {
   std::vector<Request*> done;
-  for (auto& [id, r] : requests_) {
-    if (r->cancelled || now >= r->deadline) done.push_back(r.get());
+  for (Request* r : auxiliary_) {
+    if (r->cancelled || now >= r->deadline) done.push_back(r);
   }
   for (Request* r : done) {
-    const bool cancelled = r->cancelled;
-    if (r->kind == RequestKind::kGenerate) {
-      FinishGenerate(r, cancelled ? FinishReason::kCancelled : FinishReason::kDeadline);
-    } else {
-      FinishAuxiliary(r, cancelled ? absl::CancelledError("cancelled by the caller")
-                                   : absl::DeadlineExceededError("the deadline passed in the queue"));
-    }
+    FinishAuxiliary(r, r->cancelled ? absl::CancelledError("cancelled by the caller")
+                                    : absl::DeadlineExceededError("the deadline passed in the queue"));
   }
 }
 
@@ -636,19 +642,15 @@ void EngineImpl::RunAuxiliary() {
   }
 }
 
+// Makes a newly admitted request ready to run: its sampler and detokenizer
+// on the first admission, its encoder's cross-attention K/V (encoder-decoder)
+// again after a preemption freed them.
 void EngineImpl::Admit(Request* r) {
-  const bool enc_dec = config_.architecture == Architecture::kEncoderDecoder;
   r->scheduled_at = absl::Now();
   if (r->sampler == nullptr) {
     const uint64_t seed = r->gen.sampling.seed.value_or(seed_source_());
     r->sampler = std::make_unique<model::Sampler>(r->gen.sampling, seed);
     r->detok = std::make_unique<model::IncrementalDecoder>(tokenizer_.get(), true);
-    if (enc_dec) {
-      const int32_t start = static_cast<int32_t>(
-          config_.decoder_start_token_id >= 0 ? config_.decoder_start_token_id : config_.bos_token_id);
-      r->tokens.push_back(start);
-    }
-    r->tokens.insert(r->tokens.end(), r->gen.prompt.begin(), r->gen.prompt.end());
     r->prompt_len = static_cast<int32_t>(r->tokens.size());
     r->sampler->ObserveAll(r->tokens);
     const int32_t requested =
@@ -656,81 +658,41 @@ void EngineImpl::Admit(Request* r) {
     r->max_new = static_cast<int32_t>(
         std::min<int64_t>(requested, config_.max_positions - r->prompt_len));
   }
-  if (enc_dec && r->cross == nullptr) {
+  if (config_.architecture == Architecture::kEncoderDecoder && r->cross == nullptr) {
     at::Tensor memory = EncoderMemory(r->gen.source, nullptr);
     r->cross = std::make_unique<model::CrossAttentionCache>(transformer_->MakeCrossCache(memory));
   }
-  running_.push_back(r);
 }
 
-// Frees the most recently admitted sequence's blocks and requeues it at the
-// front (it will recompute its tokens when readmitted). False if nothing to preempt.
-bool EngineImpl::Preempt() {
-  if (running_.size() <= 1) return false;
-  Request* victim = running_.back();
-  running_.pop_back();
-  cache_.allocator().Release(&victim->blocks);
-  victim->num_cached = 0;
-  waiting_.push_front(victim);
+// Asks the scheduler for the next step's batch and carries out what it
+// decided about requests: finishes the expired and rejected ones, counts
+// preemptions, readies the admitted ones.
+ScheduleResult EngineImpl::Schedule(absl::Time now) {
+  ScheduleResult plan = scheduler_.Schedule(now);
+  for (Sequence* s : plan.expired) {
+    FinishGenerate(static_cast<Request*>(s),
+                   s->cancelled ? FinishReason::kCancelled : FinishReason::kDeadline);
+  }
+  for (size_t i = 0; i < plan.preempted.size(); ++i) {
+    stat_preemptions_.fetch_add(1);
+    if (listener_ != nullptr) listener_->OnPreemption();
+  }
+  for (Sequence* s : plan.rejected) {
+    FinishGenerate(static_cast<Request*>(s), FinishReason::kError,
+                   absl::ResourceExhaustedError("the KV cache cannot hold this sequence"));
+  }
+  for (Sequence* s : plan.admitted) Admit(static_cast<Request*>(s));
   {
     dikkat::MutexLock lock(&mu_);
-    ++queued_;
+    PublishQueued();
   }
-  stat_preemptions_.fetch_add(1);
-  if (listener_ != nullptr) listener_->OnPreemption();
-  return true;
+  return plan;
 }
 
-std::vector<Request*> EngineImpl::Schedule(std::vector<int64_t>* chunk_lens) {
-  model::KvBlockAllocator& alloc = cache_.allocator();
-  int64_t budget = options_.max_batch_tokens;
-  // 1. Running sequences: decode (1 token) or continue a chunked prefill.
-  //    Grow block tables; preempt the newest when the cache is full.
+void EngineImpl::Forward(const ScheduleResult& plan) {
   std::vector<Request*> batch;
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Request* r = running_[i];
-    const int64_t pending = static_cast<int64_t>(r->tokens.size()) - r->num_cached;
-    const int64_t chunk = std::min<int64_t>(pending, std::max<int64_t>(budget, 1));
-    while (!alloc.EnsureCapacity(&r->blocks, r->num_cached + chunk)) {
-      if (!Preempt()) break;
-      if (std::find(running_.begin(), running_.end(), r) == running_.end()) break;
-    }
-    if (std::find(running_.begin(), running_.end(), r) == running_.end()) break;
-    if (static_cast<int64_t>(r->blocks.size()) < alloc.BlocksFor(r->num_cached + chunk)) {
-      FinishGenerate(r, FinishReason::kError,
-                     absl::ResourceExhaustedError("the KV cache cannot hold this sequence"));
-      --i;
-      continue;
-    }
-    batch.push_back(r);
-    chunk_lens->push_back(chunk);
-    budget -= chunk;
-  }
-  // 2. Admit waiting requests while the token budget, batch size and free
-  //    blocks allow (their whole prompt must fit in free blocks now).
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < options_.max_batch_size) {
-    Request* r = waiting_.front();
-    const int64_t len = r->sampler ? static_cast<int64_t>(r->tokens.size())
-                                   : static_cast<int64_t>(r->gen.prompt.size()) +
-                                         (config_.architecture == Architecture::kEncoderDecoder);
-    if (alloc.BlocksFor(len + 1) > alloc.num_free()) break;
-    waiting_.pop_front();
-    {
-      dikkat::MutexLock lock(&mu_);
-      --queued_;
-    }
-    Admit(r);
-    const int64_t chunk = std::min<int64_t>(static_cast<int64_t>(r->tokens.size()), budget);
-    alloc.EnsureCapacity(&r->blocks, chunk);
-    batch.push_back(r);
-    chunk_lens->push_back(chunk);
-    budget -= chunk;
-  }
-  return batch;
-}
-
-void EngineImpl::Forward(const std::vector<Request*>& batch, const std::vector<int64_t>& chunk_lens) {
+  for (Sequence* s : plan.batch) batch.push_back(static_cast<Request*>(s));
+  const std::vector<int64_t>& chunk_lens = plan.chunk_lens;
   std::vector<model::SequenceChunk> chunks;
   chunks.reserve(batch.size());
   bool prefill = false;
@@ -833,23 +795,8 @@ void EngineImpl::Emit(Request* r, const model::SampledToken& token) {
   if (reason) FinishGenerate(r, *reason);
 }
 
-void EngineImpl::RemoveRunning(Request* r) {
-  auto it = std::find(running_.begin(), running_.end(), r);
-  if (it != running_.end()) {
-    running_.erase(it);
-    return;
-  }
-  auto wit = std::find(waiting_.begin(), waiting_.end(), r);
-  if (wit != waiting_.end()) {
-    waiting_.erase(wit);
-    dikkat::MutexLock lock(&mu_);
-    --queued_;
-  }
-}
-
 void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status status) {
-  RemoveRunning(r);
-  cache_.allocator().Release(&r->blocks);
+  scheduler_.RemoveAndFree(r);
   const absl::Time now = absl::Now();
   GenerateSummary summary;
   summary.reason = reason;
@@ -872,6 +819,7 @@ void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status st
   {
     dikkat::MutexLock lock(&mu_);
     --in_flight_;
+    PublishQueued();
   }
   observer->OnFinish(std::move(summary));
 }
@@ -881,8 +829,8 @@ void EngineImpl::FinishAuxiliary(Request* r, absl::Status status) {
   if (it != auxiliary_.end()) auxiliary_.erase(it);
   {
     dikkat::MutexLock lock(&mu_);
-    --queued_;
     --in_flight_;
+    PublishQueued();
   }
   EncodeCallback enc_done = std::move(r->enc_done);
   AttentionCallback att_done = std::move(r->att_done);
@@ -895,8 +843,8 @@ void EngineImpl::FinishAuxiliary(Request* r, absl::Status status) {
 }
 
 void EngineImpl::PublishStats() {
-  stat_running_.store(static_cast<int32_t>(running_.size()));
-  stat_waiting_.store(static_cast<int32_t>(waiting_.size() + auxiliary_.size()));
+  stat_running_.store(static_cast<int32_t>(scheduler_.running().size()));
+  stat_waiting_.store(static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size()));
   stat_blocks_used_.store(cache_.allocator().num_used());
 }
 
