@@ -34,6 +34,7 @@
 #include "model/status_macros.h"
 #include "model/transformer.h"
 #include "server/scheduler.h"
+#include "server/text_stream.h"
 
 namespace dikkat::server {
 
@@ -74,8 +75,7 @@ struct Request : Sequence {
   int32_t prompt_len = 0;           // set at the first admission
   std::unique_ptr<model::Sampler> sampler;
   std::unique_ptr<model::CrossAttentionCache> cross;
-  std::unique_ptr<model::IncrementalDecoder> detok;
-  std::string held_text;            // decoded text not yet sent (may start a stop string)
+  std::unique_ptr<TextStream> text;
   int32_t generated = 0;
   int32_t max_new = 0;
   std::optional<absl::Time> scheduled_at, first_token_at, last_token_at;
@@ -103,21 +103,6 @@ absl::Status CheckIds(const std::vector<int32_t>& ids, int64_t vocab, const std:
     }
   }
   return absl::OkStatus();
-}
-
-// Longest suffix of `text` that is a proper prefix of some stop string: that
-// much must be held back until the next token decides.
-size_t StopPrefixHold(const std::string& text, const std::vector<std::string>& stops) {
-  size_t hold = 0;
-  for (const std::string& stop : stops) {
-    for (size_t len = std::min(stop.size() - 1, text.size()); len > hold; --len) {
-      if (text.compare(text.size() - len, len, stop, 0, len) == 0) {
-        hold = len;
-        break;
-      }
-    }
-  }
-  return hold;
 }
 
 class EngineImpl final : public Engine {
@@ -650,7 +635,8 @@ void EngineImpl::Admit(Request* r) {
   if (r->sampler == nullptr) {
     const uint64_t seed = r->gen.sampling.seed.value_or(seed_source_());
     r->sampler = std::make_unique<model::Sampler>(r->gen.sampling, seed);
-    r->detok = std::make_unique<model::IncrementalDecoder>(tokenizer_.get(), true);
+    r->text = std::make_unique<TextStream>(tokenizer_.get(), r->gen.stop_strings,
+                                           r->gen.include_stop_text);
     r->prompt_len = static_cast<int32_t>(r->tokens.size());
     r->sampler->ObserveAll(r->tokens);
     const int32_t requested =
@@ -758,41 +744,21 @@ void EngineImpl::Emit(Request* r, const model::SampledToken& token) {
   for (const model::TokenLogprob& alt : token.top) out.top.push_back({alt.token_id, alt.logprob});
   chunk.tokens.push_back(std::move(out));
 
+  // EOS and stop token ids end the request without their text; the text
+  // stream decides stop strings and the length limit.
   const bool is_eos = token.token_id == config_.eos_token_id && config_.eos_token_id >= 0;
-  std::optional<FinishReason> reason;
+  const std::vector<int32_t>& stop_ids = r->gen.stop_token_ids;
+  TextPiece piece;
   if (is_eos && !r->gen.ignore_eos) {
-    reason = FinishReason::kEos;
-  } else if (std::find(r->gen.stop_token_ids.begin(), r->gen.stop_token_ids.end(),
-                       token.token_id) != r->gen.stop_token_ids.end()) {
-    reason = FinishReason::kStop;
-  }
-  if (!reason) r->held_text += r->detok->Push(token.token_id);
-  if (!reason && !r->gen.stop_strings.empty()) {
-    size_t best = std::string::npos, best_len = 0;
-    for (const std::string& stop : r->gen.stop_strings) {
-      const size_t at = r->held_text.find(stop);
-      if (at != std::string::npos && at < best) {
-        best = at;
-        best_len = stop.size();
-      }
-    }
-    if (best != std::string::npos) {
-      r->held_text.resize(r->gen.include_stop_text ? best + best_len : best);
-      reason = FinishReason::kStop;
-    }
-  }
-  if (!reason && r->generated >= r->max_new) reason = FinishReason::kLength;
-  if (reason) {
-    if (*reason == FinishReason::kLength) r->held_text += r->detok->Flush();
-    chunk.text = std::move(r->held_text);
-    r->held_text.clear();
+    piece = r->text->End(FinishReason::kEos);
+  } else if (std::find(stop_ids.begin(), stop_ids.end(), token.token_id) != stop_ids.end()) {
+    piece = r->text->End(FinishReason::kStop);
   } else {
-    const size_t hold = StopPrefixHold(r->held_text, r->gen.stop_strings);
-    chunk.text = r->held_text.substr(0, r->held_text.size() - hold);
-    r->held_text.erase(0, r->held_text.size() - hold);
+    piece = r->text->Push(token.token_id, /*last=*/r->generated >= r->max_new);
   }
+  chunk.text = std::move(piece.text);
   r->observer->OnChunk(std::move(chunk));
-  if (reason) FinishGenerate(r, *reason);
+  if (piece.finish) FinishGenerate(r, *piece.finish);
 }
 
 void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status status) {
