@@ -15,7 +15,6 @@
 #include "server/engine.h"
 
 #include <atomic>
-#include <cmath>
 #include <deque>
 #include <optional>
 #include <random>
@@ -26,13 +25,13 @@
 #include <ATen/Parallel.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/sync.h"
 #include "model/kv_cache.h"
 #include "model/model_loader.h"
 #include "model/sampler.h"
 #include "model/status_macros.h"
 #include "model/transformer.h"
+#include "server/auxiliary_jobs.h"
 #include "server/scheduler.h"
 #include "server/text_stream.h"
 
@@ -86,14 +85,6 @@ struct Request : Sequence {
   AttentionRequest att;
   AttentionCallback att_done;
 };
-
-DenseTensor ToDense(const at::Tensor& t) {
-  at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
-  DenseTensor out;
-  out.shape.assign(c.sizes().begin(), c.sizes().end());
-  out.values.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-  return out;
-}
 
 absl::Status CheckIds(const std::vector<int32_t>& ids, int64_t vocab, const std::string& field) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -158,10 +149,6 @@ class EngineImpl final : public Engine {
   void FinishGenerate(Request* r, FinishReason reason, absl::Status status = absl::OkStatus());
   void FinishAuxiliary(Request* r, absl::Status status);
   void PublishStats();
-  absl::StatusOr<EncodeResult> DoEncode(const EncodeRequest& req);
-  absl::StatusOr<AttentionResult> DoAttention(const AttentionRequest& req);
-  at::Tensor EncoderMemory(const std::vector<int32_t>& source,
-                           model::AttentionCapture* capture) const;
 
   const ModelDescription description_;
   const model::ModelConfig config_;
@@ -595,30 +582,26 @@ void EngineImpl::RunAuxiliary() {
     Request* r = auxiliary_.front();
     const absl::Time start = absl::Now();
     absl::Status status;
-    try {
-      if (r->kind == RequestKind::kEncode) {
-        absl::StatusOr<EncodeResult> result = DoEncode(r->enc);
-        status = result.status();
-        if (result.ok()) {
-          EncodeCallback done = std::move(r->enc_done);
-          r->enc_done = nullptr;
-          FinishAuxiliary(r, absl::OkStatus());
-          done(std::move(result));
-          continue;
-        }
-      } else {
-        absl::StatusOr<AttentionResult> result = DoAttention(r->att);
-        status = result.status();
-        if (result.ok()) {
-          AttentionCallback done = std::move(r->att_done);
-          r->att_done = nullptr;
-          FinishAuxiliary(r, absl::OkStatus());
-          done(std::move(result));
-          continue;
-        }
+    if (r->kind == RequestKind::kEncode) {
+      absl::StatusOr<EncodeResult> result = RunEncode(*transformer_, r->enc);
+      status = result.status();
+      if (result.ok()) {
+        EncodeCallback done = std::move(r->enc_done);
+        r->enc_done = nullptr;
+        FinishAuxiliary(r, absl::OkStatus());
+        done(std::move(result));
+        continue;
       }
-    } catch (const std::exception& e) {
-      status = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
+    } else {
+      absl::StatusOr<AttentionResult> result = RunAttention(*transformer_, r->att);
+      status = result.status();
+      if (result.ok()) {
+        AttentionCallback done = std::move(r->att_done);
+        r->att_done = nullptr;
+        FinishAuxiliary(r, absl::OkStatus());
+        done(std::move(result));
+        continue;
+      }
     }
     if (listener_ != nullptr) {
       listener_->OnStep(StepTiming{true, 1, 0, absl::Now() - start});
@@ -627,9 +610,9 @@ void EngineImpl::RunAuxiliary() {
   }
 }
 
-// Makes a newly admitted request ready to run: its sampler and detokenizer
-// on the first admission, its encoder's cross-attention K/V (encoder-decoder)
-// again after a preemption freed them.
+// Makes an admitted request ready to run. On its first admission: its
+// sampler, text stream and (encoder-decoder) the encoder's cross-attention
+// K/V, which a preemption keeps (it frees only the KV blocks).
 void EngineImpl::Admit(Request* r) {
   r->scheduled_at = absl::Now();
   if (r->sampler == nullptr) {
@@ -645,8 +628,7 @@ void EngineImpl::Admit(Request* r) {
         std::min<int64_t>(requested, config_.max_positions - r->prompt_len));
   }
   if (config_.architecture == Architecture::kEncoderDecoder && r->cross == nullptr) {
-    at::Tensor memory = EncoderMemory(r->gen.source, nullptr);
-    r->cross = std::make_unique<model::CrossAttentionCache>(transformer_->MakeCrossCache(memory));
+    r->cross = EncodeSource(*transformer_, r->gen.source);
   }
 }
 
@@ -812,126 +794,6 @@ void EngineImpl::PublishStats() {
   stat_running_.store(static_cast<int32_t>(scheduler_.running().size()));
   stat_waiting_.store(static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size()));
   stat_blocks_used_.store(cache_.allocator().num_used());
-}
-
-// ---------------------------------------------------------------------------
-// Encode and Attention
-// ---------------------------------------------------------------------------
-
-at::Tensor EngineImpl::EncoderMemory(const std::vector<int32_t>& source,
-                                     model::AttentionCapture* capture) const {
-  model::SequenceChunk c;
-  c.tokens = absl::MakeConstSpan(source);
-  model::ForwardOptions opts;
-  opts.hidden_layer = model::ForwardOptions::kFinalHidden;
-  opts.capture = capture;
-  return transformer_->Encode({c}, opts).hidden[0];  // [S, d]
-}
-
-absl::StatusOr<EncodeResult> EngineImpl::DoEncode(const EncodeRequest& req) {
-  std::vector<model::SequenceChunk> chunks;
-  int32_t total = 0;
-  for (size_t i = 0; i < req.inputs.size(); ++i) {
-    model::SequenceChunk c;
-    c.tokens = absl::MakeConstSpan(req.inputs[i]);
-    if (!req.type_ids.empty()) c.type_ids = absl::MakeConstSpan(req.type_ids[i]);
-    chunks.push_back(c);
-    total += static_cast<int32_t>(req.inputs[i].size());
-  }
-  model::ForwardOptions opts;
-  opts.last_logits = false;
-  opts.hidden_layer = req.hidden_layer < 0 ? model::ForwardOptions::kFinalHidden : req.hidden_layer;
-  // Decoder-only models encode with their causal stack (no KV cache needed).
-  model::ForwardResult fwd = config_.architecture == Architecture::kDecoderOnly
-                                 ? transformer_->Decode(chunks, nullptr, opts)
-                                 : transformer_->Encode(chunks, opts);
-  EncodeResult result;
-  result.prompt_tokens = total;
-  for (const at::Tensor& h : fwd.hidden) {  // [n, d]
-    at::Tensor hf = h.to(at::kFloat);
-    at::Tensor pooled;
-    switch (req.pooling) {
-      case model::Pooling::kMean:
-        pooled = hf.mean(0);
-        break;
-      case model::Pooling::kFirst:
-        pooled = hf.select(0, 0);
-        break;
-      case model::Pooling::kLast:
-        pooled = hf.select(0, hf.size(0) - 1);
-        break;
-    }
-    if (req.normalize) pooled = pooled / pooled.norm().clamp_min(1e-12);
-    result.embeddings.push_back(ToDense(pooled));
-    if (req.return_hidden_states) result.hidden_states.push_back(ToDense(hf));
-  }
-  return result;
-}
-
-absl::StatusOr<AttentionResult> EngineImpl::DoAttention(const AttentionRequest& req) {
-  model::AttentionCapture capture;
-  model::SequenceChunk c;
-  model::ForwardOptions opts;
-  opts.last_logits = false;
-  opts.capture = &capture;
-  std::vector<at::Tensor>* maps = &capture.self_probs;
-  switch (req.kind) {
-    case AttentionKind::kSelf:
-      capture.self = true;
-      c.tokens = absl::MakeConstSpan(req.input);
-      if (config_.architecture == Architecture::kDecoderOnly) {
-        transformer_->Decode({c}, nullptr, opts);
-      } else {
-        transformer_->Encode({c}, opts);
-      }
-      break;
-    case AttentionKind::kEncoderSelf:
-      capture.self = true;
-      EncoderMemory(req.input, &capture);
-      break;
-    case AttentionKind::kDecoderSelf:
-    case AttentionKind::kCross: {
-      model::CrossAttentionCache cross = transformer_->MakeCrossCache(EncoderMemory(req.input, nullptr));
-      capture.self = req.kind == AttentionKind::kDecoderSelf;
-      capture.cross = req.kind == AttentionKind::kCross;
-      if (capture.cross) maps = &capture.cross_probs;
-      c.tokens = absl::MakeConstSpan(req.target);
-      c.cross = &cross;
-      transformer_->Decode({c}, nullptr, opts);
-      break;
-    }
-  }
-  AttentionResult result;
-  std::vector<int32_t> layers = req.layers;
-  if (layers.empty()) {
-    for (size_t l = 0; l < maps->size(); ++l) layers.push_back(static_cast<int32_t>(l));
-  }
-  std::vector<int64_t> heads(req.heads.begin(), req.heads.end());
-  for (int32_t l : layers) {
-    at::Tensor probs = (*maps)[l].to(at::kCPU, at::kFloat);  // [H, q, k]
-    result.q_len = static_cast<int32_t>(probs.size(1));
-    result.k_len = static_cast<int32_t>(probs.size(2));
-    if (!heads.empty()) probs = probs.index_select(0, at::tensor(heads, at::kLong));
-    if (req.aggregation == HeadAggregation::kNone) {
-      for (int64_t i = 0; i < probs.size(0); ++i) {
-        AttentionMap map;
-        map.layer = l;
-        map.head = heads.empty() ? static_cast<int32_t>(i) : static_cast<int32_t>(heads[i]);
-        map.kind = req.kind;
-        map.weights = ToDense(probs[i]);
-        result.maps.push_back(std::move(map));
-      }
-    } else {
-      AttentionMap map;
-      map.layer = l;
-      map.head = -1;
-      map.kind = req.kind;
-      map.weights = ToDense(req.aggregation == HeadAggregation::kMean ? probs.mean(0)
-                                                                      : std::get<0>(probs.max(0)));
-      result.maps.push_back(std::move(map));
-    }
-  }
-  return result;
 }
 
 }  // namespace
