@@ -142,6 +142,7 @@ class EngineImpl final : public Engine {
   void PublishQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireAuxiliary(absl::Time now);
   void RunAuxiliary();
+  void OnAuxiliaryStep(int32_t sequences, int32_t tokens, absl::Time start);
   ScheduleResult Schedule(absl::Time now);
   void Forward(const ScheduleResult& plan);
   void Admit(Request* r);
@@ -577,36 +578,36 @@ void EngineImpl::ExpireAuxiliary(absl::Time now) {
 
 void EngineImpl::RunAuxiliary() {
   // Encode/Attention are prefill-only and short; run a few per step so that
-  // decoding sequences are never starved for long.
+  // decoding sequences are never starved for long. Each is one prefill step
+  // for the metrics (docs/metrics.md), whether it succeeds or fails.
   for (int i = 0; i < 4 && !auxiliary_.empty(); ++i) {
     Request* r = auxiliary_.front();
     const absl::Time start = absl::Now();
-    absl::Status status;
     if (r->kind == RequestKind::kEncode) {
       absl::StatusOr<EncodeResult> result = RunEncode(*transformer_, r->enc);
-      status = result.status();
-      if (result.ok()) {
-        EncodeCallback done = std::move(r->enc_done);
-        r->enc_done = nullptr;
-        FinishAuxiliary(r, absl::OkStatus());
-        done(std::move(result));
-        continue;
+      int32_t tokens = 0;
+      for (const std::vector<int32_t>& input : r->enc.inputs) {
+        tokens += static_cast<int32_t>(input.size());
       }
+      OnAuxiliaryStep(static_cast<int32_t>(r->enc.inputs.size()), tokens, start);
+      EncodeCallback done = std::move(r->enc_done);
+      r->enc_done = nullptr;
+      FinishAuxiliary(r, absl::OkStatus());  // bookkeeping; `done` gets the result
+      done(std::move(result));
     } else {
       absl::StatusOr<AttentionResult> result = RunAttention(*transformer_, r->att);
-      status = result.status();
-      if (result.ok()) {
-        AttentionCallback done = std::move(r->att_done);
-        r->att_done = nullptr;
-        FinishAuxiliary(r, absl::OkStatus());
-        done(std::move(result));
-        continue;
-      }
+      OnAuxiliaryStep(1, static_cast<int32_t>(r->att.input.size() + r->att.target.size()), start);
+      AttentionCallback done = std::move(r->att_done);
+      r->att_done = nullptr;
+      FinishAuxiliary(r, absl::OkStatus());
+      done(std::move(result));
     }
-    if (listener_ != nullptr) {
-      listener_->OnStep(StepTiming{true, 1, 0, absl::Now() - start});
-    }
-    FinishAuxiliary(r, status);
+  }
+}
+
+void EngineImpl::OnAuxiliaryStep(int32_t sequences, int32_t tokens, absl::Time start) {
+  if (listener_ != nullptr) {
+    listener_->OnStep(StepTiming{/*prefill=*/true, sequences, tokens, absl::Now() - start});
   }
 }
 
