@@ -32,6 +32,7 @@
 #include "model/status_macros.h"
 #include "model/transformer.h"
 #include "server/auxiliary_jobs.h"
+#include "server/request_checks.h"
 #include "server/scheduler.h"
 #include "server/text_stream.h"
 
@@ -86,16 +87,6 @@ struct Request : Sequence {
   AttentionCallback att_done;
 };
 
-absl::Status CheckIds(const std::vector<int32_t>& ids, int64_t vocab, const std::string& field) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] = ", ids[i],
-                                                     " is not a token id; allowed: 0..", vocab - 1));
-    }
-  }
-  return absl::OkStatus();
-}
-
 class EngineImpl final : public Engine {
  public:
   EngineImpl(ModelDescription description, model::LoadedModel loaded, model::KvCache cache,
@@ -131,9 +122,7 @@ class EngineImpl final : public Engine {
  private:
   // ---- submission (any thread) ----
   absl::StatusOr<RequestId> Enqueue(std::unique_ptr<Request> request);
-  absl::Status ValidateGenerate(GenerateRequest& request) const;
-  absl::Status ValidateEncode(const EncodeRequest& request) const;
-  absl::Status ValidateAttention(const AttentionRequest& request) const;
+  absl::Status ValidateGenerate(const GenerateRequest& request) const;
 
   // ---- engine thread ----
   void Loop();
@@ -192,176 +181,18 @@ class EngineImpl final : public Engine {
 // Submission
 // ---------------------------------------------------------------------------
 
-absl::Status EngineImpl::ValidateGenerate(GenerateRequest& r) const {
-  const bool enc_dec = config_.architecture == Architecture::kEncoderDecoder;
-  if (config_.architecture == Architecture::kEncoderOnly) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model '", description_.name, "' is an encoder-only model and cannot generate; use Encode"));
-  }
-  if (enc_dec) {
-    if (r.source.empty()) {
-      return absl::InvalidArgumentError("input is empty; an encoder-decoder model needs a source");
-    }
-    if (static_cast<int64_t>(r.source.size()) > config_.max_positions) {
-      return absl::InvalidArgumentError(absl::StrCat("input has ", r.source.size(),
-                                                     " tokens; the model accepts at most ",
-                                                     config_.max_positions));
-    }
-    DIKKAT_RETURN_IF_ERROR(CheckIds(r.source, config_.vocab_size, "input"));
-  } else if (r.prompt.empty()) {
-    return absl::InvalidArgumentError("input is empty; give a prompt (text or token ids)");
-  }
-  DIKKAT_RETURN_IF_ERROR(CheckIds(r.prompt, config_.vocab_size, enc_dec ? "decoder_prefix" : "input"));
-  const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) + (enc_dec ? 1 : 0);
-  if (decoder_len >= config_.max_positions) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        enc_dec ? "decoder_prefix" : "input", " has ", r.prompt.size(),
-        " tokens; the model's context is ", config_.max_positions,
-        " tokens and at least one must remain for generation"));
-  }
-  if (r.max_new_tokens < 0 || r.max_new_tokens > options_.max_new_tokens_cap) {
-    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens is ", r.max_new_tokens,
-                                                   "; allowed: 1..", options_.max_new_tokens_cap));
-  }
-  DIKKAT_RETURN_IF_ERROR(model::Validate(r.sampling));
-  DIKKAT_RETURN_IF_ERROR(CheckIds(r.stop_token_ids, config_.vocab_size, "stop_token_ids"));
-  if (static_cast<int64_t>(r.stop_token_ids.size()) > options_.max_stop_token_ids ||
-      static_cast<int64_t>(r.stop_strings.size()) > options_.max_stop_strings) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stop has ", r.stop_strings.size(), " strings and stop_token_ids ",
-        r.stop_token_ids.size(), " entries; at most ", options_.max_stop_strings, " and ",
-        options_.max_stop_token_ids, " are allowed"));
-  }
-  for (size_t i = 0; i < r.stop_strings.size(); ++i) {
-    if (r.stop_strings[i].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty"));
-    }
-    if (static_cast<int64_t>(r.stop_strings[i].size()) > options_.max_stop_string_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] has ",
-                                                     r.stop_strings[i].size(), " bytes; at most ",
-                                                     options_.max_stop_string_bytes));
-    }
-  }
+// The one request check (server/request_checks.h), against the config under
+// the name the model is served as, plus what only the engine knows: whether
+// the prompt can ever fit in the KV cache.
+absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
+  DIKKAT_RETURN_IF_ERROR(CheckGenerateRequest(r, description_.config, options_));
+  const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) +
+                              (config_.architecture == Architecture::kEncoderDecoder ? 1 : 0);
   const int64_t needed = cache_.allocator().BlocksFor(decoder_len + 1);
   if (needed > cache_.allocator().num_blocks()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the prompt needs ", needed, " KV blocks but the cache has ",
         cache_.allocator().num_blocks(), "; raise --kv_cache_bytes or shorten the prompt"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status EngineImpl::ValidateEncode(const EncodeRequest& r) const {
-  if (r.inputs.empty()) return absl::InvalidArgumentError("inputs is empty; give at least one input");
-  if (static_cast<int64_t>(r.inputs.size()) > options_.max_batch_entries) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs has ", r.inputs.size(),
-                                                   " entries; at most ", options_.max_batch_entries,
-                                                   " per call (--max_batch_entries)"));
-  }
-  for (size_t i = 0; i < r.inputs.size(); ++i) {
-    const std::string field = absl::StrCat("inputs[", i, "]");
-    if (r.inputs[i].empty()) return absl::InvalidArgumentError(field + " is empty");
-    if (static_cast<int64_t>(r.inputs[i].size()) > config_.max_positions) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " has ", r.inputs[i].size(),
-                                                     " tokens; the model accepts at most ",
-                                                     config_.max_positions));
-    }
-    DIKKAT_RETURN_IF_ERROR(CheckIds(r.inputs[i], config_.vocab_size, field));
-  }
-  if (!r.type_ids.empty()) {
-    if (r.type_ids.size() != r.inputs.size()) {
-      return absl::InvalidArgumentError("type_ids must be empty or one list per input");
-    }
-    for (size_t i = 0; i < r.type_ids.size(); ++i) {
-      if (!r.type_ids[i].empty() && r.type_ids[i].size() != r.inputs[i].size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("type_ids[", i, "] has ", r.type_ids[i].size(), " entries for ",
-                         r.inputs[i].size(), " tokens"));
-      }
-      DIKKAT_RETURN_IF_ERROR(CheckIds(r.type_ids[i], std::max<int64_t>(config_.type_vocab_size, 1),
-                                      absl::StrCat("type_ids[", i, "]")));
-    }
-  }
-  const int64_t layers = config_.has_encoder() && config_.architecture != Architecture::kDecoderOnly
-                             ? (config_.architecture == Architecture::kEncoderDecoder
-                                    ? config_.n_encoder_layers
-                                    : config_.n_layers)
-                             : config_.n_layers;
-  if (r.hidden_layer < -1 || r.hidden_layer > layers) {
-    return absl::InvalidArgumentError(absl::StrCat("hidden_layer is ", r.hidden_layer,
-                                                   "; allowed: -1 (final), 0 (embeddings) .. ",
-                                                   layers));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status EngineImpl::ValidateAttention(const AttentionRequest& r) const {
-  const bool enc_dec = config_.architecture == Architecture::kEncoderDecoder;
-  if (r.input.empty()) return absl::InvalidArgumentError("input is empty");
-  if (static_cast<int64_t>(r.input.size()) > config_.max_positions) {
-    return absl::InvalidArgumentError(absl::StrCat("input has ", r.input.size(),
-                                                   " tokens; the model accepts at most ",
-                                                   config_.max_positions));
-  }
-  DIKKAT_RETURN_IF_ERROR(CheckIds(r.input, config_.vocab_size, "input"));
-  int64_t layers = config_.n_layers;
-  int64_t q_len = static_cast<int64_t>(r.input.size()), k_len = q_len;
-  switch (r.kind) {
-    case AttentionKind::kSelf:
-      if (enc_dec) {
-        return absl::InvalidArgumentError(
-            "kind SELF is for decoder-only and encoder-only models; this encoder-decoder model has "
-            "ENCODER_SELF, DECODER_SELF and CROSS");
-      }
-      break;
-    case AttentionKind::kEncoderSelf:
-    case AttentionKind::kDecoderSelf:
-    case AttentionKind::kCross:
-      if (!enc_dec) {
-        return absl::InvalidArgumentError(
-            "kinds ENCODER_SELF, DECODER_SELF and CROSS need an encoder-decoder model; use SELF");
-      }
-      layers = r.kind == AttentionKind::kEncoderSelf ? config_.n_encoder_layers
-                                                     : config_.n_decoder_layers;
-      if (r.kind != AttentionKind::kEncoderSelf) {
-        if (r.target.empty()) {
-          return absl::InvalidArgumentError("target is empty; DECODER_SELF and CROSS need a target");
-        }
-        DIKKAT_RETURN_IF_ERROR(CheckIds(r.target, config_.vocab_size, "target"));
-        q_len = static_cast<int64_t>(r.target.size());
-        if (q_len > config_.max_positions) {
-          return absl::InvalidArgumentError(absl::StrCat("target has ", q_len,
-                                                         " tokens; the model accepts at most ",
-                                                         config_.max_positions));
-        }
-        if (r.kind == AttentionKind::kDecoderSelf) k_len = q_len;
-      }
-      break;
-  }
-  for (int32_t l : r.layers) {
-    if (l < 0 || l >= layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layers contains ", l, "; allowed: 0..", layers - 1));
-    }
-  }
-  for (int32_t h : r.heads) {
-    if (h < 0 || h >= config_.n_heads) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("heads contains ", h, "; allowed: 0..", config_.n_heads - 1));
-    }
-  }
-  const int64_t n_layers = r.layers.empty() ? layers : static_cast<int64_t>(r.layers.size());
-  const int64_t n_heads = r.aggregation != HeadAggregation::kNone
-                              ? 1
-                              : (r.heads.empty() ? config_.n_heads
-                                                 : static_cast<int64_t>(r.heads.size()));
-  const int64_t values = n_layers * n_heads * q_len * k_len;
-  const int64_t limit = r.max_values > 0 ? r.max_values : options_.max_attention_values;
-  if (values > limit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the response would hold ", values, " attention weights (", n_layers, " layers x ", n_heads,
-        " maps x ", q_len, " x ", k_len, "); the limit is ", limit,
-        "; select fewer layers or heads, aggregate heads, or shorten the input"));
   }
   return absl::OkStatus();
 }
@@ -401,7 +232,7 @@ absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
 }
 
 absl::StatusOr<RequestId> EngineImpl::SubmitEncode(EncodeRequest request, EncodeCallback done) {
-  DIKKAT_RETURN_IF_ERROR(ValidateEncode(request));
+  DIKKAT_RETURN_IF_ERROR(CheckEncodeRequest(request, description_.config, options_));
   auto r = std::make_unique<Request>();
   r->kind = RequestKind::kEncode;
   r->deadline = request.deadline;
@@ -412,7 +243,7 @@ absl::StatusOr<RequestId> EngineImpl::SubmitEncode(EncodeRequest request, Encode
 
 absl::StatusOr<RequestId> EngineImpl::SubmitAttention(AttentionRequest request,
                                                       AttentionCallback done) {
-  DIKKAT_RETURN_IF_ERROR(ValidateAttention(request));
+  DIKKAT_RETURN_IF_ERROR(CheckAttentionRequest(request, description_.config, options_));
   auto r = std::make_unique<Request>();
   r->kind = RequestKind::kAttention;
   r->deadline = request.deadline;
