@@ -1,10 +1,10 @@
 #include "server/auxiliary_jobs.h"
 
+#include <ATen/ATen.h>
+
 #include <exception>
 #include <tuple>
 #include <utility>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"

@@ -14,9 +14,7 @@ namespace {
 
 using model::Architecture;
 
-absl::Status Invalid(std::string message) {
-  return absl::InvalidArgumentError(std::move(message));
-}
+absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
 absl::Status CheckLength(size_t n, absl::string_view field, const model::ModelConfig& config) {
   if (config.max_positions > 0 && static_cast<int64_t>(n) > config.max_positions) {
@@ -46,7 +44,8 @@ absl::Status CheckIndices(const std::vector<int32_t>& values, absl::string_view 
                                   limit, " ", what, " (allowed 0..", limit - 1, ")"));
     }
     if (!seen.insert(v).second) {
-      return Invalid(absl::StrCat(field, "[", i, "] = ", v, " is repeated; list each at most once"));
+      return Invalid(
+          absl::StrCat(field, "[", i, "] = ", v, " is repeated; list each at most once"));
     }
   }
   return absl::OkStatus();
@@ -72,13 +71,14 @@ absl::Status CheckKind(AttentionKind kind, const model::ModelConfig& config) {
   if (kind == AttentionKind::kSelf && enc_dec) {
     return Invalid(absl::StrCat(
         "kind: ATTENTION_KIND_SELF is for decoder-only and encoder-only models; model '",
-        config.name, "' is encoder-decoder: use ATTENTION_KIND_ENCODER_SELF, "
+        config.name,
+        "' is encoder-decoder: use ATTENTION_KIND_ENCODER_SELF, "
         "ATTENTION_KIND_DECODER_SELF or ATTENTION_KIND_CROSS"));
   }
   if (kind != AttentionKind::kSelf && !enc_dec) {
-    return Invalid(absl::StrCat("kind: ", KindName(kind), " needs an encoder-decoder model; model '",
-                                config.name, "' is ", model::ArchitectureName(config.architecture),
-                                ": use ATTENTION_KIND_SELF"));
+    return Invalid(absl::StrCat(
+        "kind: ", KindName(kind), " needs an encoder-decoder model; model '", config.name, "' is ",
+        model::ArchitectureName(config.architecture), ": use ATTENTION_KIND_SELF"));
   }
   return absl::OkStatus();
 }
@@ -100,7 +100,8 @@ absl::Status CheckStops(const GenerateRequest& r, const model::ModelConfig& conf
                                   options.max_stop_string_bytes, " are allowed"));
     }
     if (stop.empty()) {
-      return Invalid(absl::StrCat("stop[", i, "] is an empty string; stop strings must be non-empty"));
+      return Invalid(
+          absl::StrCat("stop[", i, "] is an empty string; stop strings must be non-empty"));
     }
     if (!model::IsValidUtf8(stop)) return Invalid(absl::StrCat("stop[", i, "] is not valid UTF-8"));
   }
@@ -113,9 +114,8 @@ absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view
                               int64_t vocab_size) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_size) {
-      return Invalid(absl::StrCat(field, "[", i, "] = ", ids[i],
-                                  " is not a token id: allowed 0..", vocab_size - 1,
-                                  " (vocab_size ", vocab_size, ")"));
+      return Invalid(absl::StrCat(field, "[", i, "] = ", ids[i], " is not a token id: allowed 0..",
+                                  vocab_size - 1, " (vocab_size ", vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -151,11 +151,11 @@ absl::Status CheckGenerateRequest(const GenerateRequest& r, const model::ModelCo
   DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(r.prompt, field, config.vocab_size));
   const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) + (enc_dec ? 1 : 0);
   if (config.max_positions > 0 && decoder_len >= config.max_positions) {
-    return Invalid(absl::StrCat(
-        field, " has ", r.prompt.size(), " tokens", enc_dec ? " (plus the decoder start token)" : "",
-        ", which leaves no room to generate: model '", config.name,
-        "' has a context of max_positions=", config.max_positions,
-        " tokens in total and at least one must remain for generation"));
+    return Invalid(absl::StrCat(field, " has ", r.prompt.size(), " tokens",
+                                enc_dec ? " (plus the decoder start token)" : "",
+                                ", which leaves no room to generate: model '", config.name,
+                                "' has a context of max_positions=", config.max_positions,
+                                " tokens in total and at least one must remain for generation"));
   }
   if (r.max_new_tokens != 0) DIKKAT_RETURN_IF_ERROR(CheckMaxNewTokens(r.max_new_tokens, options));
   DIKKAT_RETURN_IF_ERROR(model::Validate(r.sampling));  // names the field (sampling.top_p, ...)
@@ -175,9 +175,10 @@ absl::Status CheckEncodeRequest(const EncodeRequest& r, const model::ModelConfig
                              ? config.n_encoder_layers
                              : config.n_layers;
   if (r.hidden_layer < -1 || r.hidden_layer > layers) {
-    return Invalid(absl::StrCat("hidden_layer = ", r.hidden_layer,
-                                " is out of range: allowed -1 (final output), 0 (embeddings) or 1..",
-                                layers, " (after that layer)"));
+    return Invalid(
+        absl::StrCat("hidden_layer = ", r.hidden_layer,
+                     " is out of range: allowed -1 (final output), 0 (embeddings) or 1..", layers,
+                     " (after that layer)"));
   }
   for (size_t i = 0; i < r.inputs.size(); ++i) {
     DIKKAT_RETURN_IF_ERROR(CheckInput(r.inputs[i], absl::StrCat("inputs[", i, "]"), config));
@@ -189,8 +190,8 @@ absl::Status CheckEncodeRequest(const EncodeRequest& r, const model::ModelConfig
     }
     for (size_t i = 0; i < r.type_ids.size(); ++i) {
       if (!r.type_ids[i].empty() && r.type_ids[i].size() != r.inputs[i].size()) {
-        return Invalid(absl::StrCat("type_ids[", i, "] has ", r.type_ids[i].size(),
-                                    " entries for ", r.inputs[i].size(), " tokens"));
+        return Invalid(absl::StrCat("type_ids[", i, "] has ", r.type_ids[i].size(), " entries for ",
+                                    r.inputs[i].size(), " tokens"));
       }
       DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(r.type_ids[i], absl::StrCat("type_ids[", i, "]"),
                                               std::max<int64_t>(config.type_vocab_size, 1)));
@@ -216,17 +217,19 @@ absl::Status CheckAttentionRequest(const AttentionRequest& r, const model::Model
                                    const EngineOptions& options) {
   DIKKAT_RETURN_IF_ERROR(CheckKind(r.kind, config));
   DIKKAT_RETURN_IF_ERROR(CheckInput(r.input, "input", config));
-  const bool needs_target = r.kind == AttentionKind::kDecoderSelf || r.kind == AttentionKind::kCross;
+  const bool needs_target =
+      r.kind == AttentionKind::kDecoderSelf || r.kind == AttentionKind::kCross;
   if (needs_target) {
     if (r.target.empty()) {
-      return Invalid(absl::StrCat("target is required for ", KindName(r.kind),
-                                  ": give the decoder input"));
+      return Invalid(
+          absl::StrCat("target is required for ", KindName(r.kind), ": give the decoder input"));
     }
     DIKKAT_RETURN_IF_ERROR(CheckInput(r.target, "target", config));
   } else if (!r.target.empty()) {
-    return Invalid(absl::StrCat("target is only used with ATTENTION_KIND_DECODER_SELF or "
-                                "ATTENTION_KIND_CROSS; this request asks for ",
-                                KindName(r.kind)));
+    return Invalid(
+        absl::StrCat("target is only used with ATTENTION_KIND_DECODER_SELF or "
+                     "ATTENTION_KIND_CROSS; this request asks for ",
+                     KindName(r.kind)));
   }
   const int64_t layers = AttentionLayers(config, r.kind);
   DIKKAT_RETURN_IF_ERROR(CheckIndices(r.layers, "layers", layers, "layers of this kind"));
@@ -240,7 +243,7 @@ absl::Status CheckAttentionRequest(const AttentionRequest& r, const model::Model
   const int64_t n_layers = r.layers.empty() ? layers : static_cast<int64_t>(r.layers.size());
   const int64_t n_heads = r.aggregation != HeadAggregation::kNone ? 1
                           : r.heads.empty()                       ? config.n_heads
-                                                                  : static_cast<int64_t>(r.heads.size());
+                                            : static_cast<int64_t>(r.heads.size());
   const int64_t values = n_layers * n_heads * q_len * k_len;
   const int64_t limit = r.max_values > 0 ? r.max_values : options.max_attention_values;
   if (values > limit) {

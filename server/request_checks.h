@@ -36,8 +36,8 @@ absl::Status CheckMaxNewTokens(int32_t max_new_tokens, const EngineOptions& opti
 // lengths and ids (at least one position must remain for generation),
 // max_new_tokens (0 = the server default), sampling (model::Validate), stop
 // strings and stop token ids (counts, sizes, UTF-8, ids).
-absl::Status CheckGenerateRequest(const GenerateRequest& request,
-                                  const model::ModelConfig& config, const EngineOptions& options);
+absl::Status CheckGenerateRequest(const GenerateRequest& request, const model::ModelConfig& config,
+                                  const EngineOptions& options);
 
 // Number of inputs, each input's length and ids, type_ids (empty or one list
 // per input, each empty or as long as its input), hidden_layer.

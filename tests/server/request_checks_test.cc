@@ -75,7 +75,8 @@ TEST_F(RequestChecksTest, GenerateNeedsRoomToGenerate) {
   ExpectInvalid(CheckGenerateRequest(s2s, s2s_, options_), {"decoder_prefix has 15 tokens"});
   s2s.prompt.pop_back();
   EXPECT_TRUE(CheckGenerateRequest(s2s, s2s_, options_).ok());
-  ExpectInvalid(CheckGenerateRequest(Prompt(3), enc_, options_), {"encoder-only", "cannot generate"});
+  ExpectInvalid(CheckGenerateRequest(Prompt(3), enc_, options_),
+                {"encoder-only", "cannot generate"});
 }
 
 TEST_F(RequestChecksTest, GenerateLimitsSamplingAndStops) {
@@ -154,7 +155,8 @@ TEST_F(RequestChecksTest, AttentionKindTargetIndicesAndSize) {
   r.heads.clear();
   // 2 layers x 4 heads x 3 x 3 = 72 values.
   r.max_values = 71;
-  ExpectInvalid(CheckAttentionRequest(r, lm_, options_), {"72 attention weights", "the limit is 71"});
+  ExpectInvalid(CheckAttentionRequest(r, lm_, options_),
+                {"72 attention weights", "the limit is 71"});
   r.aggregation = HeadAggregation::kMean;  // 18 values
   EXPECT_TRUE(CheckAttentionRequest(r, lm_, options_).ok());
 }

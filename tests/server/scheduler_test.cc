@@ -21,8 +21,8 @@ class SchedulerTest : public ::testing::Test {
  protected:
   void Make(int32_t num_blocks, int32_t max_batch_size, int32_t max_batch_tokens) {
     allocator_ = std::make_unique<model::KvBlockAllocator>(num_blocks, kBlockSize);
-    scheduler_ = std::make_unique<Scheduler>(
-        SchedulerOptions{max_batch_size, max_batch_tokens}, allocator_.get());
+    scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{max_batch_size, max_batch_tokens},
+                                             allocator_.get());
   }
 
   Sequence* Add(int32_t prompt_len) {
@@ -121,7 +121,7 @@ TEST_F(SchedulerTest, FullCachePreemptsTheNewestAndRequeuesItFirst) {
   Sequence* c = Add(1);
   ScheduleResult plan = scheduler_->Schedule(now_);
   ASSERT_THAT(plan.batch, ElementsAre(a, b, c));  // blocks: a 1, b 1, c 1
-  Ran(plan);                                       // a: 5 tokens, b: 4, c: 2
+  Ran(plan);                                      // a: 5 tokens, b: 4, c: 2
   EXPECT_EQ(allocator_->num_free(), 1);
   // a needs a second block (takes the free one); b fits in its block; c
   // needs nothing new. Next step a is fine, b needs a block: none free, so
@@ -151,7 +151,7 @@ TEST_F(SchedulerTest, ASequenceThatCannotFitAloneIsRejected) {
   ScheduleResult plan = scheduler_->Schedule(now_);
   Ran(plan);  // a: 8 tokens, 7 cached
   plan = scheduler_->Schedule(now_);
-  Ran(plan);  // a: 9 tokens, 8 cached
+  Ran(plan);                          // a: 9 tokens, 8 cached
   plan = scheduler_->Schedule(now_);  // needs a third block; nothing to preempt
   EXPECT_THAT(plan.rejected, ElementsAre(a));
   EXPECT_THAT(plan.batch, IsEmpty());

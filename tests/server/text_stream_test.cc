@@ -22,7 +22,8 @@ class TextStreamTest : public ::testing::Test {
   std::vector<std::string> Stream(TextStream* stream, const std::string& text, bool last = false) {
     std::vector<std::string> texts;
     for (size_t i = 0; i < text.size(); ++i) {
-      TextPiece piece = stream->Push(static_cast<unsigned char>(text[i]), last && i + 1 == text.size());
+      TextPiece piece =
+          stream->Push(static_cast<unsigned char>(text[i]), last && i + 1 == text.size());
       texts.push_back(piece.text);
       finish_ = piece.finish;
       if (piece.finish) break;
