@@ -18,6 +18,7 @@
 #include <ATen/Parallel.h>
 
 #include "model/attention.h"
+#include "model/cpu_isa.h"
 #include "model/cpu_kernels.h"
 #include "model/kv_cache.h"
 #include "server/runtime.h"
@@ -276,6 +277,53 @@ void BM_LinearRowBlocksPaired(benchmark::State& state) {
   state.counters["blocks_speedup"] = library / blocks;
 }
 
+// Args: {dtype (0 fp32, 1 bf16, 2 fp16), M}. The routing question of
+// cpu_kernels.h, per ISA: the 48 GPT-2-small linears (streamed from memory)
+// for M rows through our kernels (SmallBatchLinear, the ISA of the process:
+// DIKKAT_ISA) and through the library route Linear takes without them
+// (fp32: OpenBLAS's GEMV at one row, GEMM above; bf16: oneDNN; fp16: W
+// widened to fp32, then GEMM), alternating pass by pass. Counters: ms per
+// pass of each (ours_ms, library_ms) and ours_speedup = library / ours.
+void BM_LinearRoutesPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t rows = state.range(1);
+  struct Shape { int64_t in, out; };
+  const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  std::vector<at::Tensor> weights, biases;
+  at::manual_seed(1);
+  for (int layer = 0; layer < 12; ++layer) {
+    for (const Shape& s : shapes) {
+      weights.push_back((at::randn({s.out, s.in}) * 0.02).to(dtype).contiguous());
+      biases.push_back(at::randn({s.out}) * 0.02);
+    }
+  }
+  at::Tensor x768 = at::randn({rows, 768}), x3072 = at::randn({rows, 3072});
+  auto library = [&](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    if (dtype == at::kHalf) return at::linear(x, w.to(at::kFloat), b);
+    if (dtype == at::kBFloat16) return at::linear(x.to(dtype), w).to(at::kFloat) + b;
+    if (rows == 1) return at::addmv(b, w, x.select(0, 0)).unsqueeze(0);
+    return at::linear(x, w, b);
+  };
+  auto pass = [&](bool ours) {
+    for (size_t j = 0; j < weights.size(); ++j) {
+      const at::Tensor& x = weights[j].size(1) == 768 ? x768 : x3072;
+      at::Tensor y = ours ? SmallBatchLinear(x, weights[j], biases[j])
+                          : library(x, weights[j], biases[j]);
+      benchmark::DoNotOptimize(y.data_ptr());
+    }
+  };
+  double lib = 0, ours = 0;
+  for (auto _ : state) {
+    lib += Seconds([&] { pass(false); });
+    ours += Seconds([&] { pass(true); });
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["library_ms"] = 1e3 * lib / n;
+  state.counters["ours_ms"] = 1e3 * ours / n;
+  state.counters["ours_speedup"] = lib / ours;
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // The machine's limits, measured in the same run as everything else.
 // STREAM-like triad a = b + s*c on 3 x 64 MiB arrays: bytes moved per second.
 void BM_MemoryTriad(benchmark::State& state) {
@@ -326,6 +374,12 @@ BENCHMARK(BM_DecodeStep)
     ->Name("BM_DecodeContextCurve")
     ->ArgNames({"dtype", "batch", "context"})
     ->ArgsProduct({{0}, {1}, {16, 64, 128, 256, 512, 768, 1023}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0)
+    ->UseRealTime();
+BENCHMARK(BM_LinearRoutesPaired)
+    ->ArgNames({"dtype", "M"})
+    ->ArgsProduct({{0, 1, 2}, {1, 2, 4, 8, 16, 32, 48, 63}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
     ->UseRealTime();

@@ -15,12 +15,27 @@ import subprocess
 import sys
 import time
 
-# llama.cpp on this machine kind (issue "Performance"): GPT-2-small shape, 2 threads, tokens/s.
-LLAMA_CPP = {
-    "F32": {"b1": 44.0, "s8": 153, "s32": 153, "prefill512": 583},
-    "F16": {"b1": 56.0, "s8": 162, "s32": 138, "prefill512": 481},
-    "Q8_0": {"b1": 83.3, "s8": 196, "s32": 160, "prefill512": 479},
-}
+def measured_llama(res):
+    """llama.cpp's figures measured in this run by bench/isa_peers.sh, at the
+    best ISA of this CPU (medians over its passes); None where not measured.
+    No peer figure comes from another run."""
+    empty = {q: {"b1": None, "s8": None, "s32": None, "prefill512": None} for q in ("F32", "F16", "Q8_0")}
+    try:
+        import isa_report
+        data, _ = isa_report.load(os.path.join(res, "isa"))
+    except (ImportError, OSError, ValueError):
+        return empty
+    d = next((data[i] for i in isa_report.ISAS if i in data), None)
+    if d is None:
+        return empty
+    return {
+        "F32": {"b1": d.get("llama_f32_tg128"), "s8": d.get("llama_f32_s8"),
+                "s32": d.get("llama_f32_s32"), "prefill512": d.get("llama_f32_pp512")},
+        "F16": {"b1": d.get("llama_f16_tg128"), "s8": None, "s32": None,
+                "prefill512": d.get("llama_f16_pp512")},
+        "Q8_0": {"b1": d.get("llama_q8_0_tg128"), "s8": None, "s32": None,
+                 "prefill512": d.get("llama_q8_0_pp512")},
+    }
 
 
 def load_engine(path):
@@ -102,6 +117,7 @@ def pass_folders(res):
 def main():
     res, docs = sys.argv[1], sys.argv[2]
     passes = [load_pass(f) for f in pass_folders(res)]
+    LLAMA_CPP = measured_llama(res)
     pooled = pool(passes)
     engine, pt32, pt16, e2e = pooled["engine"], pooled["pt32"], pooled["pt16"], pooled["e2e"]
     model_dir = os.path.join(os.path.dirname(res), "gpt2-small")
@@ -206,8 +222,8 @@ def main():
         ll_s = f"{ll:.1f}" if ll else "—"
         w(f"| {name} | {ours:.1f} | {pt_s} | {ratio(ours, pt)} | {ll_s} | {ratio(ours, ll) if ll else '—'} |")
     w("")
-    w("llama.cpp figures are the issue's measurements on this machine kind (llama.cpp is not part of this")
-    w("project); the bf16 rows compare with llama.cpp's F16, the int8 rows (`--dtype int8`, weight-only,")
+    w("llama.cpp figures were measured in this run on this machine (bench/isa_peers.sh; llama.cpp is not")
+    w("part of this project; — where not measured); the bf16 rows compare with llama.cpp's F16, the int8 rows (`--dtype int8`, weight-only,")
     w("a float32 scale per 32 inputs) with its Q8_0. PyTorch eager has no int8 baseline here.")
     w("")
     w(f"- fp32 batch-1 decode at {d['fp32']['b1']:.1f} tokens/s is {100 * d['fp32']['b1'] / bw_limit_fp32:.0f}% of the memory-bandwidth limit measured in this run.")
@@ -221,7 +237,8 @@ def main():
                           ("32 streams, ctx 128", "b32", "s32"), ("prefill 512", "prefill", "prefill512")):
         a, b, c = d["fp32"][key], d["bf16"][key], d["int8"][key]
         q = LLAMA_CPP["Q8_0"][ll]
-        w(f"| {name} | {a:.1f} | {b:.1f} | {c:.1f} | {ratio(c, a)} | {ratio(c, b)} | {q:.1f} | {ratio(c, q)} |")
+        q_s = f"{q:.1f}" if q else "—"
+        w(f"| {name} | {a:.1f} | {b:.1f} | {c:.1f} | {ratio(c, a)} | {ratio(c, b)} | {q_s} | {ratio(c, q)} |")
     w("")
     w(f"- int8 batch-1 decode at {d['int8']['b1']:.1f} tokens/s is {100 * d['int8']['b1'] / bw_limit_int8:.0f}% of its memory-bandwidth limit in this run.")
     w("")
@@ -282,6 +299,13 @@ def main():
             w("")
     except ImportError:
         w("(python3-matplotlib is not installed: no plots)")
+    try:
+        import isa_report
+        isa_section = isa_report.section(os.path.join(res, "isa"), model_dir)
+    except (ImportError, OSError, ValueError) as e:
+        isa_section = f"(per-ISA section not written: {e})"
+    if isa_section:
+        lines.append(isa_section)
     open(os.path.join(docs, "benchmark-results.md"), "w").write("\n".join(lines) + "\n")
 
 

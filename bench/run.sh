@@ -4,6 +4,8 @@
 #   1. machine limits (memory triad, GEMM) and engine microbenchmarks (C++)
 #   2. the PyTorch eager baseline on the very same weights file
 #   3. in-process engine throughput and the same load through gRPC
+#   4. per ISA the CPU can execute, dikkat beside llama.cpp and PyTorch eager
+#      (bench/isa_peers.sh; llama.cpp from ../shared/tools/llama.cpp)
 # BENCH_PASSES (default 3) passes of all of it, one after another; results in
 # $BUILD_DIR/bench/results/pass*/, then bench/report.py writes the medians over
 # the passes to docs/benchmark-results.md and the plots in docs/. One pass takes
@@ -76,6 +78,14 @@ for pass in $(seq 1 "$PASSES"); do
     echo "  concurrency $c: in-process $inproc, gRPC ${grpc:-?} tokens/s"
   done
 done
+
+# Per ISA: dikkat with DIKKAT_ISA forced beside llama.cpp and PyTorch eager,
+# interleaved pass by pass (bench/isa_peers.sh; ~5 minutes per ISA and pass).
+# BENCH_ISA_PASSES=0 skips it (the report then has no llama.cpp figures).
+ISA_PASSES=${BENCH_ISA_PASSES:-$PASSES}
+if [ "$ISA_PASSES" -gt 0 ]; then
+  bash bench/isa_peers.sh "$BUILD" "$MODEL" "$OUT/isa" "$THREADS" "$ISA_PASSES"
+fi
 
 /usr/bin/python3 bench/report.py "$OUT" docs
 echo "bench: wrote docs/benchmark-results.md"

@@ -20,10 +20,13 @@ at::Tensor Linear(const at::Tensor& x, const LinearWeight& weight, const at::Ten
   if (x.scalar_type() != w.scalar_type()) {
     // Half-precision weights with float32 activations (CPU): the product in
     // the weights' dtype (oneDNN for bfloat16), the result back in float32.
-    // LibTorch 1.13 has no float16 matrix product on the CPU: widen those.
-    at::Tensor y = w.scalar_type() == at::kHalf && w.is_cpu()
-                       ? at::linear(x, w.to(x.scalar_type()))
-                       : at::linear(x.to(w.scalar_type()), w).to(x.scalar_type());
+    // LibTorch 1.13 has no float16 matrix product on the CPU, and without
+    // AVX-512 its bfloat16 product is a scalar loop (39x slower than widening
+    // at 512 rows): widen those.
+    const bool widen = w.is_cpu() && (w.scalar_type() == at::kHalf ||
+                                      (w.scalar_type() == at::kBFloat16 && !FastBFloat16Gemm()));
+    at::Tensor y = widen ? at::linear(x, w.to(x.scalar_type()))
+                         : at::linear(x.to(w.scalar_type()), w).to(x.scalar_type());
     return b.defined() ? y + b.to(x.scalar_type()) : y;
   }
   if (x.dim() == 2 && x.size(0) == 1) {

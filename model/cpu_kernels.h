@@ -4,8 +4,8 @@
 //  * SmallBatchLinear: y = x W^T + b for the rows of a decode step. W is
 //    streamed from memory once: up to 8 rows that is the whole cost, and
 //    OpenBLAS's GEMM and LibTorch's bfloat16 GEMV are far from it; more rows
-//    run as blocks of 8 over each task's slice of W, held in the L2 cache
-//    (faster than OpenBLAS's GEMM for 9..32 rows of float32 weights).
+//    run as register blocks over each task's slice of W, held in the L2
+//    cache (faster than OpenBLAS's GEMM for 9..32 rows of float32 weights).
 //  * Int8Linear: the same for int8 weights with a float32 scale per group of
 //    32 inputs (--dtype int8), for any number of rows.
 //  * PagedDecodeAttention: one query token per sequence against its keys and
@@ -13,10 +13,12 @@
 //    head of a decode step in one parallel call (no gather copies, no
 //    per-sequence op dispatch).
 //
-// All use AVX-512 when the CPU has it and a portable loop otherwise (or when
-// the environment variable DIKKAT_NO_AVX512 is set); all share their loops
-// with the work team (work_team.h). CPU tensors only: on other devices the
-// callers keep LibTorch's ops (see transformer.cc).
+// Each kernel exists for AVX-512, for AVX2 + FMA + F16C and as generic C++
+// (cpu_kernels_isa.h); the one for ActiveIsa() (cpu_isa.h: chosen from the
+// CPU at start, DIKKAT_ISA forces another) runs, and where a library is
+// faster on that ISA the routing below sends the work there instead. All
+// share their loops with the work team (work_team.h). CPU tensors only: on
+// other devices the callers keep LibTorch's ops (see attention.cc).
 #ifndef DIKKAT_MODEL_CPU_KERNELS_H_
 #define DIKKAT_MODEL_CPU_KERNELS_H_
 
@@ -25,34 +27,74 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "model/cpu_isa.h"
 #include "model/linear_weight.h"
 
 namespace dikkat::model {
 
-// Input rows of one register block of the linear kernels (SmallBatchLinear,
-// Int8Linear); more rows are processed as several blocks.
+// Input rows up to which the linear kernels need only one pass over W per
+// task (the largest register block, AVX-512's); more rows run as several
+// blocks over the task's slice of W, held in the L2 cache.
 inline constexpr int64_t kSmallBatchMaxRows = 8;
 
-// Rows up to which Linear (attention.cc) sends weights to SmallBatchLinear,
-// by weight dtype; with more rows, LibTorch's GEMM. Measured side by side on
-// the GPT-2-small linears (docs/performance.md, BM_LinearRowBlocksPaired):
+// Rows up to which Linear (attention.cc) sends weights of each dtype to
+// SmallBatchLinear on an ISA; with more rows (or 0), LibTorch's routes: for
+// float32 OpenBLAS's GEMV at one row and GEMM above, for bfloat16 oneDNN's
+// GEMM, for float16 the matrix widened to float32 on every call (LibTorch
+// 1.13 has no CPU float16 product).
+struct SmallBatchLinearLimits {
+  int64_t float32;
+  int64_t bfloat16;
+  int64_t float16;
+  // Rows from which float32 goes to SmallBatchLinear (below: OpenBLAS's GEMV).
+  int64_t float32_from = 1;
+};
+
+// Each ISA's limits come from BM_LinearRoutesPaired (bench/engine_bench.cc):
+// the 48 GPT-2-small linears through our kernels and through the library
+// route, alternating pass by pass, with the ISA forced (DIKKAT_ISA, and
+// OPENBLAS_CORETYPE for OpenBLAS's side). Figures: docs/performance.md,
+// "Routing per ISA".
+//
+// AVX-512:
 //  * float32: the row blocks are 1.5-2x OpenBLAS's GEMM at 16-24 rows, level
 //    with it at 32 and slower from 48 (OpenBLAS's GEMM gets efficient there).
 //  * bfloat16: oneDNN's GEMM, which multiplies with the CPU's bfloat16
 //    dot-product instructions (x rounded to bfloat16), is faster from 9 rows.
-//  * float16: LibTorch 1.13 has no CPU float16 product; the alternative
-//    widens the whole matrix to float32 on every call. Row blocks up to 63.
-inline constexpr int64_t kSmallBatchLinearMaxRowsFloat = 32;
-inline constexpr int64_t kSmallBatchLinearMaxRowsBFloat16 = kSmallBatchMaxRows;
-inline constexpr int64_t kSmallBatchLinearMaxRowsHalf = 63;
+//  * float16: row blocks up to 63 (the alternative widens W every call).
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{32, 8, 63};
+// AVX2 (AMD EPYC with AVX-512 forced to AVX2, OpenBLAS's Haswell kernels):
+//  * float32: level with OpenBLAS's GEMV at one row (both stream W at the
+//    memory's speed), 1.4-3.8x its GEMM at 2-16 rows, 1.2x at 32, level at 48.
+//  * bfloat16: every row count. LibTorch 1.13 sends bfloat16 products to
+//    oneDNN only on CPUs with AVX-512 (BW, VL, DQ); on an AVX2-only CPU it
+//    falls back to its own scalar GEMM. (Forced AVX2 on an AVX-512 machine
+//    still measures oneDNN's AVX-512 route, which wins from 8 rows there.)
+//  * float16: 1.4-8x the widened GEMM at every row count up to 63.
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{32, 63, 63};
+// Generic (8-lane vector extensions, SSE2 on x86-64): float32 only at 2-8
+// rows (1.2-2.4x OpenBLAS's GEMM there; its GEMV is 2x ours at one row and
+// its GEMM from 16 rows); bfloat16 and float16 to the libraries (oneDNN was
+// level at one row and 2x ours above; the widened float16 GEMM 1.3-10x ours,
+// whose float16 loads convert lane by lane).
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsGeneric{8, 0, 0, 2};
+
+SmallBatchLinearLimits SmallBatchLinearLimitsFor(CpuIsa isa);
+
+// True if LibTorch's bfloat16 matrix product is oneDNN's (fast): LibTorch 1.13
+// uses oneDNN for it only on CPUs with AVX-512 BW, VL and DQ, and otherwise a
+// scalar loop (at 512 x 768 x 3072: 1365 ms against 36 ms for the product
+// widened to float32, measured with oneDNN switched off). Follows the active
+// ISA, so that a forced AVX2 routes as an AVX2-only machine would.
+bool FastBFloat16Gemm();
 
 // True if Linear should use SmallBatchLinear for x [M, in] with w [out, in]:
-// CPU, contiguous, float32/bfloat16/float16 weights, 1 <= M <= the dtype's
-// limit above (<= kSmallBatchMaxRows for every dtype after
+// CPU, contiguous, float32/bfloat16/float16 weights, 1 (float32_from) <= M <=
+// the active ISA's limit for the dtype (and <= kSmallBatchMaxRows after
 // SetSmallBatchLinearRowBlocks(false)).
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 
-// For benchmarks: false routes only up to kSmallBatchMaxRows rows to
+// For benchmarks: false routes at most kSmallBatchMaxRows rows to
 // SmallBatchLinear (the routing before row blocks: GEMM from 9 rows), so that
 // both can be measured side by side in one process. Default true.
 void SetSmallBatchLinearRowBlocks(bool enabled);

@@ -1,7 +1,6 @@
 #include "server/convert.h"
 
 #include <cstring>
-#include <set>
 #include <string>
 #include <utility>
 
@@ -10,6 +9,8 @@
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "model/cpu_isa.h"
+#include "server/request_checks.h"
 
 namespace dikkat::server {
 namespace {
@@ -28,58 +29,22 @@ absl::Status InField(absl::string_view field, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
 }
 
-const char* ArchitectureLabel(model::Architecture a) { return model::ArchitectureName(a); }
-
-absl::Status CheckLength(size_t n, absl::string_view field, const model::ModelConfig& config) {
-  if (config.max_positions > 0 && static_cast<int64_t>(n) > config.max_positions) {
-    return Invalid(absl::StrCat(field, " has ", n, " tokens; model '", config.name,
-                                "' accepts at most max_positions=", config.max_positions));
-  }
-  return absl::OkStatus();
-}
-
-int64_t LayersFor(const model::ModelConfig& config, AttentionKind kind) {
-  switch (kind) {
-    case AttentionKind::kSelf:
-      return config.n_layers;
-    case AttentionKind::kEncoderSelf:
-      return config.n_encoder_layers;
-    case AttentionKind::kDecoderSelf:
-    case AttentionKind::kCross:
-      return config.n_decoder_layers;
-  }
-  return 0;
-}
-
-// Layers whose hidden states Encode can return: 0 (embeddings) .. L.
-int64_t EncodeLayers(const model::ModelConfig& config) {
-  return config.architecture == model::Architecture::kEncoderDecoder ? config.n_encoder_layers
-                                                                     : config.n_layers;
-}
-
-absl::StatusOr<AttentionKind> ResolveAttentionKind(v1::AttentionKind kind,
-                                                   const model::ModelConfig& config) {
-  const bool enc_dec = config.architecture == model::Architecture::kEncoderDecoder;
+// UNSPECIFIED means the model's own self-attention; whether the kind fits
+// the architecture is CheckAttentionRequest's.
+absl::StatusOr<AttentionKind> ToAttentionKind(v1::AttentionKind kind,
+                                              const model::ModelConfig& config) {
   switch (kind) {
     case v1::ATTENTION_KIND_UNSPECIFIED:
-      return enc_dec ? AttentionKind::kEncoderSelf : AttentionKind::kSelf;
+      return config.architecture == model::Architecture::kEncoderDecoder
+                 ? AttentionKind::kEncoderSelf
+                 : AttentionKind::kSelf;
     case v1::ATTENTION_KIND_SELF:
-      if (!enc_dec) return AttentionKind::kSelf;
-      return Invalid(absl::StrCat(
-          "kind: ATTENTION_KIND_SELF is for decoder-only and encoder-only models; model '",
-          config.name, "' is encoder-decoder: use ATTENTION_KIND_ENCODER_SELF, "
-          "ATTENTION_KIND_DECODER_SELF or ATTENTION_KIND_CROSS"));
+      return AttentionKind::kSelf;
     case v1::ATTENTION_KIND_ENCODER_SELF:
+      return AttentionKind::kEncoderSelf;
     case v1::ATTENTION_KIND_DECODER_SELF:
+      return AttentionKind::kDecoderSelf;
     case v1::ATTENTION_KIND_CROSS:
-      if (!enc_dec) {
-        return Invalid(absl::StrCat("kind: ", v1::AttentionKind_Name(kind),
-                                    " needs an encoder-decoder model; model '", config.name,
-                                    "' is ", ArchitectureLabel(config.architecture),
-                                    ": use ATTENTION_KIND_SELF"));
-      }
-      if (kind == v1::ATTENTION_KIND_ENCODER_SELF) return AttentionKind::kEncoderSelf;
-      if (kind == v1::ATTENTION_KIND_DECODER_SELF) return AttentionKind::kDecoderSelf;
       return AttentionKind::kCross;
     default:
       return Invalid(absl::StrCat("kind: unknown AttentionKind value ", static_cast<int>(kind),
@@ -87,44 +52,14 @@ absl::StatusOr<AttentionKind> ResolveAttentionKind(v1::AttentionKind kind,
   }
 }
 
-// Indices must lie in [0, limit) and not repeat.
-absl::Status ValidateIndices(const google::protobuf::RepeatedField<int32_t>& values,
-                             absl::string_view field, int64_t limit, absl::string_view what) {
-  std::set<int32_t> seen;
-  for (int i = 0; i < values.size(); ++i) {
-    const int32_t v = values[i];
-    if (v < 0 || v >= limit) {
-      return Invalid(absl::StrCat(field, "[", i, "] = ", v, " is out of range: the model has ",
-                                  limit, " ", what, " (allowed 0..", limit - 1, ")"));
-    }
-    if (!seen.insert(v).second) {
-      return Invalid(absl::StrCat(field, "[", i, "] = ", v, " is repeated; list each at most once"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 // ---- inputs -----------------------------------------------------------------
-
-absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view field,
-                              int64_t vocab_size) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab_size) {
-      return Invalid(absl::StrCat(field, "[", i, "] = ", ids[i],
-                                  " is not a token id: allowed 0..", vocab_size - 1,
-                                  " (vocab_size ", vocab_size, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,
                                                 bool default_add_special_tokens,
                                                 const ModelLimits& limits,
                                                 std::vector<int32_t>* type_ids) {
-  const model::ModelConfig& config = *limits.config;
   if (type_ids != nullptr) type_ids->clear();
   std::vector<int32_t> ids;
   switch (input.content_case()) {
@@ -142,10 +77,6 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
       if (ids.empty()) {
         return Invalid(absl::StrCat(field, ".text tokenizes to no tokens"));
       }
-      // A tokenizer larger than the embedding table is a model packaging
-      // problem, but the request cannot be served either way.
-      DIKKAT_RETURN_IF_ERROR(
-          ValidateTokenIds(ids, absl::StrCat(field, ".text tokens"), config.vocab_size));
       break;
     }
     case v1::Input::kTokens: {
@@ -153,22 +84,18 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
       if (ids.empty()) {
         return Invalid(absl::StrCat(field, ".tokens.ids is empty; give at least one token id"));
       }
-      DIKKAT_RETURN_IF_ERROR(
-          ValidateTokenIds(ids, absl::StrCat(field, ".tokens.ids"), config.vocab_size));
       break;
     }
     case v1::Input::CONTENT_NOT_SET:
       return Invalid(absl::StrCat(field, " is empty; set ", field, ".text or ", field,
                                   ".tokens"));
   }
-  DIKKAT_RETURN_IF_ERROR(CheckLength(ids.size(), field, config));
   return ids;
 }
 
 // ---- Generate ---------------------------------------------------------------
 
-absl::StatusOr<model::SamplingParams> ToSamplingParams(const v1::SamplingOptions& options,
-                                                       int32_t top_logprobs) {
+model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32_t top_logprobs) {
   model::SamplingParams params;
   params.temperature = options.has_temperature() ? options.temperature() : 1.0f;
   params.top_k = options.top_k();
@@ -180,8 +107,6 @@ absl::StatusOr<model::SamplingParams> ToSamplingParams(const v1::SamplingOptions
   params.frequency_penalty = options.frequency_penalty();
   if (options.has_seed()) params.seed = options.seed();
   params.top_logprobs = top_logprobs;
-  absl::Status status = model::Validate(params);
-  if (!status.ok()) return status;  // model::Validate names the field (sampling.top_p, ...)
   return params;
 }
 
@@ -192,38 +117,21 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
   GenerateConversion out;
   GenerateRequest& r = out.request;
 
-  switch (config.architecture) {
-    case model::Architecture::kEncoderOnly:
-      return Invalid(absl::StrCat("model '", config.name,
-                                  "' is encoder-only and cannot generate; use Encode or "
-                                  "Attention, or a decoder-only / encoder-decoder model"));
-    case model::Architecture::kDecoderOnly: {
-      if (request.has_decoder_prefix()) {
-        return Invalid(absl::StrCat("decoder_prefix is for encoder-decoder models; model '",
-                                    config.name,
-                                    "' is decoder-only: put the whole prompt in input"));
-      }
-      DIKKAT_ASSIGN_OR_RETURN(out.input_ids, InputToIds(request.input(), "input", false, limits));
-      if (config.max_positions > 0 &&
-          static_cast<int64_t>(out.input_ids.size()) >= config.max_positions) {
-        return Invalid(absl::StrCat("input has ", out.input_ids.size(),
-                                    " tokens, which leaves no room to generate: model '",
-                                    config.name, "' accepts at most max_positions=",
-                                    config.max_positions, " tokens in total"));
-      }
-      r.prompt = out.input_ids;
-      break;
+  DIKKAT_ASSIGN_OR_RETURN(out.input_ids, InputToIds(request.input(), "input", false, limits));
+  if (config.architecture == model::Architecture::kEncoderDecoder) {
+    r.source = out.input_ids;
+    if (request.has_decoder_prefix()) {
+      DIKKAT_ASSIGN_OR_RETURN(
+          r.prompt, InputToIds(request.decoder_prefix(), "decoder_prefix", false, limits));
     }
-    case model::Architecture::kEncoderDecoder: {
-      DIKKAT_ASSIGN_OR_RETURN(out.input_ids, InputToIds(request.input(), "input", false, limits));
-      r.source = out.input_ids;
-      if (request.has_decoder_prefix()) {
-        DIKKAT_ASSIGN_OR_RETURN(r.prompt,
-                                InputToIds(request.decoder_prefix(), "decoder_prefix", false,
-                                           limits));
-      }
-      break;
+  } else {
+    if (request.has_decoder_prefix() &&
+        config.architecture == model::Architecture::kDecoderOnly) {
+      return Invalid(absl::StrCat("decoder_prefix is for encoder-decoder models; model '",
+                                  config.name,
+                                  "' is decoder-only: put the whole prompt in input"));
     }
+    r.prompt = out.input_ids;
   }
 
   int32_t top_logprobs = 0;
@@ -235,48 +143,20 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
     top_logprobs = request.top_logprobs();
     out.want_logprobs = true;
   }
-  DIKKAT_ASSIGN_OR_RETURN(r.sampling, ToSamplingParams(request.sampling(), top_logprobs));
+  r.sampling = ToSamplingParams(request.sampling(), top_logprobs);
 
   if (request.has_max_new_tokens()) {
-    const int32_t n = request.max_new_tokens();
-    if (n < 1 || n > options.max_new_tokens_cap) {
-      return Invalid(absl::StrCat("max_new_tokens = ", n, " is out of range: allowed 1..",
-                                  options.max_new_tokens_cap,
-                                  " (the server's --max_new_tokens_cap), or unset for the default ",
-                                  options.default_max_new_tokens));
-    }
-    r.max_new_tokens = n;
+    // Set means explicit: 0 is an error here, not the engine's "default".
+    DIKKAT_RETURN_IF_ERROR(CheckMaxNewTokens(request.max_new_tokens(), options));
+    r.max_new_tokens = request.max_new_tokens();
   } else {
     r.max_new_tokens = options.default_max_new_tokens;
   }
-
-  if (request.stop_size() > options.max_stop_strings) {
-    return Invalid(absl::StrCat("stop has ", request.stop_size(), " strings; at most ",
-                                options.max_stop_strings, " are allowed"));
-  }
-  if (request.stop_token_ids_size() > options.max_stop_token_ids) {
-    return Invalid(absl::StrCat("stop_token_ids has ", request.stop_token_ids_size(),
-                                " entries; at most ", options.max_stop_token_ids,
-                                " are allowed"));
-  }
-  for (int i = 0; i < request.stop_size(); ++i) {
-    if (static_cast<int64_t>(request.stop(i).size()) > options.max_stop_string_bytes) {
-      return Invalid(absl::StrCat("stop[", i, "] has ", request.stop(i).size(),
-                                  " bytes; at most ", options.max_stop_string_bytes,
-                                  " are allowed"));
-    }
-    if (request.stop(i).empty()) {
-      return Invalid(absl::StrCat("stop[", i, "] is an empty string; stop strings must be non-empty"));
-    }
-    if (!model::IsValidUtf8(request.stop(i))) {
-      return Invalid(absl::StrCat("stop[", i, "] is not valid UTF-8"));
-    }
-    r.stop_strings.push_back(request.stop(i));
-  }
+  r.stop_strings.assign(request.stop().begin(), request.stop().end());
   r.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
-  DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(r.stop_token_ids, "stop_token_ids", config.vocab_size));
   r.ignore_eos = request.ignore_eos();
   r.include_stop_text = request.include_stop_text();
+  DIKKAT_RETURN_IF_ERROR(CheckGenerateRequest(r, config, options));
   return out;
 }
 
@@ -345,14 +225,6 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
                                               const ModelLimits& limits) {
   const model::ModelConfig& config = *limits.config;
   const EngineOptions& options = *limits.options;
-  if (request.inputs_size() == 0) {
-    return Invalid("inputs is empty; give at least one input");
-  }
-  if (request.inputs_size() > options.max_batch_entries) {
-    return Invalid(absl::StrCat("inputs has ", request.inputs_size(),
-                                " entries; the server accepts at most ", options.max_batch_entries,
-                                " per call (--max_batch_entries)"));
-  }
   if (!v1::Pooling_IsValid(request.pooling())) {
     return Invalid(absl::StrCat("pooling: unknown Pooling value ",
                                 static_cast<int>(request.pooling()), "; allowed 0..3"));
@@ -363,16 +235,7 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
   r.pooling = FromProtoPooling(request.pooling(), config.default_pooling);
   r.normalize = request.normalize();
   r.return_hidden_states = request.return_hidden_states();
-  if (request.has_hidden_layer()) {
-    const int64_t layers = EncodeLayers(config);
-    const int32_t h = request.hidden_layer();
-    if (h < -1 || h > layers) {
-      return Invalid(absl::StrCat("hidden_layer = ", h, " is out of range: allowed -1 (final "
-                                  "output), 0 (embeddings) or 1..", layers,
-                                  " (after that layer)"));
-    }
-    r.hidden_layer = h;
-  }
+  if (request.has_hidden_layer()) r.hidden_layer = request.hidden_layer();
 
   bool any_type_ids = false;
   std::vector<std::vector<int32_t>> type_ids(request.inputs_size());
@@ -391,6 +254,7 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
     }
     r.type_ids = std::move(type_ids);
   }
+  DIKKAT_RETURN_IF_ERROR(CheckEncodeRequest(r, config, options));
   DIKKAT_RETURN_IF_ERROR(CheckResponseBytes(
       EstimateEncodeResponseBytes(r, config, request.output_dtype()), limits.max_response_bytes,
       "the Encode response",
@@ -444,7 +308,7 @@ absl::StatusOr<AttentionRequest> ToAttentionRequest(const v1::AttentionRequest& 
                                                     const ModelLimits& limits) {
   const model::ModelConfig& config = *limits.config;
   AttentionRequest r;
-  DIKKAT_ASSIGN_OR_RETURN(r.kind, ResolveAttentionKind(request.kind(), config));
+  DIKKAT_ASSIGN_OR_RETURN(r.kind, ToAttentionKind(request.kind(), config));
   if (request.aggregation() != v1::HEAD_AGGREGATION_NONE &&
       request.aggregation() != v1::HEAD_AGGREGATION_MEAN &&
       request.aggregation() != v1::HEAD_AGGREGATION_MAX) {
@@ -457,24 +321,12 @@ absl::StatusOr<AttentionRequest> ToAttentionRequest(const v1::AttentionRequest& 
   DIKKAT_RETURN_IF_ERROR(ResolveDType(request.output_dtype(), "output_dtype").status());
 
   DIKKAT_ASSIGN_OR_RETURN(r.input, InputToIds(request.input(), "input", true, limits));
-  const bool needs_target = r.kind == AttentionKind::kDecoderSelf || r.kind == AttentionKind::kCross;
-  if (needs_target) {
-    if (!request.has_target()) {
-      return Invalid(absl::StrCat("target is required for ", v1::AttentionKind_Name(request.kind()),
-                                  ": give the decoder input"));
-    }
+  if (request.has_target()) {
     DIKKAT_ASSIGN_OR_RETURN(r.target, InputToIds(request.target(), "target", false, limits));
-  } else if (request.has_target()) {
-    return Invalid(absl::StrCat("target is only used with ATTENTION_KIND_DECODER_SELF or "
-                                "ATTENTION_KIND_CROSS; this request asks for ",
-                                v1::AttentionKind_Name(ToProtoAttentionKind(r.kind))));
   }
-
-  DIKKAT_RETURN_IF_ERROR(ValidateIndices(request.layers(), "layers", LayersFor(config, r.kind),
-                                         "layers of this kind"));
-  DIKKAT_RETURN_IF_ERROR(ValidateIndices(request.heads(), "heads", config.n_heads, "heads"));
   r.layers.assign(request.layers().begin(), request.layers().end());
   r.heads.assign(request.heads().begin(), request.heads().end());
+  DIKKAT_RETURN_IF_ERROR(CheckAttentionRequest(r, config, *limits.options));
   DIKKAT_RETURN_IF_ERROR(CheckResponseBytes(
       EstimateAttentionResponseBytes(r, config, request.output_dtype()), limits.max_response_bytes,
       "the Attention response",
@@ -510,7 +362,7 @@ int64_t EstimateAttentionResponseBytes(const AttentionRequest& request,
   int64_t q_len = input, k_len = input;
   if (request.kind == AttentionKind::kDecoderSelf) q_len = k_len = target;
   if (request.kind == AttentionKind::kCross) q_len = target;
-  const int64_t layers = request.layers.empty() ? LayersFor(config, request.kind)
+  const int64_t layers = request.layers.empty() ? AttentionLayers(config, request.kind)
                                                 : static_cast<int64_t>(request.layers.size());
   const int64_t heads = request.aggregation != HeadAggregation::kNone ? 1
                         : request.heads.empty() ? config.n_heads
@@ -617,6 +469,9 @@ void FillModelInfo(const ModelDescription& description, const EngineStats& stats
   info->set_pre_norm(c.pre_norm);
   info->set_dtype(description.dtype);
   info->set_device(description.device);
+  if (description.device == "cpu") {
+    info->set_cpu_isa(std::string(model::IsaName(model::ActiveIsa())));
+  }
   info->set_weights_sha256(description.weights_sha256);
   info->set_weights_bytes(description.weights_bytes);
   info->set_tokenizer(description.tokenizer_kind.empty() ? tokenizer.kind()

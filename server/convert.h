@@ -1,6 +1,11 @@
 // Conversion between the wire messages (proto/dikkat/v1/dikkat.proto) and the
-// engine's request/result structs (server/engine.h), with all request
-// validation that needs only the model's config, tokenizer and limits.
+// engine's request/result structs (server/engine.h).
+//
+// The To*Request functions map a message to the engine's struct, rejecting
+// only what the wire form makes wrong (unset oneofs, unknown enum values,
+// text that does not tokenize, an explicit max_new_tokens of 0), and then run
+// the one request check (server/request_checks.h) and the response-size
+// limit: what they return is ready to submit.
 //
 // Every function is pure (no gRPC call state, no engine): the service calls
 // them on gRPC threads and the tests call them directly. Invalid input gives
@@ -20,6 +25,7 @@
 #include "model/sampling_params.h"
 #include "model/text/tokenizer.h"
 #include "server/engine.h"
+#include "server/request_checks.h"
 
 namespace dikkat::server {
 
@@ -36,14 +42,10 @@ struct ModelLimits {
 
 // ---- inputs -----------------------------------------------------------------
 
-// Every id in [0, vocab_size). `field` names the repeated field in errors.
-absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view field,
-                              int64_t vocab_size);
-
 // Text (tokenized, with special tokens unless the request says otherwise;
 // `default_add_special_tokens` applies when add_special_tokens is unset) or
-// token ids (checked < vocab_size). Never returns an empty sequence, nor one
-// longer than the model's max_positions. `type_ids` (optional) receives the
+// token ids (as given: their range and length are the request check's).
+// Never returns an empty sequence. `type_ids` (optional) receives the
 // tokenizer's segment ids for text input (empty for token input).
 absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,
                                                 bool default_add_special_tokens,
@@ -54,9 +56,9 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
 
 // Unset optionals take their documented defaults (temperature, top_p and
 // repetition_penalty 1.0; seed random). `top_logprobs` is the request's value
-// after mapping "none" (-1 / unset) to 0. Then model::Validate.
-absl::StatusOr<model::SamplingParams> ToSamplingParams(const v1::SamplingOptions& options,
-                                                       int32_t top_logprobs);
+// after mapping "none" (-1 / unset) to 0. Not checked here: CheckGenerateRequest
+// runs model::Validate.
+model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32_t top_logprobs);
 
 struct GenerateConversion {
   GenerateRequest request;            // deadline left infinite: the caller sets it

@@ -1,37 +1,35 @@
 // The engine thread: continuous batching over the paged KV cache.
 //
-// step() = TakeInbox -> Expire -> RunAuxiliary (Encode/Attention) ->
-//          Schedule -> Forward -> Postprocess, each short (nano-vllm's shape).
+// One step of Loop() = TakeInbox -> ExpireAuxiliary, RunAuxiliary
+// (Encode/Attention) -> Schedule -> Run (the batched forward) -> Postprocess
+// (sample, stream text, finish), each short (nano-vllm's shape).
 //
 // Invariants owned by the engine thread:
-//   * a Generate request is in exactly one of waiting_ or running_ until it
-//     finishes, and then in neither; its blocks are released in Finish();
+//   * a Generate request is in exactly one of the scheduler's waiting and
+//     running queues until it finishes, and then in neither; its blocks are
+//     released in FinishGenerate() (or by the scheduler when it expires or
+//     rejects it);
 //   * a running sequence's block table covers num_cached tokens, and is
 //     grown before each forward to cover what that forward writes;
 //   * every request's observer/callback is called exactly once with a final
 //     result (OnFinish / done), and never after.
 #include "server/engine.h"
 
-#include <atomic>
-#include <cmath>
-#include <deque>
-#include <optional>
-#include <random>
-#include <thread>
-#include <unordered_map>
-
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/status_macros.h"
 #include "common/sync.h"
 #include "model/kv_cache.h"
-#include "model/model_loader.h"
 #include "model/sampler.h"
-#include "model/text/incremental_decoder.h"
 #include "model/transformer.h"
+#include "server/auxiliary_jobs.h"
+#include "server/engine_impl.h"
 
 namespace dikkat::server {
 
@@ -53,468 +51,12 @@ const char* FinishReasonName(FinishReason r) {
   return "unknown";
 }
 
-namespace {
+namespace engine_internal {
 
 using model::Architecture;
 
-enum class RequestKind { kGenerate, kEncode, kAttention };
-
-// One request's whole state. Owned by the engine thread once taken from the inbox.
-struct Request {
-  RequestId id = 0;
-  RequestKind kind = RequestKind::kGenerate;
-  absl::Time submitted;
-  absl::Time deadline = absl::InfiniteFuture();
-  bool cancelled = false;
-
-  // ---- Generate ----
-  GenerateRequest gen;
-  std::shared_ptr<GenerateObserver> observer;
-  std::vector<int32_t> tokens;      // decoder tokens: prompt, then generated
-  int32_t prompt_len = 0;
-  int64_t num_cached = 0;           // tokens whose K/V are in the cache
-  std::vector<int32_t> blocks;      // block table
-  std::unique_ptr<model::Sampler> sampler;
-  std::unique_ptr<model::CrossAttentionCache> cross;
-  std::unique_ptr<model::IncrementalDecoder> detok;
-  std::string held_text;            // decoded text not yet sent (may start a stop string)
-  int32_t generated = 0;
-  int32_t max_new = 0;
-  std::optional<absl::Time> scheduled_at, first_token_at, last_token_at;
-
-  // ---- Encode / Attention ----
-  EncodeRequest enc;
-  EncodeCallback enc_done;
-  AttentionRequest att;
-  AttentionCallback att_done;
-};
-
-DenseTensor ToDense(const at::Tensor& t) {
-  at::Tensor c = t.detach().to(at::kCPU, at::kFloat).contiguous();
-  DenseTensor out;
-  out.shape.assign(c.sizes().begin(), c.sizes().end());
-  out.values.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-  return out;
-}
-
-absl::Status CheckIds(const std::vector<int32_t>& ids, int64_t vocab, const std::string& field) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "] = ", ids[i],
-                                                     " is not a token id; allowed: 0..", vocab - 1));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Longest suffix of `text` that is a proper prefix of some stop string: that
-// much must be held back until the next token decides.
-size_t StopPrefixHold(const std::string& text, const std::vector<std::string>& stops) {
-  size_t hold = 0;
-  for (const std::string& stop : stops) {
-    for (size_t len = std::min(stop.size() - 1, text.size()); len > hold; --len) {
-      if (text.compare(text.size() - len, len, stop, 0, len) == 0) {
-        hold = len;
-        break;
-      }
-    }
-  }
-  return hold;
-}
-
-class EngineImpl final : public Engine {
- public:
-  EngineImpl(ModelDescription description, model::LoadedModel loaded, model::KvCache cache,
-             EngineOptions options, EngineListener* listener)
-      : description_(std::move(description)),
-        config_(loaded.config),
-        transformer_(std::move(loaded.transformer)),
-        tokenizer_(std::move(loaded.tokenizer)),
-        cache_(std::move(cache)),
-        options_(std::move(options)),
-        listener_(listener) {
-    thread_ = std::thread([this] { Loop(); });
-  }
-
-  ~EngineImpl() override { Shutdown(absl::ZeroDuration()); }
-
-  const ModelDescription& description() const override { return description_; }
-  const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
-  const EngineOptions& options() const override { return options_; }
-
-  absl::Status Warmup() override;
-  absl::StatusOr<RequestId> SubmitGenerate(GenerateRequest request,
-                                           std::shared_ptr<GenerateObserver> observer) override;
-  absl::StatusOr<RequestId> SubmitEncode(EncodeRequest request, EncodeCallback done) override;
-  absl::StatusOr<RequestId> SubmitAttention(AttentionRequest request,
-                                            AttentionCallback done) override;
-  void Cancel(RequestId id) override;
-  EngineStats stats() const override;
-  void Shutdown(absl::Duration grace) override;
-
- private:
-  // ---- submission (any thread) ----
-  absl::StatusOr<RequestId> Enqueue(std::unique_ptr<Request> request);
-  absl::Status ValidateGenerate(GenerateRequest& request) const;
-  absl::Status ValidateEncode(const EncodeRequest& request) const;
-  absl::Status ValidateAttention(const AttentionRequest& request) const;
-
-  // ---- engine thread ----
-  void Loop();
-  bool TakeInbox();
-  void DrainInbox() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Expire();
-  void RunAuxiliary();
-  std::vector<Request*> Schedule(std::vector<int64_t>* chunk_lens);
-  void Forward(const std::vector<Request*>& batch, const std::vector<int64_t>& chunk_lens);
-  void Admit(Request* r);
-  bool Preempt();
-  void Emit(Request* r, const model::SampledToken& token);
-  void FinishGenerate(Request* r, FinishReason reason, absl::Status status = absl::OkStatus());
-  void FinishAuxiliary(Request* r, absl::Status status);
-  void RemoveRunning(Request* r);
-  void PublishStats();
-  absl::StatusOr<EncodeResult> DoEncode(const EncodeRequest& req);
-  absl::StatusOr<AttentionResult> DoAttention(const AttentionRequest& req);
-  at::Tensor EncoderMemory(const std::vector<int32_t>& source,
-                           model::AttentionCapture* capture) const;
-
-  const ModelDescription description_;
-  const model::ModelConfig config_;
-  std::unique_ptr<model::Transformer> transformer_;
-  std::unique_ptr<model::Tokenizer> tokenizer_;
-  model::KvCache cache_;  // engine thread only
-  const EngineOptions options_;
-  EngineListener* listener_;  // not owned; may be null
-
-  // Inbox shared with submitters.
-  mutable dikkat::Mutex mu_;
-  std::deque<std::unique_ptr<Request>> inbox_ ABSL_GUARDED_BY(mu_);
-  std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  int32_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // inbox + waiting (for backpressure)
-  // Accepted and not yet finished, wherever they are (inbox, waiting,
-  // running, auxiliary). Shutdown waits for it to reach 0: the published
-  // stat_running_ lags a step behind admission, so a drain that waited on it
-  // took a request admitted from the queue for idleness and cut it.
-  int32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<uint64_t> next_id_{1};
-  std::thread thread_;
-  dikkat::Mutex shutdown_mu_;
-
-  // Engine-thread state.
-  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  std::deque<Request*> waiting_;      // Generate, FIFO
-  std::deque<Request*> auxiliary_;    // Encode / Attention, FIFO
-  std::vector<Request*> running_;     // admission order
-  std::mt19937_64 seed_source_{std::random_device{}()};
-
-  // Published snapshot.
-  std::atomic<int32_t> stat_running_{0}, stat_waiting_{0}, stat_blocks_used_{0};
-  std::atomic<int64_t> stat_finished_{0}, stat_preemptions_{0};
-};
-
-// ---------------------------------------------------------------------------
-// Submission
-// ---------------------------------------------------------------------------
-
-absl::Status EngineImpl::ValidateGenerate(GenerateRequest& r) const {
-  const bool enc_dec = config_.architecture == Architecture::kEncoderDecoder;
-  if (config_.architecture == Architecture::kEncoderOnly) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model '", description_.name, "' is an encoder-only model and cannot generate; use Encode"));
-  }
-  if (enc_dec) {
-    if (r.source.empty()) {
-      return absl::InvalidArgumentError("input is empty; an encoder-decoder model needs a source");
-    }
-    if (static_cast<int64_t>(r.source.size()) > config_.max_positions) {
-      return absl::InvalidArgumentError(absl::StrCat("input has ", r.source.size(),
-                                                     " tokens; the model accepts at most ",
-                                                     config_.max_positions));
-    }
-    DIKKAT_RETURN_IF_ERROR(CheckIds(r.source, config_.vocab_size, "input"));
-  } else if (r.prompt.empty()) {
-    return absl::InvalidArgumentError("input is empty; give a prompt (text or token ids)");
-  }
-  DIKKAT_RETURN_IF_ERROR(CheckIds(r.prompt, config_.vocab_size, enc_dec ? "decoder_prefix" : "input"));
-  const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) + (enc_dec ? 1 : 0);
-  if (decoder_len >= config_.max_positions) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        enc_dec ? "decoder_prefix" : "input", " has ", r.prompt.size(),
-        " tokens; the model's context is ", config_.max_positions,
-        " tokens and at least one must remain for generation"));
-  }
-  if (r.max_new_tokens < 0 || r.max_new_tokens > options_.max_new_tokens_cap) {
-    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens is ", r.max_new_tokens,
-                                                   "; allowed: 1..", options_.max_new_tokens_cap));
-  }
-  DIKKAT_RETURN_IF_ERROR(model::Validate(r.sampling));
-  DIKKAT_RETURN_IF_ERROR(CheckIds(r.stop_token_ids, config_.vocab_size, "stop_token_ids"));
-  if (static_cast<int64_t>(r.stop_token_ids.size()) > options_.max_stop_token_ids ||
-      static_cast<int64_t>(r.stop_strings.size()) > options_.max_stop_strings) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stop has ", r.stop_strings.size(), " strings and stop_token_ids ",
-        r.stop_token_ids.size(), " entries; at most ", options_.max_stop_strings, " and ",
-        options_.max_stop_token_ids, " are allowed"));
-  }
-  for (size_t i = 0; i < r.stop_strings.size(); ++i) {
-    if (r.stop_strings[i].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty"));
-    }
-    if (static_cast<int64_t>(r.stop_strings[i].size()) > options_.max_stop_string_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] has ",
-                                                     r.stop_strings[i].size(), " bytes; at most ",
-                                                     options_.max_stop_string_bytes));
-    }
-  }
-  const int64_t needed = cache_.allocator().BlocksFor(decoder_len + 1);
-  if (needed > cache_.allocator().num_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the prompt needs ", needed, " KV blocks but the cache has ",
-        cache_.allocator().num_blocks(), "; raise --kv_cache_bytes or shorten the prompt"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status EngineImpl::ValidateEncode(const EncodeRequest& r) const {
-  if (r.inputs.empty()) return absl::InvalidArgumentError("inputs is empty; give at least one input");
-  if (static_cast<int64_t>(r.inputs.size()) > options_.max_batch_entries) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs has ", r.inputs.size(),
-                                                   " entries; at most ", options_.max_batch_entries,
-                                                   " per call (--max_batch_entries)"));
-  }
-  for (size_t i = 0; i < r.inputs.size(); ++i) {
-    const std::string field = absl::StrCat("inputs[", i, "]");
-    if (r.inputs[i].empty()) return absl::InvalidArgumentError(field + " is empty");
-    if (static_cast<int64_t>(r.inputs[i].size()) > config_.max_positions) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " has ", r.inputs[i].size(),
-                                                     " tokens; the model accepts at most ",
-                                                     config_.max_positions));
-    }
-    DIKKAT_RETURN_IF_ERROR(CheckIds(r.inputs[i], config_.vocab_size, field));
-  }
-  if (!r.type_ids.empty()) {
-    if (r.type_ids.size() != r.inputs.size()) {
-      return absl::InvalidArgumentError("type_ids must be empty or one list per input");
-    }
-    for (size_t i = 0; i < r.type_ids.size(); ++i) {
-      if (!r.type_ids[i].empty() && r.type_ids[i].size() != r.inputs[i].size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("type_ids[", i, "] has ", r.type_ids[i].size(), " entries for ",
-                         r.inputs[i].size(), " tokens"));
-      }
-      DIKKAT_RETURN_IF_ERROR(CheckIds(r.type_ids[i], std::max<int64_t>(config_.type_vocab_size, 1),
-                                      absl::StrCat("type_ids[", i, "]")));
-    }
-  }
-  const int64_t layers = config_.has_encoder() && config_.architecture != Architecture::kDecoderOnly
-                             ? (config_.architecture == Architecture::kEncoderDecoder
-                                    ? config_.n_encoder_layers
-                                    : config_.n_layers)
-                             : config_.n_layers;
-  if (r.hidden_layer < -1 || r.hidden_layer > layers) {
-    return absl::InvalidArgumentError(absl::StrCat("hidden_layer is ", r.hidden_layer,
-                                                   "; allowed: -1 (final), 0 (embeddings) .. ",
-                                                   layers));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status EngineImpl::ValidateAttention(const AttentionRequest& r) const {
-  const bool enc_dec = config_.architecture == Architecture::kEncoderDecoder;
-  if (r.input.empty()) return absl::InvalidArgumentError("input is empty");
-  if (static_cast<int64_t>(r.input.size()) > config_.max_positions) {
-    return absl::InvalidArgumentError(absl::StrCat("input has ", r.input.size(),
-                                                   " tokens; the model accepts at most ",
-                                                   config_.max_positions));
-  }
-  DIKKAT_RETURN_IF_ERROR(CheckIds(r.input, config_.vocab_size, "input"));
-  int64_t layers = config_.n_layers;
-  int64_t q_len = static_cast<int64_t>(r.input.size()), k_len = q_len;
-  switch (r.kind) {
-    case AttentionKind::kSelf:
-      if (enc_dec) {
-        return absl::InvalidArgumentError(
-            "kind SELF is for decoder-only and encoder-only models; this encoder-decoder model has "
-            "ENCODER_SELF, DECODER_SELF and CROSS");
-      }
-      break;
-    case AttentionKind::kEncoderSelf:
-    case AttentionKind::kDecoderSelf:
-    case AttentionKind::kCross:
-      if (!enc_dec) {
-        return absl::InvalidArgumentError(
-            "kinds ENCODER_SELF, DECODER_SELF and CROSS need an encoder-decoder model; use SELF");
-      }
-      layers = r.kind == AttentionKind::kEncoderSelf ? config_.n_encoder_layers
-                                                     : config_.n_decoder_layers;
-      if (r.kind != AttentionKind::kEncoderSelf) {
-        if (r.target.empty()) {
-          return absl::InvalidArgumentError("target is empty; DECODER_SELF and CROSS need a target");
-        }
-        DIKKAT_RETURN_IF_ERROR(CheckIds(r.target, config_.vocab_size, "target"));
-        q_len = static_cast<int64_t>(r.target.size());
-        if (q_len > config_.max_positions) {
-          return absl::InvalidArgumentError(absl::StrCat("target has ", q_len,
-                                                         " tokens; the model accepts at most ",
-                                                         config_.max_positions));
-        }
-        if (r.kind == AttentionKind::kDecoderSelf) k_len = q_len;
-      }
-      break;
-  }
-  for (int32_t l : r.layers) {
-    if (l < 0 || l >= layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layers contains ", l, "; allowed: 0..", layers - 1));
-    }
-  }
-  for (int32_t h : r.heads) {
-    if (h < 0 || h >= config_.n_heads) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("heads contains ", h, "; allowed: 0..", config_.n_heads - 1));
-    }
-  }
-  const int64_t n_layers = r.layers.empty() ? layers : static_cast<int64_t>(r.layers.size());
-  const int64_t n_heads = r.aggregation != HeadAggregation::kNone
-                              ? 1
-                              : (r.heads.empty() ? config_.n_heads
-                                                 : static_cast<int64_t>(r.heads.size()));
-  const int64_t values = n_layers * n_heads * q_len * k_len;
-  const int64_t limit = r.max_values > 0 ? r.max_values : options_.max_attention_values;
-  if (values > limit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the response would hold ", values, " attention weights (", n_layers, " layers x ", n_heads,
-        " maps x ", q_len, " x ", k_len, "); the limit is ", limit,
-        "; select fewer layers or heads, aggregate heads, or shorten the input"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<RequestId> EngineImpl::Enqueue(std::unique_ptr<Request> request) {
-  request->id = next_id_.fetch_add(1);
-  request->submitted = absl::Now();
-  const RequestId id = request->id;
-  dikkat::MutexLock lock(&mu_);
-  if (draining_ || stop_) {
-    return absl::UnavailableError("the server is shutting down; retry on another replica");
-  }
-  if (queued_ >= options_.max_queue) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the request queue is full (", options_.max_queue, " waiting); retry later"));
-  }
-  ++queued_;
-  ++in_flight_;
-  inbox_.push_back(std::move(request));
-  return id;
-}
-
-absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
-                                                     std::shared_ptr<GenerateObserver> observer) {
-  DIKKAT_RETURN_IF_ERROR(ValidateGenerate(request));
-  auto r = std::make_unique<Request>();
-  r->kind = RequestKind::kGenerate;
-  r->deadline = request.deadline;
-  r->gen = std::move(request);
-  r->observer = std::move(observer);
-  return Enqueue(std::move(r));
-}
-
-absl::StatusOr<RequestId> EngineImpl::SubmitEncode(EncodeRequest request, EncodeCallback done) {
-  DIKKAT_RETURN_IF_ERROR(ValidateEncode(request));
-  auto r = std::make_unique<Request>();
-  r->kind = RequestKind::kEncode;
-  r->deadline = request.deadline;
-  r->enc = std::move(request);
-  r->enc_done = std::move(done);
-  return Enqueue(std::move(r));
-}
-
-absl::StatusOr<RequestId> EngineImpl::SubmitAttention(AttentionRequest request,
-                                                      AttentionCallback done) {
-  DIKKAT_RETURN_IF_ERROR(ValidateAttention(request));
-  auto r = std::make_unique<Request>();
-  r->kind = RequestKind::kAttention;
-  r->deadline = request.deadline;
-  r->att = std::move(request);
-  r->att_done = std::move(done);
-  return Enqueue(std::move(r));
-}
-
-void EngineImpl::Cancel(RequestId id) {
-  dikkat::MutexLock lock(&mu_);
-  cancels_.push_back(id);
-}
-
-EngineStats EngineImpl::stats() const {
-  EngineStats s;
-  s.running = stat_running_.load();
-  s.waiting = stat_waiting_.load();
-  s.kv_blocks_total = cache_.allocator().num_blocks();
-  s.kv_blocks_used = stat_blocks_used_.load();
-  s.kv_block_size = cache_.block_size();
-  s.kv_cache_bytes = cache_.total_bytes();
-  s.weights_bytes = description_.weights_bytes;
-  s.requests_finished = stat_finished_.load();
-  s.preemptions = stat_preemptions_.load();
-  return s;
-}
-
-void EngineImpl::Shutdown(absl::Duration grace) {
-  dikkat::MutexLock shutdown_lock(&shutdown_mu_);
-  if (!thread_.joinable()) return;
-  {
-    dikkat::MutexLock lock(&mu_);
-    draining_ = true;
-    // Wait for in-flight work to finish, up to the grace period.
-    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
-    mu_.AwaitWithTimeout(absl::Condition(&idle), grace);
-    stop_ = true;
-  }
-  thread_.join();
-}
-
-absl::Status EngineImpl::Warmup() {
-  dikkat::Notification done;
-  absl::Status result;
-  if (config_.has_decoder()) {
-    class WarmupObserver : public GenerateObserver {
-     public:
-      WarmupObserver(dikkat::Notification* done, absl::Status* result) : done_(done), result_(result) {}
-      void OnChunk(GeneratedChunk) override {}
-      void OnFinish(GenerateSummary summary) override {
-        *result_ = summary.status;
-        done_->Notify();
-      }
-
-     private:
-      dikkat::Notification* done_;
-      absl::Status* result_;
-    };
-    GenerateRequest req;
-    const int32_t token = static_cast<int32_t>(std::max<int64_t>(config_.bos_token_id, 0));
-    req.prompt = {token, token};
-    if (config_.architecture == Architecture::kEncoderDecoder) req.source = {token, token};
-    if (config_.architecture == Architecture::kEncoderDecoder) req.prompt.clear();
-    req.max_new_tokens = 2;
-    req.sampling.temperature = 0;
-    req.ignore_eos = true;
-    DIKKAT_RETURN_IF_ERROR(
-        SubmitGenerate(std::move(req), std::make_shared<WarmupObserver>(&done, &result)).status());
-    done.WaitForNotification();
-    return result;
-  }
-  EncodeRequest req;
-  req.inputs = {{0, 0}};
-  DIKKAT_RETURN_IF_ERROR(SubmitEncode(std::move(req), [&](absl::StatusOr<EncodeResult> r) {
-                           result = r.status();
-                           done.Notify();
-                         }).status());
-  done.WaitForNotification();
-  return result;
-}
+Request::Request() = default;
+Request::~Request() = default;
 
 // ---------------------------------------------------------------------------
 // Engine thread
@@ -524,11 +66,14 @@ void EngineImpl::Loop() {
   at::init_num_threads();
   while (true) {
     if (!TakeInbox()) break;
-    Expire();
+    const absl::Time now = absl::Now();
+    ExpireAuxiliary(now);
     RunAuxiliary();
-    std::vector<int64_t> chunk_lens;
-    std::vector<Request*> batch = Schedule(&chunk_lens);
-    if (!batch.empty()) Forward(batch, chunk_lens);
+    const ScheduleResult plan = Schedule(now);
+    if (!plan.batch.empty()) {
+      std::optional<at::Tensor> logits = Run(plan);
+      if (logits.has_value()) Postprocess(plan, *logits);
+    }
     PublishStats();
   }
   // Stopping: everything still here is cancelled.
@@ -536,15 +81,15 @@ void EngineImpl::Loop() {
     dikkat::MutexLock lock(&mu_);
     DrainInbox();
   }
-  std::vector<Request*> left(running_.begin(), running_.end());
-  left.insert(left.end(), waiting_.begin(), waiting_.end());
-  for (Request* r : left) FinishGenerate(r, FinishReason::kCancelled);
+  std::vector<Sequence*> left(scheduler_.running().begin(), scheduler_.running().end());
+  left.insert(left.end(), scheduler_.waiting().begin(), scheduler_.waiting().end());
+  for (Sequence* s : left) FinishGenerate(static_cast<Request*>(s), FinishReason::kCancelled);
   std::vector<Request*> aux(auxiliary_.begin(), auxiliary_.end());
   for (Request* r : aux) FinishAuxiliary(r, absl::UnavailableError("the server is shutting down"));
   PublishStats();
 }
 
-// Takes ownership of every submitted request: Generate to waiting_, the rest
+// Takes ownership of every submitted request: Generate to the scheduler, the rest
 // to auxiliary_.
 void EngineImpl::DrainInbox() {
   while (!inbox_.empty()) {
@@ -553,18 +98,23 @@ void EngineImpl::DrainInbox() {
     Request* raw = r.get();
     requests_[raw->id] = std::move(r);
     if (raw->kind == RequestKind::kGenerate) {
-      waiting_.push_back(raw);
+      scheduler_.Add(raw);
     } else {
       auxiliary_.push_back(raw);
     }
   }
+  PublishQueued();
+}
+
+void EngineImpl::PublishQueued() {
+  engine_queued_ = static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size());
 }
 
 // Moves new requests and cancellations into engine-thread state; waits when
 // idle. Returns false when the engine must stop.
 bool EngineImpl::TakeInbox() {
   dikkat::MutexLock lock(&mu_);
-  const bool busy = !running_.empty() || !waiting_.empty() || !auxiliary_.empty();
+  const bool busy = !scheduler_.empty() || !auxiliary_.empty();
   if (!busy) {
     auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return stop_ || !inbox_.empty() || !cancels_.empty();
@@ -581,191 +131,146 @@ bool EngineImpl::TakeInbox() {
   return true;
 }
 
-void EngineImpl::Expire() {
-  const absl::Time now = absl::Now();
+// Generate requests expire in the scheduler; Encode/Attention ones here.
+void EngineImpl::ExpireAuxiliary(absl::Time now) {
   std::vector<Request*> done;
-  for (auto& [id, r] : requests_) {
-    if (r->cancelled || now >= r->deadline) done.push_back(r.get());
+  for (Request* r : auxiliary_) {
+    if (r->cancelled || now >= r->deadline) done.push_back(r);
   }
   for (Request* r : done) {
-    const bool cancelled = r->cancelled;
-    if (r->kind == RequestKind::kGenerate) {
-      FinishGenerate(r, cancelled ? FinishReason::kCancelled : FinishReason::kDeadline);
-    } else {
-      FinishAuxiliary(r, cancelled ? absl::CancelledError("cancelled by the caller")
-                                   : absl::DeadlineExceededError("the deadline passed in the queue"));
-    }
+    FinishAuxiliary(r, r->cancelled
+                           ? absl::CancelledError("cancelled by the caller")
+                           : absl::DeadlineExceededError("the deadline passed in the queue"));
   }
 }
 
 void EngineImpl::RunAuxiliary() {
   // Encode/Attention are prefill-only and short; run a few per step so that
-  // decoding sequences are never starved for long.
+  // decoding sequences are never starved for long. Each is one prefill step
+  // for the metrics (docs/metrics.md), whether it succeeds or fails.
   for (int i = 0; i < 4 && !auxiliary_.empty(); ++i) {
     Request* r = auxiliary_.front();
     const absl::Time start = absl::Now();
-    absl::Status status;
-    try {
-      if (r->kind == RequestKind::kEncode) {
-        absl::StatusOr<EncodeResult> result = DoEncode(r->enc);
-        status = result.status();
-        if (result.ok()) {
-          EncodeCallback done = std::move(r->enc_done);
-          r->enc_done = nullptr;
-          FinishAuxiliary(r, absl::OkStatus());
-          done(std::move(result));
-          continue;
-        }
-      } else {
-        absl::StatusOr<AttentionResult> result = DoAttention(r->att);
-        status = result.status();
-        if (result.ok()) {
-          AttentionCallback done = std::move(r->att_done);
-          r->att_done = nullptr;
-          FinishAuxiliary(r, absl::OkStatus());
-          done(std::move(result));
-          continue;
-        }
+    if (r->kind == RequestKind::kEncode) {
+      absl::StatusOr<EncodeResult> result = RunEncode(*transformer_, r->enc);
+      int32_t tokens = 0;
+      for (const std::vector<int32_t>& input : r->enc.inputs) {
+        tokens += static_cast<int32_t>(input.size());
       }
-    } catch (const std::exception& e) {
-      status = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
+      OnAuxiliaryStep(static_cast<int32_t>(r->enc.inputs.size()), tokens, start);
+      EncodeCallback done = std::move(r->enc_done);
+      r->enc_done = nullptr;
+      FinishAuxiliary(r, absl::OkStatus());  // bookkeeping; `done` gets the result
+      done(std::move(result));
+    } else {
+      absl::StatusOr<AttentionResult> result = RunAttention(*transformer_, r->att);
+      OnAuxiliaryStep(1, static_cast<int32_t>(r->att.input.size() + r->att.target.size()), start);
+      AttentionCallback done = std::move(r->att_done);
+      r->att_done = nullptr;
+      FinishAuxiliary(r, absl::OkStatus());
+      done(std::move(result));
     }
-    if (listener_ != nullptr) {
-      listener_->OnStep(StepTiming{true, 1, 0, absl::Now() - start});
-    }
-    FinishAuxiliary(r, status);
   }
 }
 
+void EngineImpl::OnAuxiliaryStep(int32_t sequences, int32_t tokens, absl::Time start) {
+  if (listener_ != nullptr) {
+    listener_->OnStep(StepTiming{/*prefill=*/true, sequences, tokens, absl::Now() - start});
+  }
+}
+
+// Makes an admitted request ready to run. On its first admission: its
+// sampler, text stream and (encoder-decoder) the encoder's cross-attention
+// K/V, which a preemption keeps (it frees only the KV blocks).
 void EngineImpl::Admit(Request* r) {
-  const bool enc_dec = config_.architecture == Architecture::kEncoderDecoder;
   r->scheduled_at = absl::Now();
   if (r->sampler == nullptr) {
     const uint64_t seed = r->gen.sampling.seed.value_or(seed_source_());
     r->sampler = std::make_unique<model::Sampler>(r->gen.sampling, seed);
-    r->detok = std::make_unique<model::IncrementalDecoder>(tokenizer_.get(), true);
-    if (enc_dec) {
-      const int32_t start = static_cast<int32_t>(
-          config_.decoder_start_token_id >= 0 ? config_.decoder_start_token_id : config_.bos_token_id);
-      r->tokens.push_back(start);
-    }
-    r->tokens.insert(r->tokens.end(), r->gen.prompt.begin(), r->gen.prompt.end());
+    r->text = std::make_unique<TextStream>(tokenizer_.get(), r->gen.stop_strings,
+                                           r->gen.include_stop_text);
     r->prompt_len = static_cast<int32_t>(r->tokens.size());
     r->sampler->ObserveAll(r->tokens);
     const int32_t requested =
         r->gen.max_new_tokens > 0 ? r->gen.max_new_tokens : options_.default_max_new_tokens;
-    r->max_new = static_cast<int32_t>(
-        std::min<int64_t>(requested, config_.max_positions - r->prompt_len));
+    r->max_new =
+        static_cast<int32_t>(std::min<int64_t>(requested, config_.max_positions - r->prompt_len));
   }
-  if (enc_dec && r->cross == nullptr) {
-    at::Tensor memory = EncoderMemory(r->gen.source, nullptr);
-    r->cross = std::make_unique<model::CrossAttentionCache>(transformer_->MakeCrossCache(memory));
+  if (config_.architecture == Architecture::kEncoderDecoder && r->cross == nullptr) {
+    r->cross = EncodeSource(*transformer_, r->gen.source);
   }
-  running_.push_back(r);
 }
 
-// Frees the most recently admitted sequence's blocks and requeues it at the
-// front (it will recompute its tokens when readmitted). False if nothing to preempt.
-bool EngineImpl::Preempt() {
-  if (running_.size() <= 1) return false;
-  Request* victim = running_.back();
-  running_.pop_back();
-  cache_.allocator().Release(&victim->blocks);
-  victim->num_cached = 0;
-  waiting_.push_front(victim);
+// Asks the scheduler for the next step's batch and carries out what it
+// decided about requests: finishes the expired and rejected ones, counts
+// preemptions, readies the admitted ones.
+ScheduleResult EngineImpl::Schedule(absl::Time now) {
+  ScheduleResult plan = scheduler_.Schedule(now);
+  for (Sequence* s : plan.expired) {
+    FinishGenerate(static_cast<Request*>(s),
+                   s->cancelled ? FinishReason::kCancelled : FinishReason::kDeadline);
+  }
+  for (size_t i = 0; i < plan.preempted.size(); ++i) {
+    stat_preemptions_.fetch_add(1);
+    if (listener_ != nullptr) listener_->OnPreemption();
+  }
+  for (Sequence* s : plan.rejected) {
+    FinishGenerate(static_cast<Request*>(s), FinishReason::kError,
+                   absl::ResourceExhaustedError("the KV cache cannot hold this sequence"));
+  }
+  for (Sequence* s : plan.admitted) Admit(static_cast<Request*>(s));
   {
     dikkat::MutexLock lock(&mu_);
-    ++queued_;
+    PublishQueued();
   }
-  stat_preemptions_.fetch_add(1);
-  if (listener_ != nullptr) listener_->OnPreemption();
-  return true;
+  return plan;
 }
 
-std::vector<Request*> EngineImpl::Schedule(std::vector<int64_t>* chunk_lens) {
-  model::KvBlockAllocator& alloc = cache_.allocator();
-  int64_t budget = options_.max_batch_tokens;
-  // 1. Running sequences: decode (1 token) or continue a chunked prefill.
-  //    Grow block tables; preempt the newest when the cache is full.
-  std::vector<Request*> batch;
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Request* r = running_[i];
-    const int64_t pending = static_cast<int64_t>(r->tokens.size()) - r->num_cached;
-    const int64_t chunk = std::min<int64_t>(pending, std::max<int64_t>(budget, 1));
-    while (!alloc.EnsureCapacity(&r->blocks, r->num_cached + chunk)) {
-      if (!Preempt()) break;
-      if (std::find(running_.begin(), running_.end(), r) == running_.end()) break;
-    }
-    if (std::find(running_.begin(), running_.end(), r) == running_.end()) break;
-    if (static_cast<int64_t>(r->blocks.size()) < alloc.BlocksFor(r->num_cached + chunk)) {
-      FinishGenerate(r, FinishReason::kError,
-                     absl::ResourceExhaustedError("the KV cache cannot hold this sequence"));
-      --i;
-      continue;
-    }
-    batch.push_back(r);
-    chunk_lens->push_back(chunk);
-    budget -= chunk;
-  }
-  // 2. Admit waiting requests while the token budget, batch size and free
-  //    blocks allow (their whole prompt must fit in free blocks now).
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < options_.max_batch_size) {
-    Request* r = waiting_.front();
-    const int64_t len = r->sampler ? static_cast<int64_t>(r->tokens.size())
-                                   : static_cast<int64_t>(r->gen.prompt.size()) +
-                                         (config_.architecture == Architecture::kEncoderDecoder);
-    if (alloc.BlocksFor(len + 1) > alloc.num_free()) break;
-    waiting_.pop_front();
-    {
-      dikkat::MutexLock lock(&mu_);
-      --queued_;
-    }
-    Admit(r);
-    const int64_t chunk = std::min<int64_t>(static_cast<int64_t>(r->tokens.size()), budget);
-    alloc.EnsureCapacity(&r->blocks, chunk);
-    batch.push_back(r);
-    chunk_lens->push_back(chunk);
-    budget -= chunk;
-  }
-  return batch;
-}
-
-void EngineImpl::Forward(const std::vector<Request*>& batch, const std::vector<int64_t>& chunk_lens) {
+// One batched forward over the plan's chunks; the logits of each chunk's last
+// token, [batch, vocab] on the CPU. On failure every request of the batch is
+// finished with the error and nothing is returned.
+std::optional<at::Tensor> EngineImpl::Run(const ScheduleResult& plan) {
   std::vector<model::SequenceChunk> chunks;
-  chunks.reserve(batch.size());
+  chunks.reserve(plan.batch.size());
   bool prefill = false;
   int32_t tokens = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Request* r = batch[i];
+  for (size_t i = 0; i < plan.batch.size(); ++i) {
+    Request* r = static_cast<Request*>(plan.batch[i]);
     model::SequenceChunk c;
-    c.tokens = absl::MakeConstSpan(r->tokens).subspan(r->num_cached, chunk_lens[i]);
+    c.tokens = absl::MakeConstSpan(r->tokens).subspan(r->num_cached, plan.chunk_lens[i]);
     c.start_pos = r->num_cached;
     c.block_table = &r->blocks;
     c.cross = r->cross.get();
     chunks.push_back(c);
-    prefill |= chunk_lens[i] > 1 || r->num_cached == 0;
-    tokens += static_cast<int32_t>(chunk_lens[i]);
+    prefill |= plan.chunk_lens[i] > 1 || r->num_cached == 0;
+    tokens += static_cast<int32_t>(plan.chunk_lens[i]);
   }
   const absl::Time start = absl::Now();
   at::Tensor logits;
   try {
     model::ForwardOptions opts;
-    logits = transformer_->Decode(chunks, &cache_, opts).logits.to(at::kCPU).contiguous();
+    logits = transformer_->Decode(chunks, cache_.get(), opts).logits.to(at::kCPU).contiguous();
   } catch (const std::exception& e) {
     const absl::Status error = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
-    for (Request* r : batch) FinishGenerate(r, FinishReason::kError, error);
-    return;
+    for (Sequence* s : plan.batch)
+      FinishGenerate(static_cast<Request*>(s), FinishReason::kError, error);
+    return std::nullopt;
   }
   if (listener_ != nullptr) {
-    listener_->OnStep(StepTiming{prefill, static_cast<int32_t>(batch.size()), tokens,
-                                 absl::Now() - start});
+    listener_->OnStep(
+        StepTiming{prefill, static_cast<int32_t>(plan.batch.size()), tokens, absl::Now() - start});
   }
+  return logits;
+}
+
+// Advances each sequence past its chunk; one whose prompt is all in the
+// cache samples its next token from its row of `logits` and emits it.
+void EngineImpl::Postprocess(const ScheduleResult& plan, const at::Tensor& logits) {
   const int64_t vocab = logits.size(1);
   const float* data = logits.data_ptr<float>();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Request* r = batch[i];
-    r->num_cached += chunk_lens[i];
+  for (size_t i = 0; i < plan.batch.size(); ++i) {
+    Request* r = static_cast<Request*>(plan.batch[i]);
+    r->num_cached += plan.chunk_lens[i];
     if (r->num_cached < static_cast<int64_t>(r->tokens.size())) continue;  // prefill continues
     absl::StatusOr<model::SampledToken> token =
         r->sampler->Sample(absl::MakeConstSpan(data + i * vocab, vocab));
@@ -797,74 +302,39 @@ void EngineImpl::Emit(Request* r, const model::SampledToken& token) {
   for (const model::TokenLogprob& alt : token.top) out.top.push_back({alt.token_id, alt.logprob});
   chunk.tokens.push_back(std::move(out));
 
+  // EOS and stop token ids end the request without their text; the text
+  // stream decides stop strings and the length limit.
   const bool is_eos = token.token_id == config_.eos_token_id && config_.eos_token_id >= 0;
-  std::optional<FinishReason> reason;
+  const std::vector<int32_t>& stop_ids = r->gen.stop_token_ids;
+  TextPiece piece;
   if (is_eos && !r->gen.ignore_eos) {
-    reason = FinishReason::kEos;
-  } else if (std::find(r->gen.stop_token_ids.begin(), r->gen.stop_token_ids.end(),
-                       token.token_id) != r->gen.stop_token_ids.end()) {
-    reason = FinishReason::kStop;
-  }
-  if (!reason) r->held_text += r->detok->Push(token.token_id);
-  if (!reason && !r->gen.stop_strings.empty()) {
-    size_t best = std::string::npos, best_len = 0;
-    for (const std::string& stop : r->gen.stop_strings) {
-      const size_t at = r->held_text.find(stop);
-      if (at != std::string::npos && at < best) {
-        best = at;
-        best_len = stop.size();
-      }
-    }
-    if (best != std::string::npos) {
-      r->held_text.resize(r->gen.include_stop_text ? best + best_len : best);
-      reason = FinishReason::kStop;
-    }
-  }
-  if (!reason && r->generated >= r->max_new) reason = FinishReason::kLength;
-  if (reason) {
-    if (*reason == FinishReason::kLength) r->held_text += r->detok->Flush();
-    chunk.text = std::move(r->held_text);
-    r->held_text.clear();
+    piece = r->text->End(FinishReason::kEos);
+  } else if (std::find(stop_ids.begin(), stop_ids.end(), token.token_id) != stop_ids.end()) {
+    piece = r->text->End(FinishReason::kStop);
   } else {
-    const size_t hold = StopPrefixHold(r->held_text, r->gen.stop_strings);
-    chunk.text = r->held_text.substr(0, r->held_text.size() - hold);
-    r->held_text.erase(0, r->held_text.size() - hold);
+    piece = r->text->Push(token.token_id, /*last=*/r->generated >= r->max_new);
   }
+  chunk.text = std::move(piece.text);
   r->observer->OnChunk(std::move(chunk));
-  if (reason) FinishGenerate(r, *reason);
-}
-
-void EngineImpl::RemoveRunning(Request* r) {
-  auto it = std::find(running_.begin(), running_.end(), r);
-  if (it != running_.end()) {
-    running_.erase(it);
-    return;
-  }
-  auto wit = std::find(waiting_.begin(), waiting_.end(), r);
-  if (wit != waiting_.end()) {
-    waiting_.erase(wit);
-    dikkat::MutexLock lock(&mu_);
-    --queued_;
-  }
+  if (piece.finish) FinishGenerate(r, *piece.finish);
 }
 
 void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status status) {
-  RemoveRunning(r);
-  cache_.allocator().Release(&r->blocks);
+  scheduler_.RemoveAndFree(r);
   const absl::Time now = absl::Now();
   GenerateSummary summary;
   summary.reason = reason;
   summary.status = std::move(status);
   // Every token the model read as input: the encoder's source (encoder-decoder)
   // plus the decoder's prompt (with its start token).
-  summary.prompt_tokens = static_cast<int32_t>(r->gen.source.size()) +
-                          (r->prompt_len > 0 ? r->prompt_len
-                                             : static_cast<int32_t>(r->gen.prompt.size()));
+  summary.prompt_tokens =
+      static_cast<int32_t>(r->gen.source.size()) +
+      (r->prompt_len > 0 ? r->prompt_len : static_cast<int32_t>(r->gen.prompt.size()));
   summary.generated_tokens = r->generated;
   summary.seed = r->sampler ? r->sampler->seed() : r->gen.sampling.seed.value_or(0);
   summary.queue_time = (r->scheduled_at ? *r->scheduled_at : now) - r->submitted;
-  summary.time_to_first_token = r->first_token_at ? *r->first_token_at - r->submitted
-                                                  : absl::ZeroDuration();
+  summary.time_to_first_token =
+      r->first_token_at ? *r->first_token_at - r->submitted : absl::ZeroDuration();
   summary.total_time = now - r->submitted;
   if (listener_ != nullptr) listener_->OnGenerateFinished(summary);
   std::shared_ptr<GenerateObserver> observer = std::move(r->observer);
@@ -873,6 +343,7 @@ void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status st
   {
     dikkat::MutexLock lock(&mu_);
     --in_flight_;
+    PublishQueued();
   }
   observer->OnFinish(std::move(summary));
 }
@@ -882,8 +353,8 @@ void EngineImpl::FinishAuxiliary(Request* r, absl::Status status) {
   if (it != auxiliary_.end()) auxiliary_.erase(it);
   {
     dikkat::MutexLock lock(&mu_);
-    --queued_;
     --in_flight_;
+    PublishQueued();
   }
   EncodeCallback enc_done = std::move(r->enc_done);
   AttentionCallback att_done = std::move(r->att_done);
@@ -896,182 +367,10 @@ void EngineImpl::FinishAuxiliary(Request* r, absl::Status status) {
 }
 
 void EngineImpl::PublishStats() {
-  stat_running_.store(static_cast<int32_t>(running_.size()));
-  stat_waiting_.store(static_cast<int32_t>(waiting_.size() + auxiliary_.size()));
-  stat_blocks_used_.store(cache_.allocator().num_used());
+  stat_running_.store(static_cast<int32_t>(scheduler_.running().size()));
+  stat_waiting_.store(static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size()));
+  stat_blocks_used_.store(cache_->allocator().num_used());
 }
 
-// ---------------------------------------------------------------------------
-// Encode and Attention
-// ---------------------------------------------------------------------------
-
-at::Tensor EngineImpl::EncoderMemory(const std::vector<int32_t>& source,
-                                     model::AttentionCapture* capture) const {
-  model::SequenceChunk c;
-  c.tokens = absl::MakeConstSpan(source);
-  model::ForwardOptions opts;
-  opts.hidden_layer = model::ForwardOptions::kFinalHidden;
-  opts.capture = capture;
-  return transformer_->Encode({c}, opts).hidden[0];  // [S, d]
-}
-
-absl::StatusOr<EncodeResult> EngineImpl::DoEncode(const EncodeRequest& req) {
-  std::vector<model::SequenceChunk> chunks;
-  int32_t total = 0;
-  for (size_t i = 0; i < req.inputs.size(); ++i) {
-    model::SequenceChunk c;
-    c.tokens = absl::MakeConstSpan(req.inputs[i]);
-    if (!req.type_ids.empty()) c.type_ids = absl::MakeConstSpan(req.type_ids[i]);
-    chunks.push_back(c);
-    total += static_cast<int32_t>(req.inputs[i].size());
-  }
-  model::ForwardOptions opts;
-  opts.last_logits = false;
-  opts.hidden_layer = req.hidden_layer < 0 ? model::ForwardOptions::kFinalHidden : req.hidden_layer;
-  // Decoder-only models encode with their causal stack (no KV cache needed).
-  model::ForwardResult fwd = config_.architecture == Architecture::kDecoderOnly
-                                 ? transformer_->Decode(chunks, nullptr, opts)
-                                 : transformer_->Encode(chunks, opts);
-  EncodeResult result;
-  result.prompt_tokens = total;
-  for (const at::Tensor& h : fwd.hidden) {  // [n, d]
-    at::Tensor hf = h.to(at::kFloat);
-    at::Tensor pooled;
-    switch (req.pooling) {
-      case model::Pooling::kMean:
-        pooled = hf.mean(0);
-        break;
-      case model::Pooling::kFirst:
-        pooled = hf.select(0, 0);
-        break;
-      case model::Pooling::kLast:
-        pooled = hf.select(0, hf.size(0) - 1);
-        break;
-    }
-    if (req.normalize) pooled = pooled / pooled.norm().clamp_min(1e-12);
-    result.embeddings.push_back(ToDense(pooled));
-    if (req.return_hidden_states) result.hidden_states.push_back(ToDense(hf));
-  }
-  return result;
-}
-
-absl::StatusOr<AttentionResult> EngineImpl::DoAttention(const AttentionRequest& req) {
-  model::AttentionCapture capture;
-  model::SequenceChunk c;
-  model::ForwardOptions opts;
-  opts.last_logits = false;
-  opts.capture = &capture;
-  std::vector<at::Tensor>* maps = &capture.self_probs;
-  switch (req.kind) {
-    case AttentionKind::kSelf:
-      capture.self = true;
-      c.tokens = absl::MakeConstSpan(req.input);
-      if (config_.architecture == Architecture::kDecoderOnly) {
-        transformer_->Decode({c}, nullptr, opts);
-      } else {
-        transformer_->Encode({c}, opts);
-      }
-      break;
-    case AttentionKind::kEncoderSelf:
-      capture.self = true;
-      EncoderMemory(req.input, &capture);
-      break;
-    case AttentionKind::kDecoderSelf:
-    case AttentionKind::kCross: {
-      model::CrossAttentionCache cross = transformer_->MakeCrossCache(EncoderMemory(req.input, nullptr));
-      capture.self = req.kind == AttentionKind::kDecoderSelf;
-      capture.cross = req.kind == AttentionKind::kCross;
-      if (capture.cross) maps = &capture.cross_probs;
-      c.tokens = absl::MakeConstSpan(req.target);
-      c.cross = &cross;
-      transformer_->Decode({c}, nullptr, opts);
-      break;
-    }
-  }
-  AttentionResult result;
-  std::vector<int32_t> layers = req.layers;
-  if (layers.empty()) {
-    for (size_t l = 0; l < maps->size(); ++l) layers.push_back(static_cast<int32_t>(l));
-  }
-  std::vector<int64_t> heads(req.heads.begin(), req.heads.end());
-  for (int32_t l : layers) {
-    at::Tensor probs = (*maps)[l].to(at::kCPU, at::kFloat);  // [H, q, k]
-    result.q_len = static_cast<int32_t>(probs.size(1));
-    result.k_len = static_cast<int32_t>(probs.size(2));
-    if (!heads.empty()) probs = probs.index_select(0, at::tensor(heads, at::kLong));
-    if (req.aggregation == HeadAggregation::kNone) {
-      for (int64_t i = 0; i < probs.size(0); ++i) {
-        AttentionMap map;
-        map.layer = l;
-        map.head = heads.empty() ? static_cast<int32_t>(i) : static_cast<int32_t>(heads[i]);
-        map.kind = req.kind;
-        map.weights = ToDense(probs[i]);
-        result.maps.push_back(std::move(map));
-      }
-    } else {
-      AttentionMap map;
-      map.layer = l;
-      map.head = -1;
-      map.kind = req.kind;
-      map.weights = ToDense(req.aggregation == HeadAggregation::kMean ? probs.mean(0)
-                                                                      : std::get<0>(probs.max(0)));
-      result.maps.push_back(std::move(map));
-    }
-  }
-  return result;
-}
-
-}  // namespace
-
-// ---------------------------------------------------------------------------
-// Creation
-// ---------------------------------------------------------------------------
-
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
-                                                       const std::string& model_path,
-                                                       const EngineOptions& options,
-                                                       EngineListener* listener) {
-  const absl::Time start = absl::Now();
-  DIKKAT_ASSIGN_OR_RETURN(c10::ScalarType dtype, model::ParseDType(options.dtype));
-  DIKKAT_ASSIGN_OR_RETURN(c10::Device device, model::ParseDevice(options.device));
-  if (options.max_batch_size <= 0 || options.max_batch_tokens <= 0 || options.max_queue <= 0 ||
-      options.kv_block_size <= 0 || options.max_new_tokens_cap <= 0 ||
-      options.default_max_new_tokens <= 0 || options.max_batch_entries <= 0 ||
-      options.max_attention_values <= 0) {
-    return absl::InvalidArgumentError(
-        "max_batch_size, max_batch_tokens, max_queue, kv_block_size, max_new_tokens_cap, "
-        "default_max_new_tokens, max_batch_entries and max_attention_values must all be > 0");
-  }
-  model::LoadOptions load;
-  load.dtype = dtype;
-  load.device = device;
-  absl::StatusOr<model::LoadedModel> loaded;
-  try {
-    loaded = model::LoadModelFolder(model_path, load);
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(model_path, ": loading failed: ", e.what()));
-  }
-  if (!loaded.ok()) return loaded.status();
-  DIKKAT_ASSIGN_OR_RETURN(model::KvCache cache,
-                          model::KvCache::Create(loaded->config, options.kv_cache_bytes,
-                                                 options.kv_block_size,
-                                                 model::CacheDType(dtype), device));
-  ModelDescription d;
-  d.name = name;
-  d.path = model_path;
-  d.config = loaded->config;
-  // Callers know the model by the name it is served under (--model=NAME=PATH),
-  // not the folder's config name: errors built from the config say that name.
-  d.config.name = name;
-  d.dtype = options.dtype;
-  d.device = device.str();
-  d.weights_sha256 = loaded->weights_sha256;
-  d.tokenizer_kind = loaded->tokenizer->kind();
-  d.tokenizer_sha256 = loaded->tokenizer->file_fingerprints();
-  d.weights_bytes = loaded->report.parameter_bytes;
-  d.load_time = absl::Now() - start;
-  return std::unique_ptr<Engine>(
-      new EngineImpl(std::move(d), std::move(*loaded), std::move(cache), options, listener));
-}
-
+}  // namespace engine_internal
 }  // namespace dikkat::server

@@ -255,8 +255,8 @@ int Run(int argc, char** argv) {
   }
 
   const int threads = SetComputeThreads(absl::GetFlag(FLAGS_threads));
-  absl::FPrintF(stderr, "dikkat-server %s: %d compute threads; %s\n", DIKKAT_VERSION, threads,
-                DescribeBlas());
+  absl::FPrintF(stderr, "dikkat-server %s: %d compute threads; %s; %s\n", DIKKAT_VERSION,
+                threads, DescribeBlas(), DescribeCpuKernels());
 
   Metrics metrics(DIKKAT_VERSION);
   ModelRegistry registry;

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "common/sync.h"
+#include "model/cpu_isa.h"
 
 namespace dikkat::server {
 namespace {
@@ -248,6 +249,14 @@ struct Families {
                        .Name("dikkat_model_info")
                        .Help("Hosted model; the value is always 1.")
                        .Register(r)),
+        cpu_kernels(prometheus::BuildGauge()
+                        .Name("dikkat_cpu_kernels_info")
+                        .Help("Instruction set of the CPU kernels (isa: avx512, avx2, generic; "
+                              "detected: the best the CPU has; DIKKAT_ISA forces a lower one). "
+                              "The value is always 1.")
+                        .Register(r)
+                        .Add({{"isa", std::string(model::IsaName(model::ActiveIsa()))},
+                              {"detected", std::string(model::IsaName(model::DetectedIsa()))}})),
         resident_memory(prometheus::BuildGauge()
                             .Name("process_resident_memory_bytes")
                             .Help("Resident memory size in bytes.")
@@ -262,7 +271,9 @@ struct Families {
                        .Name("process_start_time_seconds")
                        .Help("Start time of the process since unix epoch in seconds.")
                        .Register(r)
-                       .Add({})) {}
+                       .Add({})) {
+    cpu_kernels.Set(1);
+  }
 
   Family<Counter>& requests;
   Family<Counter>& failures;
@@ -285,6 +296,7 @@ struct Families {
   Family<Counter>& preemptions;
   Family<Gauge>& load_seconds;
   Family<Gauge>& model_info;
+  Gauge& cpu_kernels;
   Gauge& resident_memory;
   Counter& cpu_seconds;  // advanced to /proc's value at each scrape
   Gauge& start_time;

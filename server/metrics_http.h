@@ -3,7 +3,8 @@
 //
 // prometheus-cpp's own Exposer is not used: its civetweb threads have a
 // fixed 100 KiB stack, too small for the static TLS of libtorch + OpenBLAS
-// (see /work/shared/PLATFORM.md). cpp-httplib's threads have normal stacks.
+// (docs/metrics.md, "Why not prometheus-cpp's Exposer"). cpp-httplib's
+// threads have normal stacks.
 //
 // Owns its listening thread. Start and Stop are not thread-safe with each
 // other; handlers run on httplib's worker threads.

@@ -6,6 +6,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "model/cpu_isa.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -17,13 +19,14 @@ namespace {
 // Set in the re-executed process so that a failed selection never loops.
 constexpr char kReexecMarker[] = "DIKKAT_BLAS_SELECTED";
 
+// The OpenBLAS kernels matching the ISA of dikkat's own kernels (the CPU's
+// best, or DIKKAT_ISA's), so that a forced ISA forces both.
 const char* CoreTypeForThisCpu() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl")) {
-    return "SkylakeX";
+  switch (model::ActiveIsa()) {
+    case model::CpuIsa::kAvx512: return "SkylakeX";
+    case model::CpuIsa::kAvx2: return "Haswell";
+    case model::CpuIsa::kGeneric: break;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
   return nullptr;  // let OpenBLAS decide
 }
 
@@ -72,6 +75,8 @@ std::string DescribeBlas() {
   return std::string("BLAS: OpenBLAS, ") + core_name() + " kernels (" + source +
          "); OpenMP wait policy " + (wait != nullptr ? wait : "default");
 }
+
+std::string DescribeCpuKernels() { return "CPU kernels: " + model::DescribeIsa(); }
 
 void TuneAllocator() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);

@@ -11,7 +11,9 @@ namespace dikkat::server {
 // knows or from OPENBLAS_CORETYPE. OpenBLAS 0.3.21 (Debian 12) does not know
 // recent CPUs and falls back to its slowest (Prescott) kernels, ~5x slower
 // (docs/performance.md). If OPENBLAS_CORETYPE is unset, this sets it from the
-// CPU's features (AVX-512 -> SkylakeX, AVX2 -> Haswell). It also sets
+// ISA of dikkat's own kernels (model/cpu_isa.h: the CPU's best, or
+// DIKKAT_ISA's; AVX-512 -> SkylakeX, AVX2 -> Haswell, generic -> OpenBLAS's
+// own choice). It also sets
 // OMP_WAIT_POLICY=PASSIVE when unset (spinning OpenMP threads collapse
 // throughput when another process shares the cores). Both are read when the
 // libraries load, so the program re-executes itself once with them set;
@@ -22,6 +24,11 @@ void SelectBlasKernels(int argc, char** argv);
 // One line for the startup log: BLAS library, kernels in use and where the
 // choice came from.
 std::string DescribeBlas();
+
+// One line for the startup log: the instruction set of dikkat's CPU kernels
+// and where it came from (model/cpu_isa.h), e.g. "CPU kernels: avx2 (forced
+// by DIKKAT_ISA; the CPU supports avx512)".
+std::string DescribeCpuKernels();
 
 // Keeps the large temporaries of a forward pass (activations of a 512-token
 // prefill are several MiB each) in the allocator's heap between passes.

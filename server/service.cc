@@ -7,6 +7,11 @@
 #include <optional>
 #include <utility>
 
+#include <chrono>
+#include <functional>
+
+#include <grpcpp/alarm.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "common/sync.h"
@@ -34,6 +39,17 @@ absl::Status CancelledByDeadline(absl::Status status, absl::Time deadline) {
     return absl::DeadlineExceededError("the call's deadline passed");
   }
   return status;
+}
+
+// Runs `f` soon on one of gRPC's own threads: an already-due grpc::Alarm
+// calls back on gRPC's executor. The engine thread hands its results over
+// with it, so that responses are built and serialized off the engine thread.
+void RunOnGrpcThread(std::function<void()> f) {
+  auto* alarm = new grpc::Alarm();
+  alarm->Set(std::chrono::system_clock::now(), [alarm, f = std::move(f)](bool /*fired*/) {
+    f();
+    delete alarm;  // gRPC keeps the alarm's state (and this callback) until it returns
+  });
 }
 
 ModelLimits LimitsOf(const Engine& engine, const ServiceOptions& options) {
@@ -109,17 +125,21 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     Start(registry, options, request);
   }
 
-  // Engine thread.
+  // Engine thread: keep the chunk; a gRPC thread puts it in a message.
   void OnEngineChunk(GeneratedChunk chunk) {
+    bool hop = false;
     {
       dikkat::MutexLock lock(&mu_);
-      AppendChunk(chunk, want_logprobs_, engine_->tokenizer(), PendingMessageLocked());
+      chunks_.push_back(std::move(chunk));
+      hop = NeedsHopLocked();
     }
-    Pump();
+    if (hop) PumpOnGrpcThread();
   }
 
+  // Engine thread: decide the call's status; a gRPC thread writes what is
+  // left and finishes.
   void OnEngineFinish(GenerateSummary summary) {
-    NextOp op;
+    bool hop = false;
     {
       dikkat::MutexLock lock(&mu_);
       std::optional<grpc::Status> status;
@@ -152,13 +172,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
           status = grpc::Status::OK;
           break;
       }
-      if (final_message) FillFinish(summary, PendingMessageLocked());
+      if (final_message) summary_ = std::move(summary);
       final_status_ = std::move(status);
-      // Decide under the same lock: once final_status_ is visible, a write
-      // completing on a gRPC thread may finish the call at any moment.
-      op = NextOpLocked();
+      hop = NeedsHopLocked();
     }
-    StartOp(op);
+    if (hop) PumpOnGrpcThread();
   }
 
  private:
@@ -202,71 +220,76 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     Finish(status);
   }
 
-  // The message new output goes into: the last queued one unless it is
-  // the one being written. Merging keeps a slow reader from queueing one
-  // message per token.
-  v1::GenerateResponse* PendingMessageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (queue_.size() <= (write_in_flight_ ? 1u : 0u)) {
-      queue_.emplace_back();
-      if (!echo_ids_.empty()) {
-        queue_.back().mutable_prompt_token_ids()->Add(echo_ids_.begin(), echo_ids_.end());
-        echo_ids_.clear();
-      }
-    }
-    return &queue_.back();
+  // Whether the engine thread must hand the next write to a gRPC thread:
+  // nothing is being written (a write in flight pumps when it completes) and
+  // no hand-over is pending already. Takes the hand-over's owner share.
+  bool NeedsHopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (write_in_flight_ || finish_called_ || hop_pending_) return false;
+    hop_pending_ = true;
+    owners_.fetch_add(1, std::memory_order_relaxed);
+    return true;
   }
 
-  // The next gRPC operation: a write, a write with the finish, a finish, or
-  // nothing (a write is in flight, or there is nothing to send yet).
-  struct NextOp {
-    const v1::GenerateResponse* write = nullptr;
-    std::optional<grpc::Status> finish;
-  };
+  void PumpOnGrpcThread() {
+    RunOnGrpcThread([this] {
+      {
+        dikkat::MutexLock lock(&mu_);
+        hop_pending_ = false;
+      }
+      Pump();
+      Release();  // the hand-over's share
+    });
+  }
 
-  NextOp NextOpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    NextOp op;
-    if (write_in_flight_ || finish_called_) return op;
-    if (write_failed_) queue_.clear();  // the stream is dead; drop what is left
-    if (!queue_.empty()) {
-      op.write = &queue_.front();  // deque push_back keeps this reference valid
-      if (queue_.size() == 1 && final_status_.has_value()) {
-        op.finish = final_status_;
+  // Starts the next write (everything the engine produced since the last
+  // one, merged into one message, so a slow reader does not queue one
+  // message per token), or finishes the call once the engine is done and
+  // everything is written. At most one write is in flight. gRPC threads only:
+  // the message is built here, outside mu_, by the one caller that reserved
+  // the write.
+  void Pump() {
+    std::vector<GeneratedChunk> chunks;
+    std::optional<GenerateSummary> summary;
+    std::vector<int32_t> echo_ids;
+    std::optional<grpc::Status> finish;
+    bool write = false;
+    {
+      dikkat::MutexLock lock(&mu_);
+      if (write_in_flight_ || finish_called_) return;
+      if (write_failed_) {  // the stream is dead; drop what is left
+        chunks_.clear();
+        summary_.reset();
+      }
+      write = !chunks_.empty() || summary_.has_value();
+      if (!write && !final_status_.has_value()) return;  // nothing to send yet
+      chunks.swap(chunks_);
+      summary.swap(summary_);
+      if (write) echo_ids.swap(echo_ids_);
+      if (final_status_.has_value()) {  // this is the last operation
+        finish = final_status_;
         finish_called_ = true;
       } else {
         write_in_flight_ = true;
       }
-    } else if (final_status_.has_value()) {
-      op.finish = final_status_;
-      finish_called_ = true;
     }
-    return op;
-  }
-
-  // Starts `op` without holding mu_ (its reactions may run inline). Once a
-  // finish is started the reactor may be deleted at any moment: nothing here
-  // or in the callers touches a member after this returns.
-  void StartOp(const NextOp& op) {
-    if (op.finish.has_value()) record_.Finished(*op.finish);
-    if (op.write != nullptr && op.finish.has_value()) {
-      StartWriteAndFinish(op.write, grpc::WriteOptions(), *op.finish);
-    } else if (op.write != nullptr) {
-      StartWrite(op.write);
-    } else if (op.finish.has_value()) {
-      Finish(*op.finish);
+    if (write) {
+      response_.Clear();
+      response_.mutable_prompt_token_ids()->Add(echo_ids.begin(), echo_ids.end());
+      for (const GeneratedChunk& chunk : chunks) {
+        AppendChunk(chunk, want_logprobs_, engine_->tokenizer(), &response_);
+      }
+      if (summary.has_value()) FillFinish(*summary, &response_);
     }
-  }
-
-  // Starts the next write, or finishes the call once the engine is done and
-  // everything is written. At most one write is in flight. Safe from gRPC
-  // reactions (gRPC calls OnDone only after they return) and from the engine
-  // thread before OnEngineFinish (only the final status lets anyone finish).
-  void Pump() {
-    NextOp op;
-    {
-      dikkat::MutexLock lock(&mu_);
-      op = NextOpLocked();
+    // Once a finish is started the reactor may be deleted at any moment:
+    // nothing here touches a member after it.
+    if (finish.has_value()) record_.Finished(*finish);
+    if (write && finish.has_value()) {
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), *finish);
+    } else if (write) {
+      StartWrite(&response_);
+    } else {
+      Finish(*finish);
     }
-    StartOp(op);
   }
 
   void CancelEngineRequest() {
@@ -284,7 +307,6 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void OnWriteDone(bool ok) override {
     {
       dikkat::MutexLock lock(&mu_);
-      queue_.pop_front();
       write_in_flight_ = false;
       if (!ok) write_failed_ = true;
     }
@@ -299,7 +321,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
  public:
   // The reactor has two owners: gRPC (until OnDone) and the engine (until
-  // OnEngineFinish has returned; never if the request was not submitted).
+  // OnEngineFinish has returned; never if the request was not submitted),
+  // plus one for a pending hand-over to a gRPC thread (PumpOnGrpcThread).
   // The last to let go deletes it. gRPC alone is not enough: a write that
   // completes on a gRPC thread may finish the call while the engine thread is
   // still inside OnEngineFinish (e.g. in mu_.Unlock()), and OnDone would then
@@ -316,9 +339,16 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   bool want_logprobs_ = false;
   absl::Time deadline_ = absl::InfiniteFuture();
 
+  // The message being written: built by the one Pump() that reserved the
+  // write (write_in_flight_ or finish_called_), untouched until OnWriteDone.
+  v1::GenerateResponse response_;
+
   dikkat::Mutex mu_;
   std::vector<int32_t> echo_ids_ ABSL_GUARDED_BY(mu_);  // prompt ids for the first message
-  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);  // front is in flight if writing
+  // What the engine handed over and no message holds yet.
+  std::vector<GeneratedChunk> chunks_ ABSL_GUARDED_BY(mu_);
+  std::optional<GenerateSummary> summary_ ABSL_GUARDED_BY(mu_);  // for the last message
+  bool hop_pending_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
@@ -426,16 +456,19 @@ class EncodeReactor final : public EngineUnaryReactor {
             engine_request_ = *converted;  // kept to echo the token ids
             dtype_ = request->output_dtype();
             response_->set_model(engine->description().name);
-            return engine->SubmitEncode(std::move(*converted),
-                                        [this](absl::StatusOr<EncodeResult> result) {
-                                          Done(std::move(result));
-                                        });
+            return engine->SubmitEncode(
+                std::move(*converted), [this](absl::StatusOr<EncodeResult> result) {
+                  // Engine thread: hand the result over. The reactor lives
+                  // until Finish, which only Done calls from here on.
+                  auto shared = std::make_shared<absl::StatusOr<EncodeResult>>(std::move(result));
+                  RunOnGrpcThread([this, shared] { Done(*shared); });
+                });
           });
   }
 
  private:
-  // Engine thread.
-  void Done(absl::StatusOr<EncodeResult> result) {
+  // A gRPC thread: builds the response and finishes the call.
+  void Done(const absl::StatusOr<EncodeResult>& result) {
     if (!result.ok()) return Complete(result.status());
     record_.AddPromptTokens(result->prompt_tokens);
     absl::Status filled = FillEncodeResponse(engine_request_, *result, dtype_, response_);
@@ -472,16 +505,19 @@ class AttentionReactor final : public EngineUnaryReactor {
             engine_request_ = *converted;  // kept for the axis labels
             dtype_ = request->output_dtype();
             response_->set_model(engine->description().name);
-            return engine->SubmitAttention(std::move(*converted),
-                                           [this](absl::StatusOr<AttentionResult> result) {
-                                             Done(std::move(result));
-                                           });
+            return engine->SubmitAttention(
+                std::move(*converted), [this](absl::StatusOr<AttentionResult> result) {
+                  // Engine thread: as for Encode, hand the result over.
+                  auto shared =
+                      std::make_shared<absl::StatusOr<AttentionResult>>(std::move(result));
+                  RunOnGrpcThread([this, shared] { Done(*shared); });
+                });
           });
   }
 
  private:
-  // Engine thread.
-  void Done(absl::StatusOr<AttentionResult> result) {
+  // A gRPC thread: builds the response and finishes the call.
+  void Done(const absl::StatusOr<AttentionResult>& result) {
     if (!result.ok()) return Complete(result.status());
     record_.AddPromptTokens(
         static_cast<int64_t>(engine_request_.input.size() + engine_request_.target.size()));

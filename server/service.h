@@ -1,10 +1,14 @@
 // DikkatService: the gRPC callback service (dikkat.v1.Dikkat).
 //
 // Reactions only validate, convert (server/convert.h) and hand work to the
-// model's Engine; they never run LibTorch and never block. Generate streams
-// through a GenerateReactor (one write in flight, queued chunks merged while
-// a write is pending); Encode and Attention finish when the engine's callback
-// fires; GetModelInfo, Tokenize and Detokenize answer inline.
+// model's Engine; they never run LibTorch and never block. The engine hands
+// its results back as structs (server/engine.h); the protobuf responses are
+// built and serialized on gRPC threads, never on the engine thread (an
+// already-due grpc::Alarm carries a result over when no write is in flight to
+// pick it up). Generate streams through a GenerateReactor (one write in
+// flight; chunks that arrive while a write is pending are merged into the
+// next message); Encode and Attention finish after the engine's callback has
+// handed the result over; GetModelInfo, Tokenize and Detokenize answer inline.
 //
 // Cancellation: a call that is cancelled (client cancel, disconnect or its
 // deadline passing) cancels its engine request, which frees the KV cache at

@@ -67,7 +67,8 @@ class InfoCommand : public Command {
       row("positions", m.positions());
       row("activation", m.activation());
       row("norm", absl::StrCat(m.norm(), m.pre_norm() ? " (pre-norm)" : " (post-norm)"));
-      row("dtype / device", absl::StrCat(m.dtype(), " / ", m.device()));
+      row("dtype / device", absl::StrCat(m.dtype(), " / ", m.device(),
+                                         m.cpu_isa().empty() ? "" : " (" + m.cpu_isa() + ")"));
       row("tokenizer", m.tokenizer());
       const v1::SpecialTokens& s = m.special_tokens();
       row("special tokens", absl::StrFormat("bos %d eos %d pad %d unk %d cls %d sep %d mask %d",

@@ -553,10 +553,10 @@ std::vector<InvalidCase> InvalidCases() {
            {"input.tokens.ids", "empty"});
   gen_case("token id out of range",
            [](auto* r) { *r->mutable_input() = client::TokenInput({1, kVocab}); },
-           {"input.tokens.ids[1]", "259", "258"});
+           {"input[1]", "259", "258"});
   gen_case("negative token id",
            [](auto* r) { *r->mutable_input() = client::TokenInput({-1}); },
-           {"input.tokens.ids[0]", "-1"});
+           {"input[0]", "-1"});
   gen_case("input longer than the context",
            [](auto* r) {
              *r->mutable_input() = client::TokenInput(std::vector<int32_t>(kMaxContext + 1, 65));

@@ -3,8 +3,14 @@
 // rounded) weights, so that the only difference left is the kernels' float32
 // accumulation: every dtype, M = 1..8 rows (one register block) and 9..64
 // (several row blocks, the last one partial), and sizes that are not
-// multiples of the 16-lane vectors or of the kernels' output blocks.
+// multiples of the 16-lane vectors or of the kernels' output blocks; and the
+// paged decode attention against a float64 softmax. The suite runs once per
+// ISA the machine supports (DIKKAT_ISA, tests/CMakeLists.txt).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,9 +21,13 @@
 #include <ATen/ops/abs.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "model/cpu_isa.h"
 #include "model/cpu_kernels.h"
 
 namespace dikkat::model {
@@ -83,31 +93,146 @@ TEST(SmallBatchLinearTest, MatchesFloat64ReferenceForEveryDtypeRowCountAndOddSiz
 
 TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
   at::Tensor w = at::randn({8, 16});
-  const std::pair<c10::ScalarType, int64_t> limits[] = {
-      {at::kFloat, kSmallBatchLinearMaxRowsFloat},
-      {at::kBFloat16, kSmallBatchLinearMaxRowsBFloat16},
-      {at::kHalf, kSmallBatchLinearMaxRowsHalf}};
-  for (const auto& [dtype, max_rows] : limits) {
-    const at::Tensor wd = w.to(dtype);
-    EXPECT_GE(max_rows, kSmallBatchMaxRows) << dtype;
-    EXPECT_LT(max_rows, 64) << dtype << ": prefill stays on GEMM";
-    EXPECT_TRUE(SmallBatchLinearApplies(at::randn({1, 16}), wd)) << dtype;
-    EXPECT_TRUE(SmallBatchLinearApplies(at::randn({max_rows, 16}), wd)) << dtype;
-    EXPECT_FALSE(SmallBatchLinearApplies(at::randn({max_rows + 1, 16}), wd)) << dtype;
+  const SmallBatchLinearLimits active = SmallBatchLinearLimitsFor(ActiveIsa());
+  struct Limit {
+    c10::ScalarType dtype;
+    int64_t from, to;
+  };
+  const Limit limits[] = {{at::kFloat, active.float32_from, active.float32},
+                          {at::kBFloat16, 1, active.bfloat16},
+                          {at::kHalf, 1, active.float16}};
+  for (const Limit& l : limits) {
+    const at::Tensor wd = w.to(l.dtype);
+    EXPECT_LT(l.to, 64) << l.dtype << ": prefill stays on GEMM";
+    if (l.to >= l.from) {
+      EXPECT_TRUE(SmallBatchLinearApplies(at::randn({l.from, 16}), wd)) << l.dtype;
+      EXPECT_TRUE(SmallBatchLinearApplies(at::randn({l.to, 16}), wd)) << l.dtype;
+    }
+    if (l.from > 1) {
+      EXPECT_FALSE(SmallBatchLinearApplies(at::randn({l.from - 1, 16}), wd)) << l.dtype;
+    }
+    EXPECT_FALSE(SmallBatchLinearApplies(at::randn({l.to + 1, 16}), wd)) << l.dtype;
   }
-  EXPECT_GT(kSmallBatchLinearMaxRowsFloat, kSmallBatchMaxRows);
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 16}), at::randn({16, 8}).t()));
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 16}), w.to(at::kDouble)));
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({2, 3, 16}), w));
 }
 
+TEST(SmallBatchLinearTest, RoutingLimitsPerIsa) {
+  // With AVX-512 or AVX2 our kernels take every decode row count of every
+  // dtype (one register block at least) and float32 row blocks beyond it;
+  // the generic ISA only float32 at 2-8 rows.
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
+    const SmallBatchLinearLimits l = SmallBatchLinearLimitsFor(isa);
+    EXPECT_EQ(l.float32_from, 1) << IsaName(isa);
+    EXPECT_GT(l.float32, kSmallBatchMaxRows) << IsaName(isa);
+    EXPECT_GE(l.bfloat16, kSmallBatchMaxRows) << IsaName(isa);
+    EXPECT_GE(l.float16, kSmallBatchMaxRows) << IsaName(isa);
+  }
+  const SmallBatchLinearLimits generic = SmallBatchLinearLimitsFor(CpuIsa::kGeneric);
+  EXPECT_EQ(generic.float32_from, 2);
+  EXPECT_EQ(generic.float32, kSmallBatchMaxRows);
+  EXPECT_EQ(generic.bfloat16, 0);
+  EXPECT_EQ(generic.float16, 0);
+}
+
 TEST(SmallBatchLinearTest, RowBlocksCanBeSwitchedOffForBenchmarks) {
+  if (SmallBatchLinearLimitsFor(ActiveIsa()).float32 <= kSmallBatchMaxRows) {
+    GTEST_SKIP() << "float32 row blocks are not routed on " << IsaName(ActiveIsa());
+  }
   at::Tensor w = at::randn({8, 16});
   SetSmallBatchLinearRowBlocks(false);
   EXPECT_TRUE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows, 16}), w));
   EXPECT_FALSE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows + 1, 16}), w));
   SetSmallBatchLinearRowBlocks(true);
   EXPECT_TRUE(SmallBatchLinearApplies(at::randn({kSmallBatchMaxRows + 1, 16}), w));
+}
+
+// Reference decode attention in float64 for one sequence: q [Hq, D] against
+// keys/values [len, Hkv, D] gathered from the paged cache by its table.
+at::Tensor ReferenceDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
+                                    const at::Tensor& v_cache, const std::vector<int32_t>& table,
+                                    int64_t len, int64_t block_size, int64_t window) {
+  const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
+  std::vector<int64_t> slots;
+  for (int64_t p = first; p < len; ++p) slots.push_back(table[p / block_size] * block_size + p % block_size);
+  at::Tensor idx = at::tensor(slots, at::kLong);
+  const int64_t hq = q.size(0), hkv = k_cache.size(1), d = q.size(1);
+  at::Tensor k = k_cache.index_select(0, idx).to(at::kDouble);  // [n, Hkv, D]
+  at::Tensor v = v_cache.index_select(0, idx).to(at::kDouble);
+  k = k.repeat_interleave(hq / hkv, 1).transpose(0, 1);  // [Hq, n, D]
+  v = v.repeat_interleave(hq / hkv, 1).transpose(0, 1);
+  at::Tensor scores = at::matmul(q.to(at::kDouble).unsqueeze(1), k.transpose(1, 2)) /
+                      std::sqrt(static_cast<double>(d));  // [Hq, 1, n]
+  return at::matmul(at::softmax(scores, -1), v).squeeze(1);  // [Hq, D]
+}
+
+TEST(PagedDecodeAttentionTest, MatchesFloat64ReferenceForEveryCacheDtypeHeadLayoutAndWindow) {
+  at::manual_seed(21);
+  constexpr int64_t kBlock = 4;
+  // Head sizes below one vector, not a multiple of 8 or 16, and exact; MHA
+  // and grouped-query layouts; windows none, shorter and longer than a
+  // sequence.
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (int64_t d : {5, 20, 64}) {
+      for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}}) {
+        for (int64_t window : {0, 3, 100}) {
+          const std::vector<int64_t> lens = {1, 7, 13};
+          const int64_t slots = 12 * kBlock;
+          at::Tensor k_cache = at::randn({slots, hkv, d}).to(dtype);
+          at::Tensor v_cache = at::randn({slots, hkv, d}).to(dtype);
+          // Blocks out of order and shared by none: sequence s owns blocks
+          // 11 - 4s - j.
+          std::vector<std::vector<int32_t>> tables(lens.size());
+          for (size_t s = 0; s < lens.size(); ++s) {
+            for (int32_t j = 0; j < 4; ++j) tables[s].push_back(11 - 4 * static_cast<int32_t>(s) - j);
+          }
+          std::vector<const std::vector<int32_t>*> table_ptrs;
+          for (const auto& t : tables) table_ptrs.push_back(&t);
+          at::Tensor q = at::randn({static_cast<int64_t>(lens.size()), hq, d});
+          at::Tensor got =
+              PagedDecodeAttention(q, k_cache, v_cache, table_ptrs, lens, kBlock, window);
+          ASSERT_EQ(got.sizes(), q.sizes());
+          for (size_t s = 0; s < lens.size(); ++s) {
+            at::Tensor want = ReferenceDecodeAttention(q[s], k_cache, v_cache, tables[s], lens[s],
+                                                       kBlock, window);
+            // Outputs are convex combinations of values of magnitude ~1:
+            // float32 accumulation over <= 13 keys stays far below 1e-5.
+            const double err = (got[s].to(at::kDouble) - want).abs().max().item<double>();
+            EXPECT_LT(err, 1e-5) << c10::toString(dtype) << " d=" << d << " hq=" << hq
+                                 << " hkv=" << hkv << " window=" << window << " seq " << s;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuIsaTest, NamesRoundTripAndTheActiveIsaIsSupported) {
+  for (CpuIsa isa : {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    EXPECT_EQ(ParseIsa(IsaName(isa)), isa);
+  }
+  EXPECT_FALSE(ParseIsa("sse9").has_value());
+  EXPECT_TRUE(IsaSupported(CpuIsa::kGeneric));
+  EXPECT_TRUE(IsaSupported(DetectedIsa()));
+  EXPECT_TRUE(IsaSupported(ActiveIsa()));
+  EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectedIsa()));
+}
+
+TEST(CpuIsaTest, DikkatIsaSelectsTheKernelsThisSuiteRuns) {
+  // The ISA test matrix (tests/CMakeLists.txt) runs this suite once per ISA
+  // the machine supports with DIKKAT_ISA set: make sure the variable took
+  // effect, or the matrix would test the same kernels three times.
+  const char* env = std::getenv("DIKKAT_ISA");
+  if (env == nullptr) {
+    EXPECT_EQ(ActiveIsa(), DetectedIsa());
+    return;
+  }
+  const std::optional<CpuIsa> wanted = ParseIsa(env);
+  ASSERT_TRUE(wanted.has_value()) << env;
+  ASSERT_TRUE(IsaSupported(*wanted)) << env << ": the test matrix asked for an ISA this CPU lacks";
+  EXPECT_EQ(ActiveIsa(), *wanted);
+  EXPECT_NE(DescribeIsa().find(env), std::string::npos) << DescribeIsa();
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 //            "model." prefix.
 //   mistral  one kv head, head_dim 24 != hidden / heads, sliding window 6.
 //   qwen2    q/k/v biases (o_proj none), tied head, {"rope_type": "linear"}.
-// Tolerance (fp32): 1e-4 on logits; 32 greedy tokens (paged KV cache)
+// Tolerance (fp32): 1e-4 of the largest logit (parity::MaxRelDiff); 32 greedy tokens (paged KV cache)
 // identical.
 #include <map>
 #include <string>

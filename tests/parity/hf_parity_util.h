@@ -111,7 +111,7 @@ inline double MaxPromptLogitError(const HfSuite& suite, const Transformer& model
   int64_t offset = 0;
   for (int b = 0; b < suite.sequences(); ++b) {
     const int64_t n = static_cast<int64_t>(prompts[b].size());
-    worst = std::max(worst, MaxAbsDiff(logits.narrow(0, offset, n), suite.Expected("logits", b)));
+    worst = std::max(worst, MaxRelDiff(logits.narrow(0, offset, n), suite.Expected("logits", b)));
     offset += n;
   }
   return worst;
@@ -131,7 +131,7 @@ inline double CheckGreedy(const HfSuite& suite, const Transformer& model) {
     GreedyRun run = GreedyWithCache(model, &*cache, prompt, steps);
     EXPECT_EQ(run.tokens, Ids(suite.Expected("greedy", b))) << "prompt " << b;
     const at::Tensor& reference = suite.Expected("logits", b);
-    worst = std::max(worst, MaxAbsDiff(run.step_logits.select(0, 0),
+    worst = std::max(worst, MaxRelDiff(run.step_logits.select(0, 0),
                                        reference.select(0, reference.size(0) - 1)));
   }
   return worst;

@@ -79,8 +79,8 @@ TEST_F(Int8ParityTest, ModelLogitsCloseToFloat32AndNoWorseThanQ8_0) {
       "[ int8 ] logits rms %.4g (%.4g of float32's) vs float32: int8 max %.4g rms %.4g, "
       "Q8_0 max %.4g rms %.4g\n",
       Rms(want), ours_rms / Rms(want), ours_max, ours_rms, q8_max, q8_rms);
-  parity::ReportError("int8 vs float32 logits", ours_max);
-  parity::ReportError("Q8_0 vs float32 logits", q8_max);
+  parity::ReportError("int8 vs float32 logits", ours_max, "max abs err");
+  parity::ReportError("Q8_0 vs float32 logits", q8_max, "max abs err");
   // Stated tolerance: the logits (rms ~4 here) move by at most 0.25 and by
   // 1% of their rms on average.
   EXPECT_LT(ours_max, 0.25);

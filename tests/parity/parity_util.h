@@ -105,6 +105,19 @@ inline double MaxAbsDiff(const at::Tensor& got, const at::Tensor& expected) {
   return diff.numel() == 0 ? 0.0 : diff.max().item<double>();
 }
 
+// The error relative to the reference's magnitude: max|got - expected| /
+// max|expected|. Every parity tolerance is stated in these terms, so that it
+// holds on any CPU and for outputs of any scale: a float32 computation whose
+// sums run in another order (another ISA's kernels, another BLAS) moves each
+// element by a few ulps of the largest values it sums, not by a fixed
+// absolute amount.
+inline double MaxRelDiff(const at::Tensor& got, const at::Tensor& expected) {
+  const double abs_err = MaxAbsDiff(got, expected);
+  if (abs_err >= 1e30 || expected.numel() == 0) return abs_err;
+  const double scale = expected.to(at::kDouble).abs().max().item<double>();
+  return abs_err / std::max(scale, 1e-30);
+}
+
 inline std::vector<int32_t> Ids(const at::Tensor& t) {
   at::Tensor c = t.to(at::kInt).contiguous();
   const int32_t* p = c.data_ptr<int32_t>();
@@ -112,9 +125,10 @@ inline std::vector<int32_t> Ids(const at::Tensor& t) {
 }
 
 // Records a measured error in the XML report and prints it in the log.
-inline void ReportError(const std::string& what, double value) {
+inline void ReportError(const std::string& what, double value,
+                        const char* kind = "max rel err") {
   ::testing::Test::RecordProperty(what, absl::StrFormat("%.3g", value));
-  std::printf("[ parity ] %-48s max abs err %.3g\n", what.c_str(), value);
+  std::printf("[ parity ] %-48s %s %.3g\n", what.c_str(), kind, value);
 }
 
 struct LoadedModel {

@@ -308,6 +308,64 @@ TEST_F(EngineTest, AttentionMapsAreDistributions) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// docs/metrics.md: Encode and Attention work counts in the step histograms
+// (phase prefill). Only failed jobs used to reach OnStep.
+TEST_F(EngineTest, EncodeAndAttentionStepsReachTheListener) {
+  class StepRecorder : public EngineListener {
+   public:
+    void OnStep(const StepTiming& step) override {
+      dikkat::MutexLock lock(&mu_);
+      steps_.push_back(step);
+    }
+    std::vector<StepTiming> steps() {
+      dikkat::MutexLock lock(&mu_);
+      return steps_;
+    }
+
+   private:
+    dikkat::Mutex mu_;
+    std::vector<StepTiming> steps_;
+  };
+  StepRecorder recorder;  // outlives the engine
+  EngineOptions options;
+  options.kv_cache_bytes = 8 << 20;
+  auto engine = Engine::Create("tiny-lm", ModelPath("tiny-lm"), options, &recorder);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+
+  EncodeRequest encode;
+  encode.inputs = {{'a', 'b', 'c'}, {'d', 'e'}};
+  dikkat::Notification encoded;
+  ASSERT_TRUE((*engine)
+                  ->SubmitEncode(encode,
+                                 [&](absl::StatusOr<EncodeResult> r) {
+                                   EXPECT_TRUE(r.ok()) << r.status();
+                                   encoded.Notify();
+                                 })
+                  .ok());
+  encoded.WaitForNotification();
+  AttentionRequest attention;
+  attention.input = {'h', 'i'};
+  attention.layers = {0};
+  dikkat::Notification attended;
+  ASSERT_TRUE((*engine)
+                  ->SubmitAttention(attention,
+                                    [&](absl::StatusOr<AttentionResult> r) {
+                                      EXPECT_TRUE(r.ok()) << r.status();
+                                      attended.Notify();
+                                    })
+                  .ok());
+  attended.WaitForNotification();
+
+  const std::vector<StepTiming> steps = recorder.steps();
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_TRUE(steps[0].prefill);
+  EXPECT_EQ(steps[0].sequences, 2);  // one per input
+  EXPECT_EQ(steps[0].tokens, 5);
+  EXPECT_TRUE(steps[1].prefill);
+  EXPECT_EQ(steps[1].sequences, 1);
+  EXPECT_EQ(steps[1].tokens, 2);
+}
+
 TEST_F(EngineTest, EncoderDecoderGeneratesAndShutsDownCleanly) {
   auto engine = Make("tiny-seq2seq");
   ASSERT_NE(engine, nullptr);

@@ -7,6 +7,7 @@
 #ifndef DIKKAT_TESTS_SERVER_FAKE_ENGINE_H_
 #define DIKKAT_TESTS_SERVER_FAKE_ENGINE_H_
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <set>
@@ -23,6 +24,43 @@
 #include "server/engine.h"
 
 namespace dikkat::server::testing {
+
+// True on the threads a FakeEngine calls back from (its "engine threads").
+inline thread_local bool tls_on_fake_engine_thread = false;
+
+// The byte tokenizer, counting the token-text look-ups made on a FakeEngine
+// thread. The service labels tokens with their text while it builds
+// responses, which must happen on gRPC threads, not on the engine's.
+class ThreadNotingTokenizer final : public model::Tokenizer {
+ public:
+  ThreadNotingTokenizer() : inner_(model::MakeByteTokenizer()) {}
+  std::string kind() const override { return inner_->kind(); }
+  int32_t vocab_size() const override { return inner_->vocab_size(); }
+  const model::SpecialTokens& special_tokens() const override { return inner_->special_tokens(); }
+  absl::StatusOr<model::Encoding> Encode(std::string_view text,
+                                         bool add_special_tokens) const override {
+    return inner_->Encode(text, add_special_tokens);
+  }
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+    return inner_->Decode(ids, skip_special_tokens);
+  }
+  std::string TokenText(int32_t id) const override {
+    ++token_text_calls_;
+    if (tls_on_fake_engine_thread) ++token_text_calls_on_engine_thread_;
+    return inner_->TokenText(id);
+  }
+  bool IsSpecial(int32_t id) const override { return inner_->IsSpecial(id); }
+
+  int64_t token_text_calls() const { return token_text_calls_.load(); }
+  int64_t token_text_calls_on_engine_thread() const {
+    return token_text_calls_on_engine_thread_.load();
+  }
+
+ private:
+  std::unique_ptr<model::Tokenizer> inner_;
+  mutable std::atomic<int64_t> token_text_calls_{0};
+  mutable std::atomic<int64_t> token_text_calls_on_engine_thread_{0};
+};
 
 inline model::ModelConfig FakeConfig(model::Architecture arch, int64_t vocab_size) {
   model::ModelConfig c;
@@ -53,7 +91,7 @@ class FakeEngine final : public Engine {
   };
 
   FakeEngine(std::string name, model::Architecture arch)
-      : tokenizer_(model::MakeByteTokenizer()) {
+      : tokenizer_(std::make_unique<ThreadNotingTokenizer>()) {
     description_.name = std::move(name);
     description_.path = "/fake/" + description_.name;
     description_.config = FakeConfig(arch, tokenizer_->vocab_size());
@@ -125,6 +163,7 @@ class FakeEngine final : public Engine {
   // ---- Engine ----
   const ModelDescription& description() const override { return description_; }
   const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
+  const ThreadNotingTokenizer& noting_tokenizer() const { return *tokenizer_; }
   const EngineOptions& options() const override { return options_; }
   absl::Status Warmup() override { return absl::OkStatus(); }
 
@@ -139,6 +178,7 @@ class FakeEngine final : public Engine {
     const absl::Time deadline = ignore_deadlines_ ? absl::InfiniteFuture() : request.deadline;
     threads_.emplace_back([this, id, deadline, script = script_,
                            observer = std::move(observer)] {
+      tls_on_fake_engine_thread = true;
       Play(id, deadline, script, *observer);
     });
     return id;
@@ -151,6 +191,7 @@ class FakeEngine final : public Engine {
     const RequestId id = next_id_++;
     last_encode_ = request;
     threads_.emplace_back([request = std::move(request), done = std::move(done)] {
+      tls_on_fake_engine_thread = true;
       EncodeResult result;
       for (const auto& ids : request.inputs) {
         // Embedding i = [first id, length, 0.1, ...]: easy to check per input.
@@ -177,6 +218,7 @@ class FakeEngine final : public Engine {
     if (!submit_error_.ok()) return submit_error_;
     const RequestId id = next_id_++;
     threads_.emplace_back([request = std::move(request), done = std::move(done)] {
+      tls_on_fake_engine_thread = true;
       const auto n = static_cast<int64_t>(request.input.size());
       AttentionResult result;
       result.q_len = result.k_len = static_cast<int32_t>(n);
@@ -249,7 +291,7 @@ class FakeEngine final : public Engine {
     --active_;
   }
 
-  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<ThreadNotingTokenizer> tokenizer_;
   ModelDescription description_;
   EngineOptions options_;
 

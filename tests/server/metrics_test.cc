@@ -18,6 +18,7 @@
 #include "fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/cpu_isa.h"
 #include "server/metrics_http.h"
 
 namespace dikkat::server {
@@ -113,6 +114,7 @@ TEST(MetricsTest, FamiliesHaveConventionalNamesAndTypes) {
       {"dikkat_preemptions_total", "counter"},
       {"dikkat_model_load_seconds", "gauge"},
       {"dikkat_model_info", "gauge"},
+      {"dikkat_cpu_kernels_info", "gauge"},
       {"process_resident_memory_bytes", "gauge"},
   };
   for (const auto& [name, type] : expected) {
@@ -129,6 +131,11 @@ TEST(MetricsTest, FamiliesHaveConventionalNamesAndTypes) {
   // Per-phase step series exist from the start, labelled by model.
   EXPECT_EQ(scrape.Value("dikkat_step_duration_seconds_count", {{"model", "tiny"}, {"phase", "decode"}}), 0);
   EXPECT_EQ(scrape.Value("dikkat_step_batch_size_count", {{"model", "tiny"}, {"phase", "prefill"}}), 0);
+  // The CPU kernels' ISA as the kernels use it (DIKKAT_ISA in the ISA matrix).
+  EXPECT_EQ(scrape.Value("dikkat_cpu_kernels_info",
+                         {{"isa", std::string(model::IsaName(model::ActiveIsa()))},
+                          {"detected", std::string(model::IsaName(model::DetectedIsa()))}}),
+            1);
   // Resident memory is read from /proc and is plausible (> 1 MiB).
   EXPECT_GT(scrape.Value("process_resident_memory_bytes", {}), 1 << 20);
 }

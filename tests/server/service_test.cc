@@ -159,6 +159,31 @@ TEST_F(ServiceTest, GenerateWithLogprobsAndAnImmediateFinish) {
   EXPECT_EQ(token.top_logprobs(1).text(), "?");
 }
 
+// The engine thread only hands results over; the responses (here: token
+// text for logprob alternatives and attention axis labels) are built on gRPC
+// threads, so packing a large response never stalls the engine's batch.
+TEST_F(ServiceTest, ResponsesAreBuiltOffTheEngineThread) {
+  lm_->set_script({{TextChunk("ab"), TextChunk("c")}, absl::Milliseconds(1),
+                   FinishReason::kLength, {}});
+  v1::GenerateRequest request = Prompt("abc");
+  request.set_top_logprobs(2);
+  grpc::ClientContext c1;
+  StreamResult r = ReadAll(request, &c1);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(Text(r), "abc");
+
+  v1::AttentionRequest attention;
+  attention.mutable_input()->set_text("hi");
+  attention.add_layers(0);
+  v1::AttentionResponse response;
+  grpc::ClientContext c2;
+  ASSERT_TRUE(stub_->Attention(&c2, attention, &response).ok());
+  EXPECT_THAT(response.query_tokens(), ElementsAre("<bos>", "h", "i"));
+
+  EXPECT_GT(lm_->noting_tokenizer().token_text_calls(), 0);
+  EXPECT_EQ(lm_->noting_tokenizer().token_text_calls_on_engine_thread(), 0);
+}
+
 TEST_F(ServiceTest, ClientCancelCancelsTheEngineRequest) {
   std::vector<GeneratedChunk> many(200, TextChunk("a"));
   lm_->set_script({many, absl::Milliseconds(20), FinishReason::kLength, {}});
@@ -242,7 +267,7 @@ TEST_F(ServiceTest, InvalidRequestsNeverReachTheEngine) {
   grpc::ClientContext c1;
   StreamResult r = ReadAll(request, &c1);
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(r.status.error_message(), HasSubstr("input.tokens.ids[1] = 5000"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("input[1] = 5000"));
 
   request.set_model("gpt-7");
   grpc::ClientContext c2;

@@ -1,0 +1,222 @@
+#!/usr/bin/python3
+"""The per-ISA section of docs/benchmark-results.md, from bench/isa_peers.sh.
+
+usage: isa_report.py RESULTS_DIR MODEL_DIR  (prints Markdown)
+
+RESULTS_DIR holds pass<N>/<isa>/ folders. Every figure is the median over the
+passes; every ratio is taken between medians of the same run on this machine.
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import find, load_engine, median, model_params, rate  # noqa: E402
+
+ISAS = ("avx512", "avx2", "generic")
+
+
+def grpc_bench(path):
+    """`dikkat bench` output -> tokens/s, TTFT p50 (ms), inter-token p50 (ms)."""
+    if not os.path.exists(path):
+        return {}
+    text = open(path).read()
+    out = {}
+    m = re.search(r"throughput: ([0-9.]+) generated tokens/s", text)
+    if m:
+        out["tokens_per_s"] = float(m.group(1))
+    m = re.search(r"time to first token\s+([0-9.]+)", text)
+    if m:
+        out["ttft_ms"] = float(m.group(1))
+    m = re.search(r"inter-token\s+([0-9.]+)", text)
+    if m:
+        out["itl_ms"] = float(m.group(1))
+    return out
+
+
+def llama_bench(path):
+    """llama-bench -o json -> {"pp512": t/s, "tg128": t/s}."""
+    out = {}
+    try:
+        for r in json.load(open(path)):
+            if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0:
+                out[f"pp{r['n_prompt']}"] = r["avg_ts"]
+            elif r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
+                out[f"tg{r['n_gen']}"] = r["avg_ts"]
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def llama_batched(path):
+    """llama-batched-bench's table -> {parallel sequences: S_TG t/s}."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    for line in open(path):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 8 and cells[0].isdigit() and cells[2].isdigit():
+            try:
+                out[int(cells[2])] = float(cells[7])
+            except ValueError:
+                pass
+    return out
+
+
+def load_round(folder):
+    r = {}
+    engine_path = os.path.join(folder, "engine.json")
+    if os.path.exists(engine_path):
+        e = load_engine(engine_path)
+        try:
+            r["triad"] = find(e, "BM_MemoryTriad")["bytes_per_second"]
+        except StopIteration:
+            pass
+        for dt, code in (("fp32", 0), ("bf16", 1), ("int8", 3)):
+            try:
+                r[f"prefill_{dt}"] = rate(find(e, "BM_Prefill", dtype=code, tokens=512))
+            except StopIteration:
+                pass
+    for dt, name in (("fp32", "float32"), ("bf16", "bfloat16"), ("int8", "int8")):
+        for c in (1, 8, 32):
+            g = grpc_bench(os.path.join(folder, f"dikkat_{name}_c{c}.txt"))
+            for k, v in g.items():
+                r[f"{dt}_c{c}_{k}"] = v
+    for q in ("f32", "f16", "q8_0"):
+        for k, v in llama_bench(os.path.join(folder, f"llama_{q}.json")).items():
+            r[f"llama_{q}_{k}"] = v
+    for n, v in llama_batched(os.path.join(folder, "llama_batched_f32.txt")).items():
+        r[f"llama_f32_s{n}"] = v
+    pt = os.path.join(folder, "pytorch_float32.json")
+    try:
+        p = json.load(open(pt))
+    except (OSError, ValueError):  # not run, or cut short
+        p = None
+    if p:
+        for k in ("decode_b1_ctx128", "decode_b8_ctx128", "decode_b32_ctx128", "prefill_512"):
+            if f"{k}_tokens_per_s" in p:
+                r[f"pt_{k}"] = p[f"{k}_tokens_per_s"]
+    cpu = os.path.join(folder, "llama_cpu.txt")
+    if os.path.exists(cpu):
+        r["llama_variant"] = " ".join(open(cpu).read().split())
+    return r
+
+
+def load(res):
+    """{isa: {key: median over passes}} and the number of passes."""
+    passes = sorted(glob.glob(os.path.join(res, "pass*")))
+    rounds = {isa: [] for isa in ISAS}
+    for p in passes:
+        for isa in ISAS:
+            if os.path.isdir(os.path.join(p, isa)):
+                rounds[isa].append(load_round(os.path.join(p, isa)))
+    out = {}
+    for isa, rs in rounds.items():
+        if not rs:
+            continue
+        keys = set().union(*rs)
+        out[isa] = {}
+        for k in keys:
+            vals = [r[k] for r in rs if k in r]
+            out[isa][k] = vals[0] if isinstance(vals[0], str) else median(vals)
+    return out, len(passes)
+
+
+def fmt(v, digits=1):
+    return f"{v:.{digits}f}" if isinstance(v, (int, float)) and v == v else "—"
+
+
+def ratio(a, b):
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not b or a != a:
+        return None
+    return a / b
+
+
+def rs(x):
+    return f"{x:.2f}x" if x is not None else "—"
+
+
+def section(res, model_dir):
+    data, npass = load(res)
+    if not data:
+        return ""
+    params = model_params(model_dir)
+    streamed = params - 1024 * 768
+    cpu = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'"],
+                         capture_output=True, text=True).stdout.strip()
+    flags = open("/proc/cpuinfo").read()
+    has = [f for f in ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx2", "fma", "f16c")
+           if re.search(rf"\b{f}\b", flags)]
+    lines = []
+    w = lines.append
+    w("## Per ISA, with llama.cpp and PyTorch eager in the same run")
+    w("")
+    w(f"Machine: {cpu} ({', '.join(has)}), {os.cpu_count()} cores. bench/isa_peers.sh: for each ISA the")
+    w("CPU can execute, dikkat-server with `DIKKAT_ISA` forced (through gRPC with `dikkat bench`, greedy,")
+    w("16-token prompt; prefill and the triad in process), llama.cpp (../shared/tools/llama.cpp, commit")
+    w("c392e509; random-weight GGUFs of the same shape; for avx2 only its haswell CPU variant) and PyTorch")
+    w("eager (`ATEN_CPU_CAPABILITY` forced), one after another; every process of a round with the same")
+    w(f"OpenBLAS kernels. Medians of {npass} pass{'es' if npass != 1 else ''}; tokens/s unless said.")
+    w("")
+    targets = []
+    for isa in ISAS:
+        if isa not in data:
+            continue
+        d = data[isa]
+        triad_limit = d.get("triad", float("nan")) / (streamed * 4)
+        w(f"### {isa}")
+        w("")
+        if "llama_variant" in d:
+            w(f"llama.cpp CPU backend: {d['llama_variant']}")
+            w("")
+        w("| workload | dikkat | llama.cpp | dikkat / llama.cpp | PyTorch eager | dikkat / PyTorch |")
+        w("|---|---|---|---|---|---|")
+        rows = [
+            ("batch-1 decode fp32 (llama.cpp F32)", "fp32_c1_tokens_per_s", "llama_f32_tg128", "pt_decode_b1_ctx128", 1.1, None),
+            ("batch-1 decode bf16 (llama.cpp F16)", "bf16_c1_tokens_per_s", "llama_f16_tg128", None, 1.3, None),
+            ("batch-1 decode int8 (llama.cpp Q8_0)", "int8_c1_tokens_per_s", "llama_q8_0_tg128", None, 1.2, None),
+            ("8 streams fp32 (llama.cpp F32, 8 sequences)", "fp32_c8_tokens_per_s", "llama_f32_s8", "pt_decode_b8_ctx128", 2.0, 2.0),
+            ("32 streams fp32 (llama.cpp F32, 32 sequences)", "fp32_c32_tokens_per_s", "llama_f32_s32", "pt_decode_b32_ctx128", 2.0, 2.0),
+            ("prefill 512 fp32 (llama.cpp F32 pp512)", "prefill_fp32", "llama_f32_pp512", "pt_prefill_512", 1.2, 1.2),
+            ("prefill 512 bf16 (llama.cpp F16 pp512)", "prefill_bf16", "llama_f16_pp512", None, None, None),
+            ("prefill 512 int8 (llama.cpp Q8_0 pp512)", "prefill_int8", "llama_q8_0_pp512", None, None, None),
+        ]
+        for name, ours, ll, pt, t_ll, t_pt in rows:
+            o, l, p = d.get(ours), d.get(ll), d.get(pt) if pt else None
+            rl, rp = ratio(o, l), ratio(o, p)
+            w(f"| {name} | {fmt(o)} | {fmt(l)} | {rs(rl)} | {fmt(p)} | {rs(rp)} |")
+            if t_ll is not None and rl is not None:
+                targets.append((isa, f"{name}: ≥ {t_ll}x llama.cpp", rl, rl >= t_ll))
+            if t_pt is not None and rp is not None:
+                targets.append((isa, f"{name}: ≥ {t_pt}x PyTorch", rp, rp >= t_pt))
+            if isa == "generic" and rp is not None:
+                targets.append((isa, f"{name}: generic ≥ PyTorch eager", rp, rp >= 1.0))
+        w("")
+        b1 = d.get("fp32_c1_tokens_per_s")
+        if b1 and triad_limit == triad_limit:
+            frac = b1 / triad_limit
+            w(f"- Memory triad {d['triad'] / 1e9:.1f} GB/s: fp32 batch-1 decode ≤ {triad_limit:.1f} tokens/s; "
+              f"dikkat at {100 * frac:.0f}% of it.")
+            targets.append((isa, "batch-1 decode fp32 ≥ 85% of the triad limit", frac, frac >= 0.85))
+        ttft, itl = d.get("fp32_c1_ttft_ms"), d.get("fp32_c1_itl_ms")
+        if ttft and itl:
+            w(f"- Time to first token of the 16-token prompt {ttft:.1f} ms, one decode step {itl:.1f} ms "
+              f"({ttft / itl:.2f}x).")
+            targets.append((isa, "time to first token ≤ 1.5x one decode step", ttft / itl, ttft / itl <= 1.5))
+        w("")
+    if targets:
+        w("### Targets (issue \"Fast on every CPU\")")
+        w("")
+        w("| ISA | target | measured | met |")
+        w("|---|---|---|---|")
+        for isa, name, v, ok in targets:
+            w(f"| {isa} | {name} | {v:.2f} | {'yes' if ok else '**no**'} |")
+        w("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(section(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,109 @@
+#include "model/cpu_isa.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace dikkat::model {
+namespace {
+
+struct IsaChoice {
+  CpuIsa isa;
+  std::string how;  // for DescribeIsa
+};
+
+IsaChoice Choose() {
+  const CpuIsa detected = DetectedIsa();
+  const char* env = std::getenv("DIKKAT_ISA");
+  if (env == nullptr || *env == '\0') return {detected, "detected"};
+  const std::optional<CpuIsa> wanted = ParseIsa(env);
+  if (!wanted.has_value()) {
+    return {detected, std::string("detected; DIKKAT_ISA=") + env +
+                          " is not one of avx512, avx2, generic and was ignored"};
+  }
+  if (static_cast<int>(*wanted) > static_cast<int>(detected)) {
+    return {detected, std::string("DIKKAT_ISA=") + env + " asked for more than the CPU supports"};
+  }
+  if (*wanted == detected) return {detected, "detected; DIKKAT_ISA agrees"};
+  return {*wanted, std::string("forced by DIKKAT_ISA; the CPU supports ") +
+                       std::string(IsaName(detected))};
+}
+
+const IsaChoice& Initial() {
+  static const IsaChoice choice = Choose();
+  return choice;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports has no "f16c").
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+#endif
+
+// -1: not overridden by SetActiveIsa.
+std::atomic<int> override_isa{-1};
+
+}  // namespace
+
+std::string_view IsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kGeneric: break;
+  }
+  return "generic";
+}
+
+std::optional<CpuIsa> ParseIsa(std::string_view name) {
+  for (CpuIsa isa : {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (name == IsaName(isa)) return isa;
+  }
+  return std::nullopt;
+}
+
+bool IsaSupported(CpuIsa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && IsaSupported(CpuIsa::kAvx2);
+    case CpuIsa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
+    case CpuIsa::kGeneric: return true;
+  }
+  return false;
+#else
+  return isa == CpuIsa::kGeneric;
+#endif
+}
+
+CpuIsa DetectedIsa() {
+  if (IsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+  if (IsaSupported(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+  return CpuIsa::kGeneric;
+}
+
+CpuIsa ActiveIsa() {
+  const int o = override_isa.load(std::memory_order_relaxed);
+  return o >= 0 ? static_cast<CpuIsa>(o) : Initial().isa;
+}
+
+bool SetActiveIsa(CpuIsa isa) {
+  if (!IsaSupported(isa)) return false;
+  override_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+  return true;
+}
+
+std::string DescribeIsa() {
+  const int o = override_isa.load(std::memory_order_relaxed);
+  if (o >= 0) return std::string(IsaName(static_cast<CpuIsa>(o))) + " (set by SetActiveIsa)";
+  return std::string(IsaName(Initial().isa)) + " (" + Initial().how + ")";
+}
+
+}  // namespace dikkat::model

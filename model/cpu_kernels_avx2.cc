@@ -1,0 +1,113 @@
+// The CPU kernels for AVX2 + FMA + F16C (Intel Haswell and later, AMD Zen 1-3
+// and every x86 server since 2015): 8 float32 lanes in 16 ymm registers.
+// The bodies are cpu_kernels_body.inc; only the vector operations are here.
+//
+// What Ops provides (the same for every ISA file):
+//   V, kLanes, kIsa; kMaxBlockRows and kBlockRows[M] (output rows per
+//   register block for M input rows), kBf16PairMaxRows and kBf16PairRows[M];
+//   Zero, Set1, Fma(a, b, c) = a * b + c, Reduce (sum of lanes), Prefetch;
+//   Load(p) of kLanes float32 / bfloat16 / float16 values as float32, LoadN(p,
+//   n) of the first n < kLanes (the rest zero, nothing read past p + n);
+//   LoadInt8(p, scale) / LoadInt8N; Store, StoreN; LoadBf16Pair(p, even, odd)
+//   of 2 * kLanes bfloat16 values.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "model/cpu_kernels_isa.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define DIKKAT_KERNEL __attribute__((target("avx2,fma,f16c")))
+#define DIKKAT_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+namespace dikkat::model::kernels {
+namespace {
+
+struct Ops {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr CpuIsa kIsa = CpuIsa::kAvx2;
+  // 16 ymm registers: R*M accumulators + R weight vectors + 1 x vector <= 16.
+  // Blocks of up to 4 input rows (M = 4: 12 accumulators, 7 loads per 12
+  // FMAs); more rows reuse the task's slice of W from the L2 cache.
+  static constexpr int kMaxBlockRows = 4;
+  static constexpr int kBlockRows[9] = {0, 6, 4, 3, 3, 2, 2, 1, 1};
+  // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 16.
+  static constexpr int kBf16PairMaxRows = 4;
+  static constexpr int kBf16PairRows[5] = {0, 4, 3, 2, 2};
+
+  DIKKAT_INLINE static V Zero() { return _mm256_setzero_ps(); }
+  DIKKAT_INLINE static V Set1(float a) { return _mm256_set1_ps(a); }
+  DIKKAT_INLINE static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  DIKKAT_INLINE static float Reduce(V a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  DIKKAT_INLINE static void Prefetch(const void* p) {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  }
+
+  DIKKAT_INLINE static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  DIKKAT_INLINE static V Load(const uint16_t* p) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+  }
+  DIKKAT_INLINE static V Load(const Half16* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  // Tails (n < 8): copied into a zeroed vector's worth first, so that nothing
+  // past p + n is read. Once per row, not in the inner loop.
+  template <typename T>
+  DIKKAT_INLINE static V LoadN(const T* p, int n) {
+    alignas(32) T buf[kLanes] = {};
+    std::memcpy(buf, p, sizeof(T) * n);
+    return Load(static_cast<const T*>(buf));
+  }
+  // 8 int8 weights widened to float32 times their group's scale.
+  DIKKAT_INLINE static V LoadInt8(const int8_t* p, V scale) {
+    const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw)), scale);
+  }
+  DIKKAT_INLINE static V LoadInt8N(const int8_t* p, int n, V scale) {
+    alignas(16) int8_t buf[16] = {};
+    std::memcpy(buf, p, n);
+    return LoadInt8(buf, scale);
+  }
+  DIKKAT_INLINE static void Store(float* p, V a) { _mm256_storeu_ps(p, a); }
+  DIKKAT_INLINE static void StoreN(float* p, V a, int n) {
+    alignas(32) float buf[kLanes];
+    _mm256_store_ps(buf, a);
+    std::memcpy(p, buf, sizeof(float) * n);
+  }
+  // 16 bfloat16 values: the even-indexed ones as float32 in `even`, the odd
+  // ones in `odd` (shift and mask: no cross-lane shuffle).
+  DIKKAT_INLINE static void LoadBf16Pair(const uint16_t* p, V& even, V& odd) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+    odd = _mm256_castsi256_ps(
+        _mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+};
+
+#include "model/cpu_kernels_body.inc"
+
+}  // namespace
+
+const KernelTable& Avx2Kernels() { return kTable; }
+
+}  // namespace dikkat::model::kernels
+
+#else  // not x86-64: never selected (IsaSupported is false)
+
+namespace dikkat::model::kernels {
+const KernelTable& Avx2Kernels() { return GenericKernels(); }
+}  // namespace dikkat::model::kernels
+
+#endif

@@ -1,0 +1,106 @@
+// The CPU kernels for AVX-512 (avx512f + avx512bw + avx512vl): 16 float32
+// lanes in 32 zmm registers, masked loads for row tails. The bodies are
+// cpu_kernels_body.inc; only the vector operations are here.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "model/cpu_kernels_isa.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+// GCC 12's AVX-512 intrinsics (_mm512_cvtepu16_epi32 and friends) start from
+// _mm512_undefined_*() and trip -Wuninitialized falsely (GCC bug 105593).
+// (clang has no -Wmaybe-uninitialized and warns about the unknown group.)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#define DIKKAT_KERNEL __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define DIKKAT_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"), always_inline)) inline
+
+namespace dikkat::model::kernels {
+namespace {
+
+struct Ops {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr CpuIsa kIsa = CpuIsa::kAvx512;
+  // Output rows per register block for M input rows: R*M accumulators, R
+  // weight vectors and one x vector in the 32 zmm registers (R*M + R + 1 <=
+  // 32); each weight vector loaded serves M FMAs and each x vector R.
+  static constexpr int kMaxBlockRows = 8;
+  static constexpr int kBlockRows[9] = {0, 8, 8, 6, 5, 4, 4, 3, 3};
+  // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 32.
+  static constexpr int kBf16PairMaxRows = 4;
+  static constexpr int kBf16PairRows[5] = {0, 8, 6, 5, 4};
+
+  static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
+
+  DIKKAT_INLINE static V Zero() { return _mm512_setzero_ps(); }
+  DIKKAT_INLINE static V Set1(float a) { return _mm512_set1_ps(a); }
+  DIKKAT_INLINE static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  DIKKAT_INLINE static float Reduce(V a) { return _mm512_reduce_add_ps(a); }
+  DIKKAT_INLINE static void Prefetch(const void* p) {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  }
+
+  DIKKAT_INLINE static V Load(const float* p) { return _mm512_loadu_ps(p); }
+  DIKKAT_INLINE static V Load(const uint16_t* p) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  }
+  DIKKAT_INLINE static V Load(const Half16* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  // The first n < 16 elements, the rest zero: masked loads, no scalar tail.
+  DIKKAT_INLINE static V LoadN(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
+  DIKKAT_INLINE static V LoadN(const uint16_t* p, int n) {
+    const __m256i raw = _mm256_maskz_loadu_epi16(Mask(n), p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  }
+  DIKKAT_INLINE static V LoadN(const Half16* p, int n) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(Mask(n), p));
+  }
+  // 16 int8 weights widened to float32 times their group's scale: the matrix
+  // is read from memory at one byte per weight.
+  DIKKAT_INLINE static V LoadInt8(const int8_t* p, V scale) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)), scale);
+  }
+  DIKKAT_INLINE static V LoadInt8N(const int8_t* p, int n, V scale) {
+    const __m128i raw = _mm_maskz_loadu_epi8(Mask(n), p);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)), scale);
+  }
+  DIKKAT_INLINE static void Store(float* p, V a) { _mm512_storeu_ps(p, a); }
+  DIKKAT_INLINE static void StoreN(float* p, V a, int n) { _mm512_mask_storeu_ps(p, Mask(n), a); }
+  // 32 bfloat16 values: the even-indexed ones as float32 in `even`, the odd
+  // ones in `odd`, without a cross-lane shuffle.
+  DIKKAT_INLINE static void LoadBf16Pair(const uint16_t* p, V& even, V& odd) {
+    const __m512i raw = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+    odd = _mm512_castsi512_ps(_mm512_maskz_mov_epi16(0xAAAAAAAAu, raw));
+  }
+};
+
+#include "model/cpu_kernels_body.inc"
+
+}  // namespace
+
+const KernelTable& Avx512Kernels() { return kTable; }
+
+}  // namespace dikkat::model::kernels
+
+#else  // not x86-64: never selected (IsaSupported is false)
+
+namespace dikkat::model::kernels {
+const KernelTable& Avx512Kernels() { return GenericKernels(); }
+}  // namespace dikkat::model::kernels
+
+#endif

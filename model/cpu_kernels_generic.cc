@@ -1,0 +1,127 @@
+// The CPU kernels for any CPU: 8-lane vectors of GCC/Clang's generic vector
+// extensions, which the compiler lowers to the build's baseline vector unit
+// (two SSE2 registers per vector on x86-64, two NEON registers on aarch64)
+// with no intrinsic and no target attribute. The bodies are
+// cpu_kernels_body.inc; Ops is described in cpu_kernels_avx2.cc.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "model/cpu_kernels_isa.h"
+
+// The 32-byte vectors are passed between always-inline functions of this
+// file only (internal linkage): the ABI note GCC gives for them on a
+// baseline x86-64 build does not concern any interface.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define DIKKAT_KERNEL
+#define DIKKAT_INLINE __attribute__((always_inline)) inline
+
+namespace dikkat::model::kernels {
+namespace {
+
+typedef float F32x8 __attribute__((vector_size(32)));
+typedef uint32_t U32x8 __attribute__((vector_size(32)));
+typedef uint16_t U16x8 __attribute__((vector_size(16)));
+typedef int8_t I8x8 __attribute__((vector_size(8)));
+
+// IEEE binary16 bits -> float32, exactly (normals, subnormals, inf, NaN).
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  uint32_t mant = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalize
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | static_cast<uint32_t>(112 - e) << 23 | ((mant & 0x3FFu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+struct Ops {
+  using V = F32x8;
+  static constexpr int kLanes = 8;
+  static constexpr CpuIsa kIsa = CpuIsa::kGeneric;
+  // Sized like AVX2's (16 registers of 8 lanes); on SSE2 each vector takes
+  // two of its 16 registers, so the compiler spills a little at M >= 3.
+  static constexpr int kMaxBlockRows = 4;
+  static constexpr int kBlockRows[9] = {0, 4, 4, 2, 2, 1, 1, 1, 1};
+  static constexpr int kBf16PairMaxRows = 4;
+  static constexpr int kBf16PairRows[5] = {0, 4, 2, 2, 1};
+
+  DIKKAT_INLINE static V Zero() { return V{}; }
+  DIKKAT_INLINE static V Set1(float a) { return V{a, a, a, a, a, a, a, a}; }
+  DIKKAT_INLINE static V Fma(V a, V b, V c) { return a * b + c; }
+  DIKKAT_INLINE static float Reduce(V a) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+  }
+  DIKKAT_INLINE static void Prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+
+  DIKKAT_INLINE static V Load(const float* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  DIKKAT_INLINE static V FromBits(U32x8 bits) {
+    V v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+  }
+  DIKKAT_INLINE static V Load(const uint16_t* p) {
+    U16x8 h;
+    std::memcpy(&h, p, sizeof h);
+    return FromBits(__builtin_convertvector(h, U32x8) << 16);
+  }
+  DIKKAT_INLINE static V Load(const Half16* p) {
+    V v;
+    for (int l = 0; l < kLanes; ++l) v[l] = HalfToFloat(p[l].bits);
+    return v;
+  }
+  template <typename T>
+  DIKKAT_INLINE static V LoadN(const T* p, int n) {
+    T buf[kLanes] = {};
+    std::memcpy(buf, p, sizeof(T) * n);
+    return Load(static_cast<const T*>(buf));
+  }
+  DIKKAT_INLINE static V LoadInt8(const int8_t* p, V scale) {
+    I8x8 raw;
+    std::memcpy(&raw, p, sizeof raw);
+    return __builtin_convertvector(raw, V) * scale;
+  }
+  DIKKAT_INLINE static V LoadInt8N(const int8_t* p, int n, V scale) {
+    int8_t buf[kLanes] = {};
+    std::memcpy(buf, p, n);
+    return LoadInt8(buf, scale);
+  }
+  DIKKAT_INLINE static void Store(float* p, V a) { std::memcpy(p, &a, sizeof a); }
+  DIKKAT_INLINE static void StoreN(float* p, V a, int n) { std::memcpy(p, &a, sizeof(float) * n); }
+  DIKKAT_INLINE static void LoadBf16Pair(const uint16_t* p, V& even, V& odd) {
+    U32x8 raw;
+    std::memcpy(&raw, p, sizeof raw);
+    even = FromBits(raw << 16);
+    odd = FromBits(raw & 0xFFFF0000u);
+  }
+};
+
+#include "model/cpu_kernels_body.inc"
+
+}  // namespace
+
+const KernelTable& GenericKernels() { return kTable; }
+
+}  // namespace dikkat::model::kernels

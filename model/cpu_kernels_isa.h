@@ -1,0 +1,88 @@
+// Internal to the CPU kernels (cpu_kernels.cc): the per-ISA row kernels on
+// raw pointers, one table per instruction set (cpu_isa.h). Each table is
+// defined in its own file from the ISA-independent bodies in
+// cpu_kernels_body.inc, compiled with that ISA's target attributes:
+// cpu_kernels_avx512.cc, cpu_kernels_avx2.cc, cpu_kernels_generic.cc.
+// cpu_kernels.cc owns tensors, routing and the split into tasks; a table's
+// functions compute one task's output rows [o0, o1) and never allocate.
+// Torch-free.
+#ifndef DIKKAT_MODEL_CPU_KERNELS_ISA_H_
+#define DIKKAT_MODEL_CPU_KERNELS_ISA_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "model/cpu_isa.h"
+
+namespace dikkat::model::kernels {
+
+// IEEE half stored as raw bits (a distinct type from bfloat16's uint16_t).
+struct Half16 {
+  uint16_t bits;
+};
+using BFloat16Bits = uint16_t;
+
+// y[m, o] = x[m, :] . W[o, :] + b[o] for m < rows, o in [o0, o1); x [rows,
+// in] float32, W [out, in], y with row stride ldy. `xp` is x reordered by
+// split_even_odd, or null; kernels that do not use it ignore it.
+template <typename W>
+using LinearRowsFn = void (*)(const float* x, const float* xp, const W* w, const float* b,
+                              float* y, int64_t rows, int64_t in, int64_t ldy, int64_t o0,
+                              int64_t o1);
+
+// The same for int8 W with a float32 scale per row and group of 32 inputs
+// (linear_weight.h): scales [out, groups].
+using Int8RowsFn = void (*)(const float* x, const int8_t* w, const float* scales, const float* b,
+                            float* y, int64_t rows, int64_t in, int64_t groups, int64_t ldy,
+                            int64_t o0, int64_t o1);
+
+// dst[o - o0, :] = dequant(W[o, :]) for o in [o0, o1).
+using DequantizeRowsFn = void (*)(const int8_t* w, const float* scales, int64_t in,
+                                  int64_t groups, int64_t o0, int64_t o1, float* dst);
+
+// One decode query per sequence against the paged cache, for the (sequence,
+// KV head) pairs t in [t0, t1) (t = sequence * kv_heads + kv head).
+struct DecodeAttentionArgs {
+  const float* q;  // [B, Hq, D], pre-scaled by 1/sqrt(D)
+  const void* k_cache;  // [slots, Hkv, D] of the cache dtype
+  const void* v_cache;
+  float* out;  // [B, Hq, D]
+  const std::vector<const std::vector<int32_t>*>* tables;
+  const std::vector<int64_t>* lens;
+  int64_t block_size, window, hq, hkv, d;
+};
+using DecodeAttentionFn = void (*)(const DecodeAttentionArgs& args, int64_t t0, int64_t t1);
+
+struct KernelTable {
+  CpuIsa isa;
+  // Input rows of one register block; more rows run as several blocks over
+  // each task's slice of W.
+  int64_t max_block_rows;
+  // Up to this many rows, bfloat16 linears read x reordered by
+  // split_even_odd (0: never).
+  int64_t bf16_pair_max_rows;
+  // xp[m, 2L*c + j] = x[m, 2L*c + 2j], xp[m, 2L*c + L + j] = x[m, 2L*c + 2j + 1]
+  // (j < L lanes) per whole block of 2L; the rest copied as it is.
+  void (*split_even_odd)(const float* x, float* xp, int64_t rows, int64_t in);
+  LinearRowsFn<float> linear_f32;
+  LinearRowsFn<BFloat16Bits> linear_bf16;
+  LinearRowsFn<Half16> linear_f16;
+  Int8RowsFn int8_rows;
+  DequantizeRowsFn dequantize_rows;
+  DecodeAttentionFn decode_attention_f32;
+  DecodeAttentionFn decode_attention_bf16;
+  DecodeAttentionFn decode_attention_f16;
+};
+
+// The tables, one per ISA. Calling a table's functions on a CPU without its
+// ISA is undefined (SIGILL): use Kernels().
+const KernelTable& Avx512Kernels();
+const KernelTable& Avx2Kernels();
+const KernelTable& GenericKernels();
+
+// The table of ActiveIsa().
+const KernelTable& Kernels();
+
+}  // namespace dikkat::model::kernels
+
+#endif  // DIKKAT_MODEL_CPU_KERNELS_ISA_H_

@@ -1,0 +1,164 @@
+// EngineImpl: the Engine (server/engine.h) over one LibTorch model. Internal
+// to server/engine.cc (the engine thread: schedule -> run -> postprocess, and
+// the finish/notify contract) and server/engine_submit.cc (creation and what
+// callers' threads do: check, enqueue, cancel, stats, shutdown, warmup).
+//
+// Owns the model, its KV cache, the request inbox and the engine thread.
+// Thread-safety: the Engine methods may be called from any thread; the inbox
+// (mu_) is the only state shared with the engine thread, everything under
+// "engine-thread state" is touched by that thread alone. LibTorch-free: the
+// model types are only named here.
+#ifndef DIKKAT_SERVER_ENGINE_IMPL_H_
+#define DIKKAT_SERVER_ENGINE_IMPL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/sync.h"
+#include "model/io/config.h"
+#include "model/text/tokenizer.h"
+#include "server/engine.h"
+#include "server/scheduler.h"
+#include "server/text_stream.h"
+
+namespace at {
+class Tensor;
+}  // namespace at
+
+namespace dikkat::model {
+class KvCache;
+class Sampler;
+class Transformer;
+struct CrossAttentionCache;
+struct SampledToken;
+}  // namespace dikkat::model
+
+namespace dikkat::server::engine_internal {
+
+enum class RequestKind { kGenerate, kEncode, kAttention };
+
+// One request's whole state. Owned by the engine thread once taken from the
+// inbox. Its Sequence part (id, deadline, cancelled, tokens, KV block table) is
+// what the scheduler sees of a Generate request.
+struct Request : Sequence {
+  Request();
+  ~Request();  // in engine.cc, where the model types are complete
+
+  RequestKind kind = RequestKind::kGenerate;
+  absl::Time submitted;
+
+  // ---- Generate ----
+  GenerateRequest gen;
+  std::shared_ptr<GenerateObserver> observer;
+  int32_t prompt_len = 0;  // set at the first admission
+  std::unique_ptr<model::Sampler> sampler;
+  std::unique_ptr<model::CrossAttentionCache> cross;
+  std::unique_ptr<TextStream> text;
+  int32_t generated = 0;
+  int32_t max_new = 0;
+  std::optional<absl::Time> scheduled_at, first_token_at, last_token_at;
+
+  // ---- Encode / Attention ----
+  EncodeRequest enc;
+  EncodeCallback enc_done;
+  AttentionRequest att;
+  AttentionCallback att_done;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  // Starts the engine thread.
+  EngineImpl(ModelDescription description, model::ModelConfig config,
+             std::unique_ptr<model::Transformer> transformer,
+             std::unique_ptr<model::Tokenizer> tokenizer, std::unique_ptr<model::KvCache> cache,
+             EngineOptions options, EngineListener* listener);
+  // Shutdown(0): cancels what is left and joins the thread.
+  ~EngineImpl() override;
+
+  const ModelDescription& description() const override { return description_; }
+  const model::Tokenizer& tokenizer() const override { return *tokenizer_; }
+  const EngineOptions& options() const override { return options_; }
+
+  absl::Status Warmup() override;
+  absl::StatusOr<RequestId> SubmitGenerate(GenerateRequest request,
+                                           std::shared_ptr<GenerateObserver> observer) override;
+  absl::StatusOr<RequestId> SubmitEncode(EncodeRequest request, EncodeCallback done) override;
+  absl::StatusOr<RequestId> SubmitAttention(AttentionRequest request,
+                                            AttentionCallback done) override;
+  void Cancel(RequestId id) override;
+  EngineStats stats() const override;
+  void Shutdown(absl::Duration grace) override;
+
+ private:
+  // ---- submission (any thread): engine_submit.cc ----
+  absl::StatusOr<RequestId> Enqueue(std::unique_ptr<Request> request);
+  absl::Status ValidateGenerate(const GenerateRequest& request) const;
+
+  // ---- engine thread: engine.cc ----
+  void Loop();
+  bool TakeInbox();
+  void DrainInbox() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireAuxiliary(absl::Time now);
+  void RunAuxiliary();
+  void OnAuxiliaryStep(int32_t sequences, int32_t tokens, absl::Time start);
+  ScheduleResult Schedule(absl::Time now);
+  std::optional<at::Tensor> Run(const ScheduleResult& plan);
+  void Postprocess(const ScheduleResult& plan, const at::Tensor& logits);
+  void Admit(Request* r);
+  void Emit(Request* r, const model::SampledToken& token);
+  void FinishGenerate(Request* r, FinishReason reason, absl::Status status = absl::OkStatus());
+  void FinishAuxiliary(Request* r, absl::Status status);
+  void PublishStats();
+
+  const ModelDescription description_;
+  const model::ModelConfig config_;
+  std::unique_ptr<model::Transformer> transformer_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<model::KvCache> cache_;  // the tensors: engine thread only
+  const EngineOptions options_;
+  EngineListener* listener_;  // not owned; may be null
+
+  // Inbox shared with submitters.
+  mutable dikkat::Mutex mu_;
+  std::deque<std::unique_ptr<Request>> inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Waiting Generate + queued Encode/Attention requests as the engine thread
+  // last published them; with inbox_ it is the queue that backpressure bounds.
+  int32_t engine_queued_ ABSL_GUARDED_BY(mu_) = 0;
+  // Accepted and not yet finished, wherever they are (inbox, waiting,
+  // running, auxiliary). Shutdown waits for it to reach 0: the published
+  // stat_running_ lags a step behind admission, so a drain that waited on it
+  // took a request admitted from the queue for idleness and cut it.
+  int32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> next_id_{1};
+  std::thread thread_;
+  dikkat::Mutex shutdown_mu_;
+
+  // Engine-thread state.
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  Scheduler scheduler_;             // Generate: waiting and running, KV block tables
+  std::deque<Request*> auxiliary_;  // Encode / Attention, FIFO
+  std::mt19937_64 seed_source_{std::random_device{}()};
+
+  // Published snapshot.
+  std::atomic<int32_t> stat_running_{0}, stat_waiting_{0}, stat_blocks_used_{0};
+  std::atomic<int64_t> stat_finished_{0}, stat_preemptions_{0};
+};
+
+}  // namespace dikkat::server::engine_internal
+
+#endif  // DIKKAT_SERVER_ENGINE_IMPL_H_

@@ -1,0 +1,246 @@
+// The Engine's callers' side (any thread): creation, the request check and
+// the inbox, cancellation, stats, shutdown and warmup. The engine thread's
+// side is server/engine.cc; the class is server/engine_impl.h.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/kv_cache.h"
+#include "model/model_loader.h"
+#include "model/sampler.h"
+#include "model/transformer.h"
+#include "server/engine.h"
+#include "server/engine_impl.h"
+#include "server/request_checks.h"
+
+namespace dikkat::server {
+namespace engine_internal {
+
+using model::Architecture;
+
+EngineImpl::EngineImpl(ModelDescription description, model::ModelConfig config,
+                       std::unique_ptr<model::Transformer> transformer,
+                       std::unique_ptr<model::Tokenizer> tokenizer,
+                       std::unique_ptr<model::KvCache> cache, EngineOptions options,
+                       EngineListener* listener)
+    : description_(std::move(description)),
+      config_(std::move(config)),
+      transformer_(std::move(transformer)),
+      tokenizer_(std::move(tokenizer)),
+      cache_(std::move(cache)),
+      options_(std::move(options)),
+      listener_(listener),
+      scheduler_(SchedulerOptions{options_.max_batch_size, options_.max_batch_tokens},
+                 &cache_->allocator()) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+EngineImpl::~EngineImpl() { Shutdown(absl::ZeroDuration()); }
+
+// ---------------------------------------------------------------------------
+// Submission
+// ---------------------------------------------------------------------------
+
+// The one request check (server/request_checks.h), against the config under
+// the name the model is served as, plus what only the engine knows: whether
+// the prompt can ever fit in the KV cache.
+absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
+  DIKKAT_RETURN_IF_ERROR(CheckGenerateRequest(r, description_.config, options_));
+  const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) +
+                              (config_.architecture == Architecture::kEncoderDecoder ? 1 : 0);
+  const int64_t needed = cache_->allocator().BlocksFor(decoder_len + 1);
+  if (needed > cache_->allocator().num_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the prompt needs ", needed, " KV blocks but the cache has ",
+        cache_->allocator().num_blocks(), "; raise --kv_cache_bytes or shorten the prompt"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RequestId> EngineImpl::Enqueue(std::unique_ptr<Request> request) {
+  request->id = next_id_.fetch_add(1);
+  request->submitted = absl::Now();
+  const RequestId id = request->id;
+  dikkat::MutexLock lock(&mu_);
+  if (draining_ || stop_) {
+    return absl::UnavailableError("the server is shutting down; retry on another replica");
+  }
+  if (static_cast<int64_t>(inbox_.size()) + engine_queued_ >= options_.max_queue) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request queue is full (", options_.max_queue, " waiting); retry later"));
+  }
+  ++in_flight_;
+  inbox_.push_back(std::move(request));
+  return id;
+}
+
+absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
+                                                     std::shared_ptr<GenerateObserver> observer) {
+  DIKKAT_RETURN_IF_ERROR(ValidateGenerate(request));
+  auto r = std::make_unique<Request>();
+  r->kind = RequestKind::kGenerate;
+  r->deadline = request.deadline;
+  if (config_.architecture == Architecture::kEncoderDecoder) {
+    r->tokens.push_back(static_cast<int32_t>(config_.decoder_start_token_id >= 0
+                                                 ? config_.decoder_start_token_id
+                                                 : config_.bos_token_id));
+  }
+  r->tokens.insert(r->tokens.end(), request.prompt.begin(), request.prompt.end());
+  r->gen = std::move(request);
+  r->observer = std::move(observer);
+  return Enqueue(std::move(r));
+}
+
+absl::StatusOr<RequestId> EngineImpl::SubmitEncode(EncodeRequest request, EncodeCallback done) {
+  DIKKAT_RETURN_IF_ERROR(CheckEncodeRequest(request, description_.config, options_));
+  auto r = std::make_unique<Request>();
+  r->kind = RequestKind::kEncode;
+  r->deadline = request.deadline;
+  r->enc = std::move(request);
+  r->enc_done = std::move(done);
+  return Enqueue(std::move(r));
+}
+
+absl::StatusOr<RequestId> EngineImpl::SubmitAttention(AttentionRequest request,
+                                                      AttentionCallback done) {
+  DIKKAT_RETURN_IF_ERROR(CheckAttentionRequest(request, description_.config, options_));
+  auto r = std::make_unique<Request>();
+  r->kind = RequestKind::kAttention;
+  r->deadline = request.deadline;
+  r->att = std::move(request);
+  r->att_done = std::move(done);
+  return Enqueue(std::move(r));
+}
+
+void EngineImpl::Cancel(RequestId id) {
+  dikkat::MutexLock lock(&mu_);
+  cancels_.push_back(id);
+}
+
+EngineStats EngineImpl::stats() const {
+  EngineStats s;
+  s.running = stat_running_.load();
+  s.waiting = stat_waiting_.load();
+  s.kv_blocks_total = cache_->allocator().num_blocks();
+  s.kv_blocks_used = stat_blocks_used_.load();
+  s.kv_block_size = cache_->block_size();
+  s.kv_cache_bytes = cache_->total_bytes();
+  s.weights_bytes = description_.weights_bytes;
+  s.requests_finished = stat_finished_.load();
+  s.preemptions = stat_preemptions_.load();
+  return s;
+}
+
+void EngineImpl::Shutdown(absl::Duration grace) {
+  dikkat::MutexLock shutdown_lock(&shutdown_mu_);
+  if (!thread_.joinable()) return;
+  {
+    dikkat::MutexLock lock(&mu_);
+    draining_ = true;
+    // Wait for in-flight work to finish, up to the grace period.
+    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+    mu_.AwaitWithTimeout(absl::Condition(&idle), grace);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+absl::Status EngineImpl::Warmup() {
+  dikkat::Notification done;
+  absl::Status result;
+  if (config_.has_decoder()) {
+    class WarmupObserver : public GenerateObserver {
+     public:
+      WarmupObserver(dikkat::Notification* done, absl::Status* result)
+          : done_(done), result_(result) {}
+      void OnChunk(GeneratedChunk) override {}
+      void OnFinish(GenerateSummary summary) override {
+        *result_ = summary.status;
+        done_->Notify();
+      }
+
+     private:
+      dikkat::Notification* done_;
+      absl::Status* result_;
+    };
+    GenerateRequest req;
+    const int32_t token = static_cast<int32_t>(std::max<int64_t>(config_.bos_token_id, 0));
+    req.prompt = {token, token};
+    if (config_.architecture == Architecture::kEncoderDecoder) req.source = {token, token};
+    if (config_.architecture == Architecture::kEncoderDecoder) req.prompt.clear();
+    req.max_new_tokens = 2;
+    req.sampling.temperature = 0;
+    req.ignore_eos = true;
+    DIKKAT_RETURN_IF_ERROR(
+        SubmitGenerate(std::move(req), std::make_shared<WarmupObserver>(&done, &result)).status());
+    done.WaitForNotification();
+    return result;
+  }
+  EncodeRequest req;
+  req.inputs = {{0, 0}};
+  DIKKAT_RETURN_IF_ERROR(SubmitEncode(std::move(req), [&](absl::StatusOr<EncodeResult> r) {
+                           result = r.status();
+                           done.Notify();
+                         }).status());
+  done.WaitForNotification();
+  return result;
+}
+
+}  // namespace engine_internal
+
+// ---------------------------------------------------------------------------
+// Creation
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
+                                                       const std::string& model_path,
+                                                       const EngineOptions& options,
+                                                       EngineListener* listener) {
+  const absl::Time start = absl::Now();
+  DIKKAT_ASSIGN_OR_RETURN(c10::ScalarType dtype, model::ParseDType(options.dtype));
+  DIKKAT_ASSIGN_OR_RETURN(c10::Device device, model::ParseDevice(options.device));
+  if (options.max_batch_size <= 0 || options.max_batch_tokens <= 0 || options.max_queue <= 0 ||
+      options.kv_block_size <= 0 || options.max_new_tokens_cap <= 0 ||
+      options.default_max_new_tokens <= 0 || options.max_batch_entries <= 0 ||
+      options.max_attention_values <= 0) {
+    return absl::InvalidArgumentError(
+        "max_batch_size, max_batch_tokens, max_queue, kv_block_size, max_new_tokens_cap, "
+        "default_max_new_tokens, max_batch_entries and max_attention_values must all be > 0");
+  }
+  model::LoadOptions load;
+  load.dtype = dtype;
+  load.device = device;
+  absl::StatusOr<model::LoadedModel> loaded;
+  try {
+    loaded = model::LoadModelFolder(model_path, load);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(model_path, ": loading failed: ", e.what()));
+  }
+  if (!loaded.ok()) return loaded.status();
+  DIKKAT_ASSIGN_OR_RETURN(
+      model::KvCache cache,
+      model::KvCache::Create(loaded->config, options.kv_cache_bytes, options.kv_block_size,
+                             model::CacheDType(dtype), device));
+  ModelDescription d;
+  d.name = name;
+  d.path = model_path;
+  d.config = loaded->config;
+  // Callers know the model by the name it is served under (--model=NAME=PATH),
+  // not the folder's config name: errors built from the config say that name.
+  d.config.name = name;
+  d.dtype = options.dtype;
+  d.device = device.str();
+  d.weights_sha256 = loaded->weights_sha256;
+  d.tokenizer_kind = loaded->tokenizer->kind();
+  d.tokenizer_sha256 = loaded->tokenizer->file_fingerprints();
+  d.weights_bytes = loaded->report.parameter_bytes;
+  d.load_time = absl::Now() - start;
+  return std::unique_ptr<Engine>(new engine_internal::EngineImpl(
+      std::move(d), loaded->config, std::move(loaded->transformer), std::move(loaded->tokenizer),
+      std::make_unique<model::KvCache>(std::move(cache)), options, listener));
+}
+
+}  // namespace dikkat::server

@@ -1,0 +1,258 @@
+#include "server/request_checks.h"
+
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/sampling_params.h"
+#include "model/text/tokenizer.h"
+
+namespace dikkat::server {
+namespace {
+
+using model::Architecture;
+
+absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
+
+absl::Status CheckLength(size_t n, absl::string_view field, const model::ModelConfig& config) {
+  if (config.max_positions > 0 && static_cast<int64_t>(n) > config.max_positions) {
+    return Invalid(absl::StrCat(field, " has ", n, " tokens; model '", config.name,
+                                "' accepts at most max_positions=", config.max_positions));
+  }
+  return absl::OkStatus();
+}
+
+// A model input: not empty, not longer than the model's positions, ids in
+// the vocabulary.
+absl::Status CheckInput(const std::vector<int32_t>& ids, absl::string_view field,
+                        const model::ModelConfig& config) {
+  if (ids.empty()) return Invalid(absl::StrCat(field, " is empty"));
+  DIKKAT_RETURN_IF_ERROR(CheckLength(ids.size(), field, config));
+  return ValidateTokenIds(ids, field, config.vocab_size);
+}
+
+// Indices must lie in [0, limit) and not repeat.
+absl::Status CheckIndices(const std::vector<int32_t>& values, absl::string_view field,
+                          int64_t limit, absl::string_view what) {
+  std::set<int32_t> seen;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int32_t v = values[i];
+    if (v < 0 || v >= limit) {
+      return Invalid(absl::StrCat(field, "[", i, "] = ", v, " is out of range: the model has ",
+                                  limit, " ", what, " (allowed 0..", limit - 1, ")"));
+    }
+    if (!seen.insert(v).second) {
+      return Invalid(
+          absl::StrCat(field, "[", i, "] = ", v, " is repeated; list each at most once"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The wire names (dikkat.v1.AttentionKind), which callers know.
+const char* KindName(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kSelf:
+      return "ATTENTION_KIND_SELF";
+    case AttentionKind::kEncoderSelf:
+      return "ATTENTION_KIND_ENCODER_SELF";
+    case AttentionKind::kDecoderSelf:
+      return "ATTENTION_KIND_DECODER_SELF";
+    case AttentionKind::kCross:
+      return "ATTENTION_KIND_CROSS";
+  }
+  return "ATTENTION_KIND_UNSPECIFIED";
+}
+
+absl::Status CheckKind(AttentionKind kind, const model::ModelConfig& config) {
+  const bool enc_dec = config.architecture == Architecture::kEncoderDecoder;
+  if (kind == AttentionKind::kSelf && enc_dec) {
+    return Invalid(absl::StrCat(
+        "kind: ATTENTION_KIND_SELF is for decoder-only and encoder-only models; model '",
+        config.name,
+        "' is encoder-decoder: use ATTENTION_KIND_ENCODER_SELF, "
+        "ATTENTION_KIND_DECODER_SELF or ATTENTION_KIND_CROSS"));
+  }
+  if (kind != AttentionKind::kSelf && !enc_dec) {
+    return Invalid(absl::StrCat(
+        "kind: ", KindName(kind), " needs an encoder-decoder model; model '", config.name, "' is ",
+        model::ArchitectureName(config.architecture), ": use ATTENTION_KIND_SELF"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStops(const GenerateRequest& r, const model::ModelConfig& config,
+                        const EngineOptions& options) {
+  if (static_cast<int64_t>(r.stop_strings.size()) > options.max_stop_strings) {
+    return Invalid(absl::StrCat("stop has ", r.stop_strings.size(), " strings; at most ",
+                                options.max_stop_strings, " are allowed"));
+  }
+  if (static_cast<int64_t>(r.stop_token_ids.size()) > options.max_stop_token_ids) {
+    return Invalid(absl::StrCat("stop_token_ids has ", r.stop_token_ids.size(),
+                                " entries; at most ", options.max_stop_token_ids, " are allowed"));
+  }
+  for (size_t i = 0; i < r.stop_strings.size(); ++i) {
+    const std::string& stop = r.stop_strings[i];
+    if (static_cast<int64_t>(stop.size()) > options.max_stop_string_bytes) {
+      return Invalid(absl::StrCat("stop[", i, "] has ", stop.size(), " bytes; at most ",
+                                  options.max_stop_string_bytes, " are allowed"));
+    }
+    if (stop.empty()) {
+      return Invalid(
+          absl::StrCat("stop[", i, "] is an empty string; stop strings must be non-empty"));
+    }
+    if (!model::IsValidUtf8(stop)) return Invalid(absl::StrCat("stop[", i, "] is not valid UTF-8"));
+  }
+  return ValidateTokenIds(r.stop_token_ids, "stop_token_ids", config.vocab_size);
+}
+
+}  // namespace
+
+absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view field,
+                              int64_t vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return Invalid(absl::StrCat(field, "[", i, "] = ", ids[i], " is not a token id: allowed 0..",
+                                  vocab_size - 1, " (vocab_size ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMaxNewTokens(int32_t n, const EngineOptions& options) {
+  if (n < 1 || n > options.max_new_tokens_cap) {
+    return Invalid(absl::StrCat("max_new_tokens = ", n, " is out of range: allowed 1..",
+                                options.max_new_tokens_cap,
+                                " (the server's --max_new_tokens_cap), or unset for the default ",
+                                options.default_max_new_tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGenerateRequest(const GenerateRequest& r, const model::ModelConfig& config,
+                                  const EngineOptions& options) {
+  const bool enc_dec = config.architecture == Architecture::kEncoderDecoder;
+  if (config.architecture == Architecture::kEncoderOnly) {
+    return Invalid(absl::StrCat("model '", config.name,
+                                "' is encoder-only and cannot generate; use Encode or "
+                                "Attention, or a decoder-only / encoder-decoder model"));
+  }
+  if (enc_dec) {
+    if (r.source.empty()) return Invalid("input is empty; an encoder-decoder model needs a source");
+    DIKKAT_RETURN_IF_ERROR(CheckInput(r.source, "input", config));
+  } else if (r.prompt.empty()) {
+    return Invalid("input is empty; give a prompt (text or token ids)");
+  }
+  // The decoder's prompt: decoder-only, the input; encoder-decoder, the
+  // decoder prefix after the decoder start token the engine prepends.
+  const char* field = enc_dec ? "decoder_prefix" : "input";
+  DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(r.prompt, field, config.vocab_size));
+  const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) + (enc_dec ? 1 : 0);
+  if (config.max_positions > 0 && decoder_len >= config.max_positions) {
+    return Invalid(absl::StrCat(field, " has ", r.prompt.size(), " tokens",
+                                enc_dec ? " (plus the decoder start token)" : "",
+                                ", which leaves no room to generate: model '", config.name,
+                                "' has a context of max_positions=", config.max_positions,
+                                " tokens in total and at least one must remain for generation"));
+  }
+  if (r.max_new_tokens != 0) DIKKAT_RETURN_IF_ERROR(CheckMaxNewTokens(r.max_new_tokens, options));
+  DIKKAT_RETURN_IF_ERROR(model::Validate(r.sampling));  // names the field (sampling.top_p, ...)
+  return CheckStops(r, config, options);
+}
+
+absl::Status CheckEncodeRequest(const EncodeRequest& r, const model::ModelConfig& config,
+                                const EngineOptions& options) {
+  if (r.inputs.empty()) return Invalid("inputs is empty; give at least one input");
+  if (static_cast<int64_t>(r.inputs.size()) > options.max_batch_entries) {
+    return Invalid(absl::StrCat("inputs has ", r.inputs.size(),
+                                " entries; the server accepts at most ", options.max_batch_entries,
+                                " per call (--max_batch_entries)"));
+  }
+  // Hidden states of layer 0 (embeddings) .. L of the stack Encode runs.
+  const int64_t layers = config.architecture == Architecture::kEncoderDecoder
+                             ? config.n_encoder_layers
+                             : config.n_layers;
+  if (r.hidden_layer < -1 || r.hidden_layer > layers) {
+    return Invalid(
+        absl::StrCat("hidden_layer = ", r.hidden_layer,
+                     " is out of range: allowed -1 (final output), 0 (embeddings) or 1..", layers,
+                     " (after that layer)"));
+  }
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    DIKKAT_RETURN_IF_ERROR(CheckInput(r.inputs[i], absl::StrCat("inputs[", i, "]"), config));
+  }
+  if (!r.type_ids.empty()) {
+    if (r.type_ids.size() != r.inputs.size()) {
+      return Invalid(absl::StrCat("type_ids has ", r.type_ids.size(), " lists for ",
+                                  r.inputs.size(), " inputs; give none or one per input"));
+    }
+    for (size_t i = 0; i < r.type_ids.size(); ++i) {
+      if (!r.type_ids[i].empty() && r.type_ids[i].size() != r.inputs[i].size()) {
+        return Invalid(absl::StrCat("type_ids[", i, "] has ", r.type_ids[i].size(), " entries for ",
+                                    r.inputs[i].size(), " tokens"));
+      }
+      DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(r.type_ids[i], absl::StrCat("type_ids[", i, "]"),
+                                              std::max<int64_t>(config.type_vocab_size, 1)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t AttentionLayers(const model::ModelConfig& config, AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kSelf:
+      return config.n_layers;
+    case AttentionKind::kEncoderSelf:
+      return config.n_encoder_layers;
+    case AttentionKind::kDecoderSelf:
+    case AttentionKind::kCross:
+      return config.n_decoder_layers;
+  }
+  return 0;
+}
+
+absl::Status CheckAttentionRequest(const AttentionRequest& r, const model::ModelConfig& config,
+                                   const EngineOptions& options) {
+  DIKKAT_RETURN_IF_ERROR(CheckKind(r.kind, config));
+  DIKKAT_RETURN_IF_ERROR(CheckInput(r.input, "input", config));
+  const bool needs_target =
+      r.kind == AttentionKind::kDecoderSelf || r.kind == AttentionKind::kCross;
+  if (needs_target) {
+    if (r.target.empty()) {
+      return Invalid(
+          absl::StrCat("target is required for ", KindName(r.kind), ": give the decoder input"));
+    }
+    DIKKAT_RETURN_IF_ERROR(CheckInput(r.target, "target", config));
+  } else if (!r.target.empty()) {
+    return Invalid(
+        absl::StrCat("target is only used with ATTENTION_KIND_DECODER_SELF or "
+                     "ATTENTION_KIND_CROSS; this request asks for ",
+                     KindName(r.kind)));
+  }
+  const int64_t layers = AttentionLayers(config, r.kind);
+  DIKKAT_RETURN_IF_ERROR(CheckIndices(r.layers, "layers", layers, "layers of this kind"));
+  DIKKAT_RETURN_IF_ERROR(CheckIndices(r.heads, "heads", config.n_heads, "heads"));
+
+  // Rows attend to columns: the target's rows for DECODER_SELF and CROSS.
+  const int64_t input = static_cast<int64_t>(r.input.size());
+  const int64_t target = static_cast<int64_t>(r.target.size());
+  const int64_t q_len = needs_target ? target : input;
+  const int64_t k_len = r.kind == AttentionKind::kDecoderSelf ? target : input;
+  const int64_t n_layers = r.layers.empty() ? layers : static_cast<int64_t>(r.layers.size());
+  const int64_t n_heads = r.aggregation != HeadAggregation::kNone ? 1
+                          : r.heads.empty()                       ? config.n_heads
+                                            : static_cast<int64_t>(r.heads.size());
+  const int64_t values = n_layers * n_heads * q_len * k_len;
+  const int64_t limit = r.max_values > 0 ? r.max_values : options.max_attention_values;
+  if (values > limit) {
+    return Invalid(absl::StrCat(
+        "the response would hold ", values, " attention weights (", n_layers, " layers x ", n_heads,
+        " maps x ", q_len, " x ", k_len, "); the limit is ", limit,
+        "; select fewer layers or heads, aggregate heads, or shorten the input"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dikkat::server

@@ -1,0 +1,59 @@
+// Request checks: the one place where the values of a Generate, Encode or
+// Attention request (the engine's structs, server/engine.h) are checked
+// against the model and the server's limits.
+//
+// server/convert.cc maps the wire messages to these structs (and rejects
+// only what the wire form alone makes wrong: unset oneofs, unknown enum
+// values, text that does not tokenize) and then calls the check, so an
+// invalid request never reaches the engine. Engine::Submit* call the same
+// check for callers that build the structs themselves (Warmup, benchmarks,
+// tests): on the gRPC path it runs twice, which costs O(tokens) and keeps
+// one set of rules and messages. Errors are INVALID_ARGUMENT whose message
+// names the field, the value and what is allowed.
+//
+// Pure functions; thread-safe.
+#ifndef DIKKAT_SERVER_REQUEST_CHECKS_H_
+#define DIKKAT_SERVER_REQUEST_CHECKS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "model/io/config.h"
+#include "server/engine.h"
+
+namespace dikkat::server {
+
+// Every id in [0, vocab_size). `field` names the list in errors.
+absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view field,
+                              int64_t vocab_size);
+
+// `max_new_tokens` asked for explicitly: 1..options.max_new_tokens_cap.
+absl::Status CheckMaxNewTokens(int32_t max_new_tokens, const EngineOptions& options);
+
+// Architecture (encoder-only models cannot generate), prompt / source
+// lengths and ids (at least one position must remain for generation),
+// max_new_tokens (0 = the server default), sampling (model::Validate), stop
+// strings and stop token ids (counts, sizes, UTF-8, ids).
+absl::Status CheckGenerateRequest(const GenerateRequest& request, const model::ModelConfig& config,
+                                  const EngineOptions& options);
+
+// Number of inputs, each input's length and ids, type_ids (empty or one list
+// per input, each empty or as long as its input), hidden_layer.
+absl::Status CheckEncodeRequest(const EncodeRequest& request, const model::ModelConfig& config,
+                                const EngineOptions& options);
+
+// The kind against the architecture, input and target (a target exactly for
+// DECODER_SELF and CROSS), layers and heads (in range, not repeated), and
+// the number of attention values against max_values or the server's
+// max_attention_values.
+absl::Status CheckAttentionRequest(const AttentionRequest& request,
+                                   const model::ModelConfig& config, const EngineOptions& options);
+
+// Layers an Attention request of `kind` can select (0..n-1).
+int64_t AttentionLayers(const model::ModelConfig& config, AttentionKind kind);
+
+}  // namespace dikkat::server
+
+#endif  // DIKKAT_SERVER_REQUEST_CHECKS_H_

@@ -1,0 +1,99 @@
+// Scheduler: which Generate sequences run in the next engine step, and how
+// many of their tokens.
+//
+// Owns the waiting queue (FIFO, preempted sequences at its front) and the
+// running batch (admission order), and every change to the sequences' KV
+// block tables. Each Schedule():
+//   1. expires: sequences cancelled or past their deadline leave the queues
+//      and free their blocks;
+//   2. runs the running batch: each sequence decodes one token or continues
+//      its chunked prefill under the token budget; when the KV cache is full
+//      the most recently admitted sequence is preempted (its blocks are freed
+//      and it goes back to the front of the waiting queue, to recompute its
+//      tokens when readmitted); a sequence that cannot fit even alone is
+//      rejected;
+//   3. admits waiting sequences in order while the token budget, the batch
+//      size and the free blocks allow (a whole prompt must fit in free blocks).
+// Nothing here knows about tensors: the engine runs the forward over the
+// returned batch and then advances each sequence's num_cached.
+//
+// Thread-safety: none; the engine thread owns it. Torch-free on purpose (its
+// tests build without a model).
+#ifndef DIKKAT_SERVER_SCHEDULER_H_
+#define DIKKAT_SERVER_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "model/kv_block_allocator.h"
+
+namespace dikkat::server {
+
+// What the scheduler knows of a Generate request. The engine's own request
+// state derives from it; the scheduler never owns a Sequence.
+struct Sequence {
+  uint64_t id = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+  bool cancelled = false;  // set by Engine::Cancel, acted on in the next Schedule()
+  // Decoder tokens: the prompt (with the decoder start token for
+  // encoder-decoder models), then the generated ones. Not empty once added.
+  std::vector<int32_t> tokens;
+  int64_t num_cached = 0;       // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;  // block table: covers num_cached tokens between steps
+};
+
+struct SchedulerOptions {
+  int32_t max_batch_size = 64;      // running sequences
+  int32_t max_batch_tokens = 2048;  // tokens per step (decode tokens count too)
+};
+
+// One step's plan. `batch[i]` runs its tokens [num_cached, num_cached +
+// chunk_lens[i]); its block table already covers them.
+struct ScheduleResult {
+  std::vector<Sequence*> batch;
+  std::vector<int64_t> chunk_lens;
+  std::vector<Sequence*> admitted;   // moved from waiting to running this step (also in batch)
+  std::vector<Sequence*> preempted;  // back in the waiting queue, blocks freed
+  std::vector<Sequence*> rejected;   // out of the queues: cannot fit in the KV cache even alone
+  std::vector<Sequence*> expired;    // out of the queues: cancelled or past their deadline
+};
+
+class Scheduler {
+ public:
+  // `allocator` (not owned) must outlive the scheduler; the scheduler is the
+  // only one that changes block tables through it.
+  Scheduler(SchedulerOptions options, model::KvBlockAllocator* allocator);
+
+  // Queues a new sequence at the back of the waiting queue.
+  void Add(Sequence* sequence);
+
+  // Plans the next step (see the file comment). `now` decides deadlines.
+  ScheduleResult Schedule(absl::Time now);
+
+  // Takes a finished sequence out of whichever queue holds it (running or
+  // waiting; none is fine) and frees its blocks.
+  void RemoveAndFree(Sequence* sequence);
+
+  bool empty() const { return running_.empty() && waiting_.empty(); }
+  const std::vector<Sequence*>& running() const { return running_; }
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+  const model::KvBlockAllocator& allocator() const { return *allocator_; }
+
+ private:
+  void Expire(absl::Time now, ScheduleResult* result);
+  bool IsRunning(const Sequence* sequence) const;
+  // Frees the newest running sequence's blocks and requeues it at the front
+  // of the waiting queue. False when at most one sequence runs.
+  bool PreemptNewest(ScheduleResult* result);
+
+  const SchedulerOptions options_;
+  model::KvBlockAllocator* allocator_;  // not owned
+  std::deque<Sequence*> waiting_;       // FIFO; preempted ones at the front
+  std::vector<Sequence*> running_;      // admission order: the back is preempted first
+};
+
+}  // namespace dikkat::server
+
+#endif  // DIKKAT_SERVER_SCHEDULER_H_
