@@ -237,6 +237,8 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
   r.return_hidden_states = request.return_hidden_states();
   if (request.has_hidden_layer()) r.hidden_layer = request.hidden_layer();
 
+  // Bound the work before doing it: the number of inputs before any is tokenized.
+  DIKKAT_RETURN_IF_ERROR(CheckEncodeInputCount(request.inputs_size(), options));
   bool any_type_ids = false;
   std::vector<std::vector<int32_t>> type_ids(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {

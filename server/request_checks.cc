@@ -162,14 +162,18 @@ absl::Status CheckGenerateRequest(const GenerateRequest& r, const model::ModelCo
   return CheckStops(r, config, options);
 }
 
+absl::Status CheckEncodeInputCount(int64_t count, const EngineOptions& options) {
+  if (count == 0) return Invalid("inputs is empty; give at least one input");
+  if (count > options.max_batch_entries) {
+    return Invalid(absl::StrCat("inputs has ", count, " entries; the server accepts at most ",
+                                options.max_batch_entries, " per call (--max_batch_entries)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckEncodeRequest(const EncodeRequest& r, const model::ModelConfig& config,
                                 const EngineOptions& options) {
-  if (r.inputs.empty()) return Invalid("inputs is empty; give at least one input");
-  if (static_cast<int64_t>(r.inputs.size()) > options.max_batch_entries) {
-    return Invalid(absl::StrCat("inputs has ", r.inputs.size(),
-                                " entries; the server accepts at most ", options.max_batch_entries,
-                                " per call (--max_batch_entries)"));
-  }
+  DIKKAT_RETURN_IF_ERROR(CheckEncodeInputCount(static_cast<int64_t>(r.inputs.size()), options));
   // Hidden states of layer 0 (embeddings) .. L of the stack Encode runs.
   const int64_t layers = config.architecture == Architecture::kEncoderDecoder
                              ? config.n_encoder_layers

@@ -39,6 +39,10 @@ absl::Status CheckMaxNewTokens(int32_t max_new_tokens, const EngineOptions& opti
 absl::Status CheckGenerateRequest(const GenerateRequest& request, const model::ModelConfig& config,
                                   const EngineOptions& options);
 
+// 1..max_batch_entries inputs: convert.cc checks it before any input is
+// tokenized (bound the work before doing it).
+absl::Status CheckEncodeInputCount(int64_t count, const EngineOptions& options);
+
 // Number of inputs, each input's length and ids, type_ids (empty or one list
 // per input, each empty or as long as its input), hidden_layer.
 absl::Status CheckEncodeRequest(const EncodeRequest& request, const model::ModelConfig& config,

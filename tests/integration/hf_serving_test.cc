@@ -182,7 +182,11 @@ TEST_F(HfServingTest, GenerateStreamsTextThatDecodesTheStreamedIds) {
       });
       ASSERT_TRUE(st.ok()) << st;
       EXPECT_EQ(generated.size(), 40u);
-      EXPECT_GT(chunks, 1);
+      // Tokens the engine produced while a write was in flight (or before the
+      // first hand-over reached a gRPC thread) arrive merged into one message
+      // (server/service.cc): a tiny model on a busy machine can finish all 40
+      // in the first. Each chunk must still be whole UTF-8, checked above.
+      EXPECT_GE(chunks, 1);
       const std::vector<int32_t> prompt_ids = Tokenize(model, prompt, false);
       std::vector<int32_t> all = prompt_ids;
       all.insert(all.end(), generated.begin(), generated.end());

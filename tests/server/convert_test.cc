@@ -317,6 +317,12 @@ TEST_F(ConvertTest, EncodeRejectsInvalidRequests) {
   v1::EncodeRequest many;
   for (int i = 0; i < 4; ++i) *many.add_inputs() = Text("a");
   ExpectInvalid(ToEncodeRequest(many, limits_), {"inputs has 4 entries", "at most 3"});
+  // The count is refused before any input is tokenized or checked: an
+  // invalid first input does not change the error.
+  v1::EncodeRequest many_bad;
+  *many_bad.add_inputs() = Ids({300});
+  for (int i = 0; i < 3; ++i) *many_bad.add_inputs() = Text("a");
+  ExpectInvalid(ToEncodeRequest(many_bad, limits_), {"inputs has 4 entries", "at most 3"});
 
   v1::EncodeRequest r;
   *r.add_inputs() = Text("a");
