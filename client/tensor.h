@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/tensor_codec.h"
 #include "dikkat/v1/dikkat.pb.h"
 
 namespace dikkat::client {
@@ -35,11 +36,12 @@ absl::StatusOr<dikkat::v1::Tensor> EncodeTensor(absl::Span<const float> values,
                                                 const std::vector<int64_t>& shape,
                                                 dikkat::v1::DType dtype);
 
-// IEEE 754 binary16 / bfloat16 bit patterns <-> float.
-float HalfToFloat(uint16_t bits);
-uint16_t FloatToHalf(float value);
-float BFloat16ToFloat(uint16_t bits);
-uint16_t FloatToBFloat16(float value);
+// IEEE 754 binary16 / bfloat16 bit patterns <-> float: the codec the server
+// packs with (common/tensor_codec.h).
+using ::dikkat::BFloat16ToFloat;
+using ::dikkat::FloatToBFloat16;
+using ::dikkat::FloatToHalf;
+using ::dikkat::HalfToFloat;
 
 // "float32", "bfloat16", "float16", or "unspecified".
 std::string DTypeName(dikkat::v1::DType dtype);

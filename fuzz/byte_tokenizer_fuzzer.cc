@@ -6,7 +6,8 @@
 
 #include "fuzz/fuzz_util.h"
 #include "fuzz/tokenizer_properties.h"
-#include "model/tokenizer.h"
+#include "model/text/byte_tokenizer.h"
+#include "model/text/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::unique_ptr<dikkat::model::Tokenizer> tokenizer =

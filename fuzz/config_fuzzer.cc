@@ -6,8 +6,8 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "model/config.h"
-#include "model/hf_config.h"
+#include "model/io/config.h"
+#include "model/io/hf_config.h"
 
 namespace {
 

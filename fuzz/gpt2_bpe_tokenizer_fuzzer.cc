@@ -10,7 +10,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "fuzz/tokenizer_properties.h"
-#include "model/byte_level_bpe.h"
+#include "model/text/byte_level_bpe.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "fuzz/tokenizer_properties.h"
-#include "model/llama_bpe.h"
+#include "model/text/llama_bpe_tokenizer.h"
 
 namespace {
 

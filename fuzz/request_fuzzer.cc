@@ -13,8 +13,9 @@
 
 #include "dikkat/v1/dikkat.pb.h"
 #include "fuzz/fuzz_util.h"
-#include "model/config.h"
-#include "model/tokenizer.h"
+#include "model/io/config.h"
+#include "model/text/byte_tokenizer.h"
+#include "model/text/tokenizer.h"
 #include "server/convert.h"
 
 namespace {

@@ -5,7 +5,8 @@
 #include <cstdint>
 
 #include "fuzz/fuzz_util.h"
-#include "model/weights.h"
+#include "model/io/safetensors.h"
+#include "model/io/weights.h"
 
 namespace {
 

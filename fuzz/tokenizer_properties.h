@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "model/tokenizer.h"
+#include "model/text/incremental_decoder.h"
+#include "model/text/tokenizer.h"
 
 namespace dikkat::fuzz {
 

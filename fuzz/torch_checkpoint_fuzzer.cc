@@ -6,7 +6,8 @@
 #include <cstdint>
 
 #include "fuzz/fuzz_util.h"
-#include "model/weights.h"
+#include "model/io/torch_checkpoint.h"
+#include "model/io/weights.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = dikkat::fuzz::WriteInputFile(data, size, ".pt");

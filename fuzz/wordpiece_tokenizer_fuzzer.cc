@@ -10,7 +10,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "fuzz/tokenizer_properties.h"
-#include "model/wordpiece.h"
+#include "model/text/wordpiece_tokenizer.h"
 
 namespace {
 

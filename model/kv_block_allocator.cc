@@ -25,13 +25,6 @@ bool KvBlockAllocator::EnsureCapacity(std::vector<int32_t>* table, int64_t token
   return true;
 }
 
-void KvBlockAllocator::Share(const std::vector<int32_t>& table) {
-  for (int32_t block : table) {
-    assert(ref_counts_[block] > 0);
-    ++ref_counts_[block];
-  }
-}
-
 void KvBlockAllocator::Release(std::vector<int32_t>* table) {
   for (int32_t block : *table) {
     assert(ref_counts_[block] > 0);

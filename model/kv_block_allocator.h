@@ -33,9 +33,6 @@ class KvBlockAllocator {
   // tokens. Returns false and changes nothing if not enough blocks are free.
   bool EnsureCapacity(std::vector<int32_t>* table, int64_t tokens);
 
-  // Adds a reference to every block of `table` (prefix sharing).
-  void Share(const std::vector<int32_t>& table);
-
   // Drops one reference per block of `table` and clears it; blocks whose
   // count reaches 0 return to the free list at once.
   void Release(std::vector<int32_t>* table);

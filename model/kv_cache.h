@@ -16,7 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "model/io/config.h"
 #include "model/kv_block_allocator.h"
 
 namespace dikkat::model {

@@ -1,56 +1,25 @@
 #include "model/model_loader.h"
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <memory>
+#include <utility>
 
 #include <ATen/Context.h>
 #include <c10/core/Device.h>
 
 #include "absl/strings/str_cat.h"
-#include "model/hf_config.h"
-#include "model/hf_weights.h"
-#include "model/status_macros.h"
-#include "model/weights.h"
+#include "common/sha256_file.h"
+#include "common/status_macros.h"
+#include "model/io/hf_weights.h"
+#include "model/io/model_folder.h"
+#include "model/io/weights.h"
+#include "model/text/tokenizer_loader.h"
 
 namespace dikkat::model {
 namespace {
 
-namespace fs = std::filesystem;
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 absl::Status WithFile(const absl::Status& s, const std::string& path) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
-}
-
-// The weights file LoadModelFolder reads, in order of preference.
-absl::StatusOr<std::string> FindWeights(const std::string& folder) {
-  for (const char* name : {"model.safetensors", "model.safetensors.index.json",
-                           "pytorch_model.bin", "model.pt"}) {
-    fs::path p = fs::path(folder) / name;
-    if (fs::exists(p)) return p.string();
-  }
-  return absl::NotFoundError(absl::StrCat(
-      "no weights in ", folder,
-      "; looked for model.safetensors, model.safetensors.index.json, pytorch_model.bin, model.pt"));
-}
-
-// dikkat.json wins over config.json: it lets a user override a translation.
-absl::StatusOr<std::string> FindConfig(const std::string& folder) {
-  for (const char* name : {"dikkat.json", "config.json"}) {
-    fs::path p = fs::path(folder) / name;
-    if (fs::exists(p)) return p.string();
-  }
-  return absl::NotFoundError(
-      absl::StrCat("no model config in ", folder, "; looked for dikkat.json and config.json"));
 }
 
 }  // namespace
@@ -86,34 +55,10 @@ absl::StatusOr<c10::Device> ParseDevice(const std::string& name) {
   }
 }
 
-absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder) {
-  if (!fs::is_directory(folder)) {
-    return absl::NotFoundError(absl::StrCat("model folder ", folder, " does not exist"));
-  }
-  DIKKAT_ASSIGN_OR_RETURN(const std::string path, FindConfig(folder));
-  DIKKAT_ASSIGN_OR_RETURN(const std::string text, ReadText(path));
-  if (fs::path(path).filename() == "dikkat.json") {
-    absl::StatusOr<ModelConfig> config = ParseModelConfigJson(text);
-    if (!config.ok()) return WithFile(config.status(), path);
-    return config;
-  }
-  absl::StatusOr<ModelConfig> config = TranslateHfConfig(text);
-  if (!config.ok()) return WithFile(config.status(), path);
-  // A sentence-transformers folder says how its embeddings are pooled.
-  const std::string pooling_path = (fs::path(folder) / "1_Pooling" / "config.json").string();
-  if (fs::exists(pooling_path)) {
-    DIKKAT_ASSIGN_OR_RETURN(const std::string pooling_text, ReadText(pooling_path));
-    absl::StatusOr<Pooling> pooling = ParseSentenceTransformersPooling(pooling_text);
-    if (!pooling.ok()) return WithFile(pooling.status(), pooling_path);
-    config->default_pooling = *pooling;
-  }
-  return config;
-}
-
 absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const LoadOptions& options) {
   LoadedModel loaded;
   DIKKAT_ASSIGN_OR_RETURN(loaded.config, ReadModelConfig(folder));
-  DIKKAT_ASSIGN_OR_RETURN(loaded.config_path, FindConfig(folder));
+  DIKKAT_ASSIGN_OR_RETURN(loaded.config_path, FindModelConfig(folder));
   // The tokenizer first: it is cheap, and a missing one should not cost a
   // multi-gigabyte weights load before the error.
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(folder);
@@ -131,7 +76,7 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const Loa
         folder, ": the tokenizer has ", loaded.tokenizer->vocab_size(),
         " tokens but the model's vocab_size is ", loaded.config.vocab_size));
   }
-  DIKKAT_ASSIGN_OR_RETURN(loaded.weights_path, FindWeights(folder));
+  DIKKAT_ASSIGN_OR_RETURN(loaded.weights_path, FindWeightsFile(folder));
   absl::StatusOr<TensorMap> weights = ReadWeights(loaded.weights_path);
   if (!weights.ok()) return WithFile(weights.status(), loaded.weights_path);
   if (loaded.config.weight_layout == "dikkat") {

@@ -15,8 +15,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
-#include "model/tokenizer.h"
+#include "model/io/config.h"
+#include "model/text/tokenizer.h"
 #include "model/transformer.h"
 
 namespace dikkat::model {
@@ -30,9 +30,6 @@ struct LoadedModel {
   std::string weights_path;    // the file (or index) the weights came from
   std::string weights_sha256;  // of that file
 };
-
-// Reads the config only (cheap; no weights).
-absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder);
 
 absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const LoadOptions& options);
 

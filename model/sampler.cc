@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "model/status_macros.h"
+#include "common/status_macros.h"
 
 namespace dikkat::model {
 namespace {
@@ -350,30 +350,6 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
   out.top.reserve(num_top);
   for (size_t r = 0; r < num_top; ++r) {
     out.top.push_back({ranking.Id(r), static_cast<float>(logprob(ranking.Id(r)))});
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<SampledToken>> SampleRows(absl::Span<Sampler* const> samplers,
-                                                     const at::Tensor& logits) {
-  absl::StatusOr<at::Tensor> host = ToHostFloat(logits, 2);
-  if (!host.ok()) return host.status();
-  if (host->size(0) != static_cast<int64_t>(samplers.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("logits: %d rows for %d samplers", host->size(0), samplers.size()));
-  }
-  const int64_t vocab = host->size(1);
-  const float* data = host->data_ptr<float>();
-  std::vector<SampledToken> out;
-  out.reserve(samplers.size());
-  for (size_t b = 0; b < samplers.size(); ++b) {
-    absl::StatusOr<SampledToken> token =
-        samplers[b]->Sample(absl::MakeConstSpan(data + b * vocab, vocab));
-    if (!token.ok()) {
-      return absl::Status(token.status().code(),
-                          absl::StrFormat("row %d: %s", b, token.status().message()));
-    }
-    out.push_back(*std::move(token));
   }
   return out;
 }

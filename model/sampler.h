@@ -106,12 +106,6 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> counts_;  // token id -> times seen
 };
 
-// Samples row b of `logits` ([batch, vocab], any floating dtype and device)
-// with samplers[b], converting the whole batch to CPU float32 once.
-// INVALID_ARGUMENT if the shape does not match the samplers or a row is bad.
-absl::StatusOr<std::vector<SampledToken>> SampleRows(absl::Span<Sampler* const> samplers,
-                                                     const at::Tensor& logits);
-
 }  // namespace dikkat::model
 
 #endif  // DIKKAT_MODEL_SAMPLER_H_

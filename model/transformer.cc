@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "model/cpu_kernels.h"
-#include "model/status_macros.h"
 
 namespace dikkat::model {
 namespace {

@@ -23,9 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "model/attention.h"
-#include "model/config.h"
+#include "model/io/config.h"
+#include "model/io/weights.h"
 #include "model/kv_cache.h"
-#include "model/weights.h"
 
 namespace dikkat::model {
 

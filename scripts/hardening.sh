@@ -38,7 +38,7 @@ asan() {
   stamp "asan: tests"
   # Left out: deploy (checks of the deployment files; no dikkat code runs) and
   # sentencepiece (suites that need SentencePiece, which sanitizer builds
-  # cannot load: model/sentencepiece_tokenizer.cc), and isa-models (the ISA
+  # cannot load: model/text/sentencepiece_tokenizer.cc), and isa-models (the ISA
   # matrix's model-level suites; its kernel suites run: tests/CMakeLists.txt).
   (cd build-asan && ctest --output-on-failure -j "$JOBS" -LE 'deploy|sentencepiece|isa-models')
   stamp "asan: done"

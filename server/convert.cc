@@ -7,8 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
 #include "model/cpu_isa.h"
-#include "model/status_macros.h"
 #include "server/request_checks.h"
 
 namespace dikkat::server {
@@ -49,10 +50,6 @@ absl::StatusOr<AttentionKind> ToAttentionKind(v1::AttentionKind kind,
       return Invalid(absl::StrCat("kind: unknown AttentionKind value ", static_cast<int>(kind),
                                   "; allowed: 0..4"));
   }
-}
-
-void AppendBytes(std::string* out, const void* data, size_t n) {
-  out->append(static_cast<const char*>(data), n);
 }
 
 }  // namespace
@@ -427,48 +424,6 @@ absl::StatusOr<v1::DType> ResolveDType(v1::DType dtype, absl::string_view field)
   }
 }
 
-uint16_t FloatToBfloat16Bits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // keep NaN a (quiet) NaN
-  }
-  // Round to nearest, ties to even: add 0x7fff plus the lowest kept bit.
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-uint16_t FloatToFloat16Bits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t abs = bits & 0x7fffffffu;
-  if (abs >= 0x7f800000u) {  // infinity or NaN
-    return sign | 0x7c00u | (abs > 0x7f800000u ? 0x0200u : 0u);
-  }
-  // 65520 is halfway between the largest half (65504) and 2^16; ties go to
-  // the even neighbour, which is infinity.
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;
-  const int32_t exponent = static_cast<int32_t>(abs >> 23);  // biased by 127
-  if (exponent < 113) {
-    // Below 2^-14: a half subnormal, in units of 2^-24. Values under 2^-25
-    // round to zero (2^-25 itself is a tie that goes to the even 0).
-    if (exponent < 102) return sign;
-    const uint32_t significand = (abs & 0x7fffffu) | 0x800000u;  // value = s * 2^(e-150)
-    const int shift = 126 - exponent;                            // 14..24
-    uint32_t half = significand >> shift;
-    const uint32_t rest = significand & ((1u << shift) - 1u);
-    const uint32_t midpoint = 1u << (shift - 1);
-    if (rest > midpoint || (rest == midpoint && (half & 1u))) ++half;
-    return sign | static_cast<uint16_t>(half);
-  }
-  uint32_t half = (static_cast<uint32_t>(exponent - 112) << 10) | ((abs & 0x7fffffu) >> 13);
-  const uint32_t rest = abs & 0x1fffu;
-  // A carry out of the mantissa correctly bumps the exponent.
-  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;
-  return sign | static_cast<uint16_t>(half);
-}
-
 absl::Status ToProtoTensor(const DenseTensor& tensor, v1::DType dtype, v1::Tensor* out) {
   int64_t count = 1;
   for (int64_t d : tensor.shape) {
@@ -484,17 +439,10 @@ absl::Status ToProtoTensor(const DenseTensor& tensor, v1::DType dtype, v1::Tenso
   out->Clear();
   out->mutable_shape()->Add(tensor.shape.begin(), tensor.shape.end());
   out->set_dtype(resolved);
-  std::string* data = out->mutable_data();
-  if (resolved == v1::DTYPE_FLOAT32) {
-    data->resize(tensor.values.size() * sizeof(float));
-    if (!tensor.values.empty()) std::memcpy(data->data(), tensor.values.data(), data->size());
-    return absl::OkStatus();
-  }
-  data->reserve(tensor.values.size() * 2);
-  for (float v : tensor.values) {
-    const uint16_t h = resolved == v1::DTYPE_BFLOAT16 ? FloatToBfloat16Bits(v) : FloatToFloat16Bits(v);
-    AppendBytes(data, &h, sizeof(h));
-  }
+  const TensorEncoding encoding = resolved == v1::DTYPE_BFLOAT16  ? TensorEncoding::kBFloat16
+                                  : resolved == v1::DTYPE_FLOAT16 ? TensorEncoding::kFloat16
+                                                                  : TensorEncoding::kFloat32;
+  AppendEncoded(tensor.values, encoding, out->mutable_data());
   return absl::OkStatus();
 }
 

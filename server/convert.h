@@ -21,9 +21,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dikkat/v1/dikkat.pb.h"
-#include "model/config.h"
+#include "model/io/config.h"
 #include "model/sampling_params.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 #include "server/engine.h"
 #include "server/request_checks.h"
 
@@ -132,9 +132,6 @@ absl::StatusOr<v1::DType> ResolveDType(v1::DType dtype, absl::string_view field)
 // nearest even; NaN stays NaN, overflow becomes infinity). INTERNAL if the
 // values do not match the shape.
 absl::Status ToProtoTensor(const DenseTensor& tensor, v1::DType dtype, v1::Tensor* out);
-
-uint16_t FloatToBfloat16Bits(float value);
-uint16_t FloatToFloat16Bits(float value);
 
 // ---- model info -------------------------------------------------------------
 

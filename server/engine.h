@@ -23,9 +23,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "model/config.h"
+#include "model/io/config.h"
 #include "model/sampling_params.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 namespace dikkat::server {
 

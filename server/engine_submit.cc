@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/kv_cache.h"
 #include "model/model_loader.h"
 #include "model/sampler.h"
-#include "model/status_macros.h"
 #include "model/transformer.h"
 #include "server/engine.h"
 #include "server/engine_impl.h"

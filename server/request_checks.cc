@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/sampling_params.h"
-#include "model/status_macros.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 namespace dikkat::server {
 namespace {

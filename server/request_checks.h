@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "model/config.h"
+#include "model/io/config.h"
 #include "server/engine.h"
 
 namespace dikkat::server {

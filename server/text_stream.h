@@ -21,7 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "model/tokenizer.h"
+#include "model/text/incremental_decoder.h"
+#include "model/text/tokenizer.h"
 #include "server/engine.h"
 
 namespace dikkat::server {

@@ -13,10 +13,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/integration_harness.h"
-#include "tests/model/tokenizer_test_util.h"
+#include "tests/text/tokenizer_test_util.h"
 
 namespace dikkat::integration {
 namespace {

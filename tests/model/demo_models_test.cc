@@ -24,10 +24,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/sha256_file.h"
+#include "model/io/weights.h"
 #include "model/kv_cache.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
-#include "model/weights.h"
 
 namespace dikkat::model {
 namespace {

@@ -24,7 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "model/config.h"
+#include "model/io/config.h"
 #include "model/kv_block_allocator.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"
@@ -441,25 +441,6 @@ TEST(KvBlockAllocatorTest, EnsureCapacityGrowsTablesAndFailsWithoutSideEffects) 
   EXPECT_TRUE(a.empty());
   alloc.Release(&b);
   EXPECT_EQ(alloc.num_free(), alloc.num_blocks());
-}
-
-TEST(KvBlockAllocatorTest, SharedBlocksReturnOnlyWithTheLastReference) {
-  KvBlockAllocator alloc(4, 2);
-  std::vector<int32_t> a;
-  ASSERT_TRUE(alloc.EnsureCapacity(&a, 4));  // 2 blocks
-  std::vector<int32_t> b = a;                // a second sequence shares the prefix
-  alloc.Share(b);
-  for (int32_t block : a) EXPECT_EQ(alloc.ref_count(block), 2);
-  ASSERT_TRUE(alloc.EnsureCapacity(&b, 6));  // b grows a private block
-  EXPECT_EQ(alloc.ref_count(b.back()), 1);
-  EXPECT_EQ(alloc.num_free(), 1);
-  const std::vector<int32_t> shared = a;
-  alloc.Release(&a);
-  EXPECT_EQ(alloc.num_free(), 1);  // still held by b
-  for (int32_t block : shared) EXPECT_EQ(alloc.ref_count(block), 1);
-  alloc.Release(&b);
-  EXPECT_EQ(alloc.num_free(), 4);
-  for (int32_t block = 0; block < 4; ++block) EXPECT_EQ(alloc.ref_count(block), 0);
 }
 
 TEST(KvBlockAllocatorTest, RecentlyFreedBlocksAreReusedFirst) {

@@ -610,34 +610,5 @@ TEST(SamplerTensorTest, RejectsBadTensorsAndValues) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("-inf"));
 }
 
-TEST(SamplerTensorTest, SampleRowsEqualsPerRowSampling) {
-  std::mt19937 gen(3);
-  std::vector<float> batch = RandomLogits(3 * 500, gen, 1.5f);
-  SamplingParams params;
-  params.top_p = 0.9f;
-  params.top_logprobs = 2;
-  Sampler a0(params, 1), a1(params, 2), a2(params, 3);
-  Sampler b0(params, 1), b1(params, 2), b2(params, 3);
-  std::vector<Sampler*> rows = {&a0, &a1, &a2};
-  std::vector<Sampler*> singles = {&b0, &b1, &b2};
-  const at::Tensor logits = FloatTensor(batch, {3, 500});
-  for (int step = 0; step < 10; ++step) {
-    absl::StatusOr<std::vector<SampledToken>> got = SampleRows(absl::MakeConstSpan(rows), logits);
-    ASSERT_TRUE(got.ok()) << got.status();
-    ASSERT_EQ(got->size(), 3u);
-    for (int b = 0; b < 3; ++b) {
-      absl::StatusOr<SampledToken> want =
-          singles[b]->Sample(absl::MakeConstSpan(batch.data() + b * 500, 500));
-      ASSERT_TRUE(want.ok());
-      EXPECT_EQ((*got)[b].token_id, want->token_id);
-      EXPECT_EQ((*got)[b].top.size(), 2u);
-    }
-  }
-  absl::StatusOr<std::vector<SampledToken>> bad =
-      SampleRows(absl::MakeConstSpan(rows).subspan(0, 2), logits);
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("3 rows for 2 samplers"));
-}
-
 }  // namespace
 }  // namespace dikkat::model

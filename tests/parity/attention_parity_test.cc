@@ -5,6 +5,7 @@
 // attention. Tolerance: 1e-5 of the reference's largest
 // magnitude (parity::MaxRelDiff; fp32).
 #include "model/attention.h"
+#include "model/io/safetensors.h"
 
 #include <string>
 

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "model/io/safetensors.h"
 #include "model/transformer.h"
 #include "tests/parity/parity_util.h"
 

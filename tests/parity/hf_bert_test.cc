@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "model/io/model_folder.h"
 #include "tests/parity/hf_parity_util.h"
 
 namespace dikkat::model {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "model/io/model_folder.h"
 #include "model/model_loader.h"
 #include "tests/parity/hf_parity_util.h"
 

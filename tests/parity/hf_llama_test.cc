@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_join.h"
+#include "model/io/model_folder.h"
 #include "tests/parity/hf_parity_util.h"
 
 namespace dikkat::model {

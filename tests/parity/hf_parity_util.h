@@ -19,10 +19,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "model/hf_weights.h"
+#include "model/io/hf_weights.h"
+#include "model/io/model_folder.h"
+#include "model/io/safetensors.h"
+#include "model/io/weights.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
-#include "model/weights.h"
 #include "tests/parity/parity_util.h"
 
 namespace dikkat::model::parity {

@@ -18,6 +18,7 @@
 #include <ATen/ops/sum.h>
 #include <gtest/gtest.h>
 
+#include "model/io/safetensors.h"
 #include "model/linear_weight.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"

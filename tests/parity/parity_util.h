@@ -21,10 +21,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "model/config.h"
+#include "model/io/config.h"
+#include "model/io/weights.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"
-#include "model/weights.h"
 
 namespace dikkat::model::parity {
 

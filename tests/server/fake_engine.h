@@ -19,7 +19,8 @@
 #include "common/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "model/tokenizer.h"
+#include "model/text/byte_tokenizer.h"
+#include "model/text/tokenizer.h"
 #include "server/engine.h"
 
 namespace dikkat::server::testing {

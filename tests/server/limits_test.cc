@@ -8,7 +8,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/tokenizer.h"
+#include "model/text/byte_tokenizer.h"
+#include "model/text/tokenizer.h"
 #include "server/convert.h"
 
 namespace dikkat::server {

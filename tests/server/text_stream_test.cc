@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/text/byte_tokenizer.h"
 
 namespace dikkat::server {
 namespace {

@@ -1,0 +1,322 @@
+#include "model/io/config.h"
+
+#include <cmath>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dikkat::model {
+namespace {
+
+using Json = nlohmann::json;
+
+template <typename E>
+struct EnumNames {
+  std::vector<std::pair<const char*, E>> entries;
+
+  const char* Name(E value) const {
+    for (const auto& [name, e] : entries) {
+      if (e == value) return name;
+    }
+    return "unknown";
+  }
+  std::string Allowed() const {
+    std::vector<std::string> names;
+    for (const auto& entry : entries) names.push_back(entry.first);
+    return absl::StrJoin(names, ", ");
+  }
+};
+
+const EnumNames<Architecture>& ArchitectureNames() {
+  static const auto* names = new EnumNames<Architecture>{{
+      {"decoder-only", Architecture::kDecoderOnly},
+      {"encoder-only", Architecture::kEncoderOnly},
+      {"encoder-decoder", Architecture::kEncoderDecoder},
+  }};
+  return *names;
+}
+const EnumNames<NormKind>& NormNames() {
+  static const auto* names =
+      new EnumNames<NormKind>{{{"layernorm", NormKind::kLayerNorm}, {"rmsnorm", NormKind::kRmsNorm}}};
+  return *names;
+}
+const EnumNames<PositionKind>& PositionNames() {
+  static const auto* names = new EnumNames<PositionKind>{{
+      {"learned", PositionKind::kLearned},
+      {"sinusoidal", PositionKind::kSinusoidal},
+      {"rotary", PositionKind::kRotary},
+      {"none", PositionKind::kNone},
+  }};
+  return *names;
+}
+const EnumNames<Activation>& ActivationNames() {
+  static const auto* names = new EnumNames<Activation>{{
+      {"relu", Activation::kRelu},
+      {"gelu", Activation::kGelu},
+      {"gelu_tanh", Activation::kGeluTanh},
+      {"silu", Activation::kSilu},
+      {"swiglu", Activation::kSwiGlu},
+      {"geglu", Activation::kGeGlu},
+  }};
+  return *names;
+}
+const EnumNames<Pooling>& PoolingNames() {
+  static const auto* names = new EnumNames<Pooling>{
+      {{"mean", Pooling::kMean}, {"first", Pooling::kFirst}, {"last", Pooling::kLast}}};
+  return *names;
+}
+
+template <typename E>
+absl::Status ReadEnum(const Json& j, const char* key, const EnumNames<E>& names, E* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return absl::OkStatus();
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field '", key, "' must be a string, one of: ", names.Allowed()));
+  }
+  const std::string value = it->get<std::string>();
+  for (const auto& [name, e] : names.entries) {
+    if (value == name) {
+      *out = e;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("config field '", key, "' is '", value,
+                                                 "'; allowed: ", names.Allowed()));
+}
+
+template <typename T>
+absl::Status ReadNumber(const Json& j, const char* key, T* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field '", key, "' must be a number, got ", it->dump()));
+  }
+  if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config field '", key, "' must be an integer, got ", it->dump()));
+    }
+    *out = it->get<T>();
+  } else {
+    *out = it->get<T>();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const Json& j, const char* key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field '", key, "' must be true or false, got ", it->dump()));
+  }
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadString(const Json& j, const char* key, std::string* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field '", key, "' must be a string, got ", it->dump()));
+  }
+  *out = it->get<std::string>();
+  return absl::OkStatus();
+}
+
+absl::Status Positive(const char* field, int64_t value) {
+  if (value > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("config field '", field, "' is ", value, "; it must be > 0"));
+}
+
+absl::Status TokenId(const char* field, int64_t value, int64_t vocab) {
+  if (value >= -1 && value < vocab) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("config field '", field, "' is ", value,
+                                                 "; it must be -1 (none) or in [0, ", vocab, ")"));
+}
+
+}  // namespace
+
+const char* ArchitectureName(Architecture a) { return ArchitectureNames().Name(a); }
+const char* ActivationName(Activation a) { return ActivationNames().Name(a); }
+const char* PoolingName(Pooling p) { return PoolingNames().Name(p); }
+const char* NormName(NormKind n) { return NormNames().Name(n); }
+const char* PositionName(PositionKind p) { return PositionNames().Name(p); }
+
+absl::Status Validate(const ModelConfig& c) {
+  if (absl::Status s = Positive("vocab_size", c.vocab_size); !s.ok()) return s;
+  if (absl::Status s = Positive("d_model", c.d_model); !s.ok()) return s;
+  if (absl::Status s = Positive("n_heads", c.n_heads); !s.ok()) return s;
+  if (absl::Status s = Positive("ffn_dim", c.ffn_dim); !s.ok()) return s;
+  if (absl::Status s = Positive("max_positions", c.max_positions); !s.ok()) return s;
+  if (c.head_dim < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'head_dim' is ", c.head_dim, "; it must be >= 0 (0 = d_model / n_heads)"));
+  }
+  if (c.head_dim == 0 && c.d_model % c.n_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("d_model (", c.d_model,
+                                                   ") must be divisible by n_heads (", c.n_heads,
+                                                   ") unless head_dim is given"));
+  }
+  if (c.n_kv_heads < 0 || (c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'n_kv_heads' is ", c.n_kv_heads,
+        "; it must be 0 (= n_heads) or a divisor of n_heads (", c.n_heads, ")"));
+  }
+  if (c.positions == PositionKind::kRotary && c.head_size() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rotary positions need an even head dimension; head_dim is ", c.head_size()));
+  }
+  if (c.rope_scaling <= 0 || !std::isfinite(c.rope_scaling)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'rope_scaling' is ", c.rope_scaling, "; it must be > 0"));
+  }
+  if (c.norm_eps <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'norm_eps' is ", c.norm_eps, "; it must be > 0"));
+  }
+  if (c.sliding_window < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'sliding_window' is ", c.sliding_window, "; it must be >= 0 (0 = off)"));
+  }
+  if (c.type_vocab_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'type_vocab_size' is ", c.type_vocab_size, "; it must be >= 0"));
+  }
+  if (c.architecture == Architecture::kEncoderDecoder) {
+    if (absl::Status s = Positive("n_encoder_layers", c.n_encoder_layers); !s.ok()) return s;
+    if (absl::Status s = Positive("n_decoder_layers", c.n_decoder_layers); !s.ok()) return s;
+    if (c.decoder_start_token_id < 0 && c.bos_token_id < 0) {
+      return absl::InvalidArgumentError(
+          "an encoder-decoder model needs 'decoder_start_token_id' (or 'bos_token_id')");
+    }
+  } else {
+    if (absl::Status s = Positive("n_layers", c.n_layers); !s.ok()) return s;
+  }
+  if (c.architecture == Architecture::kEncoderOnly && c.positions == PositionKind::kRotary) {
+    // Nothing prevents it mathematically; keep the supported matrix honest.
+    return absl::InvalidArgumentError("encoder-only models support learned, sinusoidal or no positions");
+  }
+  for (auto [field, id] : {std::pair<const char*, int64_t>{"bos_token_id", c.bos_token_id},
+                           {"eos_token_id", c.eos_token_id},
+                           {"pad_token_id", c.pad_token_id},
+                           {"decoder_start_token_id", c.decoder_start_token_id}}) {
+    if (absl::Status s = TokenId(field, id, c.vocab_size); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
+  Json j = Json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("model config is not a JSON object");
+  }
+  ModelConfig c;
+  std::vector<absl::Status> results = {
+      ReadEnum(j, "architecture", ArchitectureNames(), &c.architecture),
+      ReadNumber(j, "vocab_size", &c.vocab_size),
+      ReadNumber(j, "d_model", &c.d_model),
+      ReadNumber(j, "n_heads", &c.n_heads),
+      ReadNumber(j, "n_kv_heads", &c.n_kv_heads),
+      ReadNumber(j, "head_dim", &c.head_dim),
+      ReadNumber(j, "ffn_dim", &c.ffn_dim),
+      ReadNumber(j, "n_layers", &c.n_layers),
+      ReadNumber(j, "n_encoder_layers", &c.n_encoder_layers),
+      ReadNumber(j, "n_decoder_layers", &c.n_decoder_layers),
+      ReadNumber(j, "max_positions", &c.max_positions),
+      ReadBool(j, "pre_norm", &c.pre_norm),
+      ReadEnum(j, "norm", NormNames(), &c.norm),
+      ReadNumber(j, "norm_eps", &c.norm_eps),
+      ReadBool(j, "final_norm", &c.final_norm),
+      ReadBool(j, "encoder_final_norm", &c.encoder_final_norm),
+      ReadBool(j, "decoder_final_norm", &c.decoder_final_norm),
+      ReadEnum(j, "activation", ActivationNames(), &c.activation),
+      ReadBool(j, "attention_bias", &c.attention_bias),
+      ReadBool(j, "qkv_bias_only", &c.qkv_bias_only),
+      ReadBool(j, "mlp_bias", &c.mlp_bias),
+      ReadBool(j, "norm_bias", &c.norm_bias),
+      ReadEnum(j, "positions", PositionNames(), &c.positions),
+      ReadNumber(j, "rope_theta", &c.rope_theta),
+      ReadNumber(j, "rope_scaling", &c.rope_scaling),
+      ReadNumber(j, "sliding_window", &c.sliding_window),
+      ReadBool(j, "tie_embeddings", &c.tie_embeddings),
+      ReadBool(j, "share_encoder_decoder_embeddings", &c.share_encoder_decoder_embeddings),
+      j.contains("embedding_scale") && j["embedding_scale"].is_string()
+          ? absl::OkStatus()
+          : ReadNumber(j, "embedding_scale", &c.embedding_scale),
+      ReadNumber(j, "type_vocab_size", &c.type_vocab_size),
+      ReadBool(j, "embedding_norm", &c.embedding_norm),
+      ReadEnum(j, "default_pooling", PoolingNames(), &c.default_pooling),
+      ReadNumber(j, "bos_token_id", &c.bos_token_id),
+      ReadNumber(j, "eos_token_id", &c.eos_token_id),
+      ReadNumber(j, "pad_token_id", &c.pad_token_id),
+      ReadNumber(j, "decoder_start_token_id", &c.decoder_start_token_id),
+      ReadString(j, "name", &c.name),
+      ReadString(j, "weight_layout", &c.weight_layout),
+  };
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  // "embedding_scale": "sqrt_d_model" is accepted as a convenience.
+  if (auto it = j.find("embedding_scale"); it != j.end() && it->is_string()) {
+    if (it->get<std::string>() != "sqrt_d_model") {
+      return absl::InvalidArgumentError(
+          "config field 'embedding_scale' must be a number or \"sqrt_d_model\"");
+    }
+    c.embedding_scale = std::sqrt(static_cast<double>(c.d_model));
+  }
+  if (absl::Status s = Validate(c); !s.ok()) return s;
+  return c;
+}
+
+std::string ModelConfigToJson(const ModelConfig& c) {
+  Json j;
+  j["architecture"] = ArchitectureName(c.architecture);
+  j["vocab_size"] = c.vocab_size;
+  j["d_model"] = c.d_model;
+  j["n_heads"] = c.n_heads;
+  j["n_kv_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["ffn_dim"] = c.ffn_dim;
+  j["n_layers"] = c.n_layers;
+  j["n_encoder_layers"] = c.n_encoder_layers;
+  j["n_decoder_layers"] = c.n_decoder_layers;
+  j["max_positions"] = c.max_positions;
+  j["pre_norm"] = c.pre_norm;
+  j["norm"] = NormName(c.norm);
+  j["norm_eps"] = c.norm_eps;
+  j["final_norm"] = c.final_norm;
+  j["encoder_final_norm"] = c.encoder_final_norm;
+  j["decoder_final_norm"] = c.decoder_final_norm;
+  j["activation"] = ActivationName(c.activation);
+  j["attention_bias"] = c.attention_bias;
+  j["qkv_bias_only"] = c.qkv_bias_only;
+  j["mlp_bias"] = c.mlp_bias;
+  j["norm_bias"] = c.norm_bias;
+  j["positions"] = PositionName(c.positions);
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = c.rope_scaling;
+  j["sliding_window"] = c.sliding_window;
+  j["tie_embeddings"] = c.tie_embeddings;
+  j["share_encoder_decoder_embeddings"] = c.share_encoder_decoder_embeddings;
+  j["embedding_scale"] = c.embedding_scale;
+  j["type_vocab_size"] = c.type_vocab_size;
+  j["embedding_norm"] = c.embedding_norm;
+  j["default_pooling"] = PoolingName(c.default_pooling);
+  j["bos_token_id"] = c.bos_token_id;
+  j["eos_token_id"] = c.eos_token_id;
+  j["pad_token_id"] = c.pad_token_id;
+  j["decoder_start_token_id"] = c.decoder_start_token_id;
+  j["name"] = c.name;
+  j["weight_layout"] = c.weight_layout;
+  return j.dump(2);
+}
+
+}  // namespace dikkat::model

@@ -1,0 +1,132 @@
+// ModelConfig: the one description of every architecture dikkat serves.
+// Parsed from a model folder's `dikkat.json` (see docs/model-format.md);
+// Hugging Face `config.json` files are translated into it by hf_config.h.
+// Torch-free on purpose: the server and the tests include it.
+#ifndef DIKKAT_MODEL_IO_CONFIG_H_
+#define DIKKAT_MODEL_IO_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dikkat::model {
+
+enum class Architecture {
+  kDecoderOnly,     // GPT-style causal LM: prompt -> next tokens
+  kEncoderOnly,     // BERT-style: text -> hidden states / pooled embedding
+  kEncoderDecoder,  // "Attention Is All You Need": source -> target tokens
+};
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class PositionKind {
+  kLearned,     // a [max_positions, d_model] embedding added to tokens
+  kSinusoidal,  // the fixed sin/cos table of Vaswani et al., added to tokens
+  kRotary,      // RoPE applied to q and k inside attention (Llama)
+  kNone,
+};
+enum class Activation {
+  kRelu,
+  kGelu,      // exact erf GELU
+  kGeluTanh,  // tanh approximation (GPT-2 "gelu_new")
+  kSilu,
+  kSwiGlu,    // down(silu(gate(x)) * up(x)) (Llama)
+  kGeGlu,     // down(gelu(gate(x)) * up(x))
+};
+
+// How hidden states become one embedding per input (Encode).
+enum class Pooling { kMean, kFirst, kLast };
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kDecoderOnly;
+
+  // ---- sizes --------------------------------------------------------------
+  int64_t vocab_size = 0;       // rows of the token embedding
+  int64_t d_model = 0;          // hidden size
+  int64_t n_heads = 0;          // query heads; d_model % n_heads == 0 unless head_dim set
+  int64_t n_kv_heads = 0;       // 0 -> n_heads (MHA); 1 -> MQA; else GQA (n_heads % n_kv_heads == 0)
+  int64_t head_dim = 0;         // 0 -> d_model / n_heads
+  int64_t ffn_dim = 0;          // inner size of the feed-forward block
+  int64_t n_layers = 0;         // decoder-only / encoder-only stack depth
+  int64_t n_encoder_layers = 0; // encoder-decoder only
+  int64_t n_decoder_layers = 0; // encoder-decoder only
+  int64_t max_positions = 0;    // longest sequence (prompt + generated) the model accepts
+
+  // ---- layer structure ----------------------------------------------------
+  bool pre_norm = true;         // true: x + f(norm(x)); false (post-LN): norm(x + f(x))
+  NormKind norm = NormKind::kLayerNorm;
+  double norm_eps = 1e-5;
+  bool final_norm = true;       // a norm after the last layer (decoder-only / encoder-only)
+  bool encoder_final_norm = true;  // encoder-decoder: nn.Transformer always has both
+  bool decoder_final_norm = true;
+  Activation activation = Activation::kGelu;
+  bool attention_bias = true;   // q/k/v/out projections carry biases
+  bool qkv_bias_only = false;   // Qwen2: q/k/v biased, out projection not
+  bool mlp_bias = true;
+  bool norm_bias = true;        // LayerNorm with a bias (RMSNorm never has one)
+
+  // ---- positions ----------------------------------------------------------
+  PositionKind positions = PositionKind::kLearned;
+  double rope_theta = 10000.0;
+  double rope_scaling = 1.0;    // linear RoPE scaling: positions divided by this factor
+  int64_t sliding_window = 0;   // 0 = full attention; else keys within the last N positions
+
+  // ---- embeddings and output ----------------------------------------------
+  bool tie_embeddings = true;   // lm_head shares the token embedding matrix
+  bool share_encoder_decoder_embeddings = false;  // encoder-decoder: one table for both
+  double embedding_scale = 1.0; // tokens scaled by this (Vaswani et al. use sqrt(d_model))
+  int64_t type_vocab_size = 0;  // BERT token types (0 = none)
+  bool embedding_norm = false;  // BERT: LayerNorm after summing the embeddings
+  Pooling default_pooling = Pooling::kMean;
+
+  // ---- special tokens (-1 = none) -----------------------------------------
+  int64_t bos_token_id = -1;
+  int64_t eos_token_id = -1;
+  int64_t pad_token_id = -1;
+  int64_t decoder_start_token_id = -1;  // encoder-decoder: first decoder input
+
+  // ---- provenance ---------------------------------------------------------
+  std::string name;             // human name, e.g. "gpt2" or "dikkat-tiny-lm"
+  std::string weight_layout = "dikkat";  // dikkat | gpt2 | bert | llama (name mapping)
+
+  // Derived helpers (valid after Validate()).
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
+  bool is_gated() const {
+    return activation == Activation::kSwiGlu || activation == Activation::kGeGlu;
+  }
+  // Number of layers that own a KV cache (decoder self-attention).
+  int64_t cached_layers() const {
+    switch (architecture) {
+      case Architecture::kEncoderDecoder:
+        return n_decoder_layers;
+      case Architecture::kDecoderOnly:
+        return n_layers;
+      case Architecture::kEncoderOnly:
+        return 0;  // never generates: no KV cache
+    }
+    return 0;
+  }
+  bool has_decoder() const { return architecture != Architecture::kEncoderOnly; }
+  bool has_encoder() const { return architecture != Architecture::kDecoderOnly; }
+};
+
+// Checks every invariant; the message names the field, its value and what is allowed.
+absl::Status Validate(const ModelConfig& config);
+
+// Parses dikkat's own JSON format (docs/model-format.md) and validates it.
+absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text);
+// Serializes to the same format (round-trips through ParseModelConfigJson).
+std::string ModelConfigToJson(const ModelConfig& config);
+
+const char* ArchitectureName(Architecture a);
+const char* ActivationName(Activation a);
+const char* PoolingName(Pooling p);
+const char* NormName(NormKind n);
+const char* PositionName(PositionKind p);
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_IO_CONFIG_H_

@@ -1,0 +1,408 @@
+#include "model/io/hf_config.h"
+
+#include <cmath>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace dikkat::model {
+namespace {
+
+using Json = nlohmann::json;
+
+// Typed access to a config.json object. An absent or null key leaves the
+// caller's default in place: that is how transformers fills a config class.
+class HfKeys {
+ public:
+  HfKeys(const Json& j, std::string model_type) : j_(j), model_type_(std::move(model_type)) {}
+
+  bool Has(const char* key) const { return j_.contains(key); }
+
+  const Json* Find(const char* key) const {
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  absl::Status Int(const char* key, int64_t* out) const {
+    const Json* v = Find(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_number_integer()) return Error(key, *v, "must be an integer");
+    *out = v->get<int64_t>();
+    return absl::OkStatus();
+  }
+
+  absl::Status Double(const char* key, double* out) const {
+    const Json* v = Find(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_number()) return Error(key, *v, "must be a number");
+    *out = v->get<double>();
+    return absl::OkStatus();
+  }
+
+  absl::Status Bool(const char* key, bool* out) const {
+    const Json* v = Find(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_boolean()) return Error(key, *v, "must be true or false");
+    *out = v->get<bool>();
+    return absl::OkStatus();
+  }
+
+  absl::Status String(const char* key, std::string* out) const {
+    const Json* v = Find(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_string()) return Error(key, *v, "must be a string");
+    *out = v->get<std::string>();
+    return absl::OkStatus();
+  }
+
+  // bos/eos/pad ids: an integer, null (none), or a list (Llama 3 lists
+  // several EOS ids; ModelConfig holds one, so the first one is used).
+  absl::Status TokenId(const char* key, int64_t* out) const {
+    auto it = j_.find(key);
+    if (it == j_.end()) return absl::OkStatus();
+    const Json& v = *it;
+    if (v.is_null()) {
+      *out = -1;
+      return absl::OkStatus();
+    }
+    const Json* id = &v;
+    if (v.is_array()) {
+      if (v.empty()) {
+        *out = -1;
+        return absl::OkStatus();
+      }
+      id = &v.front();
+    }
+    if (!id->is_number_integer()) return Error(key, v, "must be a token id, a list of ids or null");
+    *out = id->get<int64_t>();
+    return absl::OkStatus();
+  }
+
+  // A boolean option that dikkat implements only at one value.
+  absl::Status RequireBool(const char* key, bool supported, const char* why) const {
+    bool value = supported;
+    DIKKAT_RETURN_IF_ERROR(Bool(key, &value));
+    if (value == supported) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json key '", key, "' is ", value ? "true" : "false", " (model_type ", model_type_,
+        "); dikkat supports only ", supported ? "true" : "false", ": ", why));
+  }
+
+  absl::Status Error(const char* key, const Json& value, const char* what) const {
+    return absl::InvalidArgumentError(absl::StrCat("config.json key '", key, "' (model_type ",
+                                                   model_type_, ") ", what, ", got ",
+                                                   value.dump()));
+  }
+
+  const std::string& model_type() const { return model_type_; }
+
+ private:
+  const Json& j_;
+  std::string model_type_;
+};
+
+// hidden_act / activation_function names of transformers' ACT2FN that match
+// one of dikkat's activations exactly.
+absl::StatusOr<Activation> PlainActivation(const HfKeys& keys, const char* key,
+                                           const std::string& name) {
+  // "gelu_new" and "gelu_pytorch_tanh" are both 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::kGeluTanh;
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "relu") return Activation::kRelu;
+  if (name == "silu" || name == "swish") return Activation::kSilu;
+  return absl::InvalidArgumentError(
+      absl::StrCat("config.json key '", key, "' is '", name, "' (model_type ", keys.model_type(),
+                   "); dikkat supports: gelu_new, gelu_pytorch_tanh, gelu, relu, silu, swish"));
+}
+
+// The gated MLP of the Llama family: act(gate(x)) * up(x).
+absl::StatusOr<Activation> GatedActivation(const HfKeys& keys, const std::string& name) {
+  if (name == "silu" || name == "swish") return Activation::kSwiGlu;
+  if (name == "gelu") return Activation::kGeGlu;
+  return absl::InvalidArgumentError(
+      absl::StrCat("config.json key 'hidden_act' is '", name, "' (model_type ", keys.model_type(),
+                   "); dikkat supports: silu, swish (SwiGLU), gelu (GeGLU with exact GELU)"));
+}
+
+// rope_theta and rope_scaling (transformers 4.x), or rope_parameters (5.x).
+absl::Status ReadRope(const HfKeys& keys, ModelConfig* c) {
+  DIKKAT_RETURN_IF_ERROR(keys.Double("rope_theta", &c->rope_theta));
+  const char* key = "rope_scaling";
+  const Json* scaling = keys.Find(key);
+  if (scaling == nullptr) {
+    key = "rope_parameters";
+    scaling = keys.Find(key);
+  }
+  if (scaling == nullptr) return absl::OkStatus();
+  if (!scaling->is_object()) return keys.Error(key, *scaling, "must be an object or null");
+  HfKeys inner(*scaling, keys.model_type());
+  DIKKAT_RETURN_IF_ERROR(inner.Double("rope_theta", &c->rope_theta));
+  std::string type = "default";
+  DIKKAT_RETURN_IF_ERROR(inner.String("type", &type));
+  DIKKAT_RETURN_IF_ERROR(inner.String("rope_type", &type));
+  if (type == "default") return absl::OkStatus();
+  if (type != "linear") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json key '", key, "' has type '", type, "' (model_type ", keys.model_type(),
+        "); dikkat supports rope scaling types: linear (positions divided by 'factor'), "
+        "default, or no ", key));
+  }
+  const Json* factor = inner.Find("factor");
+  if (factor == nullptr || !factor->is_number() || !(factor->get<double>() > 0) ||
+      !std::isfinite(factor->get<double>())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json key '", key, "' of type linear needs a number 'factor' > 0, got ",
+        scaling->dump()));
+  }
+  c->rope_scaling = factor->get<double>();
+  return absl::OkStatus();
+}
+
+absl::Status TranslateGpt2(const HfKeys& keys, ModelConfig* c) {
+  c->architecture = Architecture::kDecoderOnly;
+  c->weight_layout = "gpt2";
+  // GPT2Config defaults.
+  c->vocab_size = 50257;
+  c->max_positions = 1024;
+  c->d_model = 768;
+  c->n_layers = 12;
+  c->n_heads = 12;
+  c->norm_eps = 1e-5;
+  c->bos_token_id = c->eos_token_id = 50256;
+  c->tie_embeddings = true;
+  std::string activation = "gelu_new";
+  DIKKAT_RETURN_IF_ERROR(keys.Int("vocab_size", &c->vocab_size));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("n_ctx", &c->max_positions));  // very old configs
+  DIKKAT_RETURN_IF_ERROR(keys.Int("n_positions", &c->max_positions));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("n_embd", &c->d_model));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("n_layer", &c->n_layers));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("n_head", &c->n_heads));
+  c->ffn_dim = 4 * c->d_model;  // n_inner: null -> 4 * n_embd
+  DIKKAT_RETURN_IF_ERROR(keys.Int("n_inner", &c->ffn_dim));
+  DIKKAT_RETURN_IF_ERROR(keys.Double("layer_norm_epsilon", &c->norm_eps));
+  DIKKAT_RETURN_IF_ERROR(keys.String("activation_function", &activation));
+  DIKKAT_ASSIGN_OR_RETURN(c->activation, PlainActivation(keys, "activation_function", activation));
+  DIKKAT_RETURN_IF_ERROR(keys.Bool("tie_word_embeddings", &c->tie_embeddings));
+  DIKKAT_RETURN_IF_ERROR(keys.RequireBool("scale_attn_weights", true,
+                                          "attention scores are always scaled by 1/sqrt(head_dim)"));
+  DIKKAT_RETURN_IF_ERROR(keys.RequireBool("scale_attn_by_inverse_layer_idx", false,
+                                          "per-layer attention scaling is not implemented"));
+  DIKKAT_RETURN_IF_ERROR(keys.RequireBool("add_cross_attention", false,
+                                          "GPT-2 with cross-attention is not supported"));
+  c->pre_norm = true;
+  c->norm = NormKind::kLayerNorm;
+  c->final_norm = true;
+  c->positions = PositionKind::kLearned;
+  c->attention_bias = c->mlp_bias = c->norm_bias = true;
+  return absl::OkStatus();
+}
+
+absl::Status TranslateBert(const HfKeys& keys, ModelConfig* c) {
+  c->architecture = Architecture::kEncoderOnly;
+  c->weight_layout = "bert";
+  // BertConfig defaults.
+  c->vocab_size = 30522;
+  c->d_model = 768;
+  c->n_layers = 12;
+  c->n_heads = 12;
+  c->ffn_dim = 3072;
+  c->max_positions = 512;
+  c->type_vocab_size = 2;
+  c->norm_eps = 1e-12;
+  c->pad_token_id = 0;
+  std::string activation = "gelu";
+  std::string position_type = "absolute";
+  DIKKAT_RETURN_IF_ERROR(keys.Int("vocab_size", &c->vocab_size));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("hidden_size", &c->d_model));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("num_hidden_layers", &c->n_layers));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("num_attention_heads", &c->n_heads));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("intermediate_size", &c->ffn_dim));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("max_position_embeddings", &c->max_positions));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("type_vocab_size", &c->type_vocab_size));
+  DIKKAT_RETURN_IF_ERROR(keys.Double("layer_norm_eps", &c->norm_eps));
+  DIKKAT_RETURN_IF_ERROR(keys.String("hidden_act", &activation));
+  DIKKAT_ASSIGN_OR_RETURN(c->activation, PlainActivation(keys, "hidden_act", activation));
+  DIKKAT_RETURN_IF_ERROR(keys.String("position_embedding_type", &position_type));
+  if (position_type != "absolute") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json key 'position_embedding_type' is '", position_type,
+        "' (model_type bert); dikkat supports only 'absolute' (learned position embeddings)"));
+  }
+  DIKKAT_RETURN_IF_ERROR(keys.RequireBool("is_decoder", false,
+                                          "BERT is served as an encoder (Encode), not as a causal LM"));
+  DIKKAT_RETURN_IF_ERROR(keys.RequireBool("add_cross_attention", false,
+                                          "BERT with cross-attention is not supported"));
+  c->pre_norm = false;  // post-LN: x = LayerNorm(x + f(x))
+  c->norm = NormKind::kLayerNorm;
+  c->final_norm = false;
+  c->embedding_norm = true;
+  c->positions = PositionKind::kLearned;
+  c->attention_bias = c->mlp_bias = c->norm_bias = true;
+  c->tie_embeddings = false;  // no LM head is loaded for an encoder
+  // Mean over tokens, not [CLS]: dikkat does not run BERT's pooler (dense +
+  // tanh), so "first" would not be HF's pooler_output either, and mean pooling
+  // is what most sentence-embedding BERTs use. A sentence-transformers
+  // 1_Pooling/config.json overrides it (model_loader.cc).
+  c->default_pooling = Pooling::kMean;
+  DIKKAT_RETURN_IF_ERROR(keys.TokenId("pad_token_id", &c->pad_token_id));
+  return absl::OkStatus();
+}
+
+// llama, mistral and qwen2 share the tensor names and the block structure.
+absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
+  const std::string& type = keys.model_type();
+  c->architecture = Architecture::kDecoderOnly;
+  c->weight_layout = "llama";
+  c->tie_embeddings = false;
+  c->norm_eps = 1e-6;
+  c->rope_theta = 10000.0;
+  if (type == "llama") {  // LlamaConfig defaults
+    c->vocab_size = 32000;
+    c->d_model = 4096;
+    c->ffn_dim = 11008;
+    c->n_layers = 32;
+    c->n_heads = 32;
+    c->max_positions = 2048;
+    c->bos_token_id = 1;
+    c->eos_token_id = 2;
+  } else if (type == "mistral") {  // MistralConfig defaults
+    c->vocab_size = 32000;
+    c->d_model = 4096;
+    c->ffn_dim = 14336;
+    c->n_layers = 32;
+    c->n_heads = 32;
+    c->n_kv_heads = 8;
+    c->max_positions = 4096 * 32;
+    c->bos_token_id = 1;
+    c->eos_token_id = 2;
+    c->sliding_window = 4096;
+  } else {  // qwen2: Qwen2Config defaults
+    c->vocab_size = 151936;
+    c->d_model = 4096;
+    c->ffn_dim = 22016;
+    c->n_layers = 32;
+    c->n_heads = 32;
+    c->max_positions = 32768;
+  }
+  std::string activation = "silu";
+  DIKKAT_RETURN_IF_ERROR(keys.Int("vocab_size", &c->vocab_size));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("hidden_size", &c->d_model));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("intermediate_size", &c->ffn_dim));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("num_hidden_layers", &c->n_layers));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("num_attention_heads", &c->n_heads));
+  if (type != "mistral") c->n_kv_heads = c->n_heads;  // null -> num_attention_heads
+  DIKKAT_RETURN_IF_ERROR(keys.Int("num_key_value_heads", &c->n_kv_heads));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("head_dim", &c->head_dim));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("max_position_embeddings", &c->max_positions));
+  DIKKAT_RETURN_IF_ERROR(keys.Double("rms_norm_eps", &c->norm_eps));
+  DIKKAT_RETURN_IF_ERROR(keys.Bool("tie_word_embeddings", &c->tie_embeddings));
+  DIKKAT_RETURN_IF_ERROR(keys.String("hidden_act", &activation));
+  DIKKAT_ASSIGN_OR_RETURN(c->activation, GatedActivation(keys, activation));
+  DIKKAT_RETURN_IF_ERROR(ReadRope(keys, c));
+  c->attention_bias = false;
+  c->mlp_bias = false;
+  if (type == "qwen2") {
+    c->qkv_bias_only = true;  // Qwen2: q/k/v projections biased, o_proj not
+    DIKKAT_RETURN_IF_ERROR(keys.RequireBool(
+        "use_sliding_window", false,
+        "Qwen2 windows only layers from max_window_layers on; dikkat windows all layers or none"));
+  } else {
+    DIKKAT_RETURN_IF_ERROR(keys.Bool("attention_bias", &c->attention_bias));
+    DIKKAT_RETURN_IF_ERROR(keys.Bool("mlp_bias", &c->mlp_bias));
+  }
+  if (type == "mistral") {
+    // null turns the window off; HF keeps the last `sliding_window` keys,
+    // the query's own position included, which is what dikkat's mask does.
+    if (keys.Find("sliding_window") == nullptr && keys.Has("sliding_window")) {
+      c->sliding_window = 0;
+    }
+    DIKKAT_RETURN_IF_ERROR(keys.Int("sliding_window", &c->sliding_window));
+  }
+  c->pre_norm = true;
+  c->norm = NormKind::kRmsNorm;
+  c->norm_bias = false;
+  c->final_norm = true;
+  c->positions = PositionKind::kRotary;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<std::string>& SupportedHfModelTypes() {
+  static const auto* types = new std::vector<std::string>{"gpt2", "bert", "llama", "mistral", "qwen2"};
+  return *types;
+}
+
+absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_text) {
+  const Json j = Json::parse(config_json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("config.json is not a JSON object");
+  }
+  auto type_it = j.find("model_type");
+  if (type_it == j.end() || !type_it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json has no string 'model_type'; supported model types: ",
+                     absl::StrJoin(SupportedHfModelTypes(), ", ")));
+  }
+  const std::string type = type_it->get<std::string>();
+  const HfKeys keys(j, type);
+  ModelConfig c;
+  if (type == "gpt2") {
+    DIKKAT_RETURN_IF_ERROR(TranslateGpt2(keys, &c));
+  } else if (type == "bert") {
+    DIKKAT_RETURN_IF_ERROR(TranslateBert(keys, &c));
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+    DIKKAT_RETURN_IF_ERROR(TranslateLlamaFamily(keys, &c));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json model_type '", type, "' is not supported; supported model types: ",
+                     absl::StrJoin(SupportedHfModelTypes(), ", ")));
+  }
+  if (type != "bert") {
+    DIKKAT_RETURN_IF_ERROR(keys.TokenId("bos_token_id", &c.bos_token_id));
+    DIKKAT_RETURN_IF_ERROR(keys.TokenId("eos_token_id", &c.eos_token_id));
+    DIKKAT_RETURN_IF_ERROR(keys.TokenId("pad_token_id", &c.pad_token_id));
+  }
+  c.name = type;
+  DIKKAT_RETURN_IF_ERROR(keys.String("_name_or_path", &c.name));
+  if (c.name.empty()) c.name = type;
+  if (absl::Status s = Validate(c); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("config.json (model_type ", type,
+                                               ") translates to an invalid model: ", s.message()));
+  }
+  return c;
+}
+
+absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pooling_json_text) {
+  const Json j = Json::parse(pooling_json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("1_Pooling/config.json is not a JSON object");
+  }
+  const std::pair<const char*, Pooling> supported[] = {
+      {"pooling_mode_cls_token", Pooling::kFirst},
+      {"pooling_mode_mean_tokens", Pooling::kMean},
+      {"pooling_mode_lasttoken", Pooling::kLast},
+  };
+  // Every mode switched on, supported or not, so the error can list them.
+  std::vector<std::string> on;
+  for (const auto& [key, value] : j.items()) {
+    if (key.rfind("pooling_mode_", 0) == 0 && value.is_boolean() && value.get<bool>()) {
+      on.push_back(key);
+    }
+  }
+  if (on.size() == 1) {
+    for (const auto& [key, pooling] : supported) {
+      if (on.front() == key) return pooling;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "1_Pooling/config.json enables [", absl::StrJoin(on, ", "),
+      "]; dikkat supports exactly one of pooling_mode_cls_token, pooling_mode_mean_tokens, "
+      "pooling_mode_lasttoken"));
+}
+
+}  // namespace dikkat::model

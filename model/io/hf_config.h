@@ -1,0 +1,49 @@
+// Hugging Face `config.json` -> ModelConfig.
+//
+// A Hugging Face model folder describes its architecture with a config.json
+// whose keys depend on `model_type`. TranslateHfConfig maps the supported
+// types onto dikkat's one ModelConfig and sets `weight_layout`, which tells
+// ConvertHfWeights (hf_weights.h) how the tensors are named:
+//
+//   model_type  architecture   weight_layout  notes
+//   gpt2        decoder-only   gpt2           pre-LN, learned positions, tanh GELU
+//   bert        encoder-only   bert           post-LN, token types, embedding LayerNorm
+//   llama       decoder-only   llama          RMSNorm, RoPE (+ linear scaling), SwiGLU, GQA
+//   mistral     decoder-only   llama          llama + sliding-window attention
+//   qwen2       decoder-only   llama          llama + q/k/v biases
+//
+// Keys a config.json leaves out take the defaults of the matching
+// transformers config class (GPT2Config, BertConfig, LlamaConfig, ...), as
+// `from_pretrained` does. Options that change the maths in a way dikkat does
+// not implement (another rope scaling type, relative position embeddings,
+// cross-attention, ...) are INVALID_ARGUMENT naming the key, its value and
+// what is supported; they are never silently ignored. docs/models.md lists
+// the supported keys and limits.
+//
+// Torch-free; the functions are pure and thread-safe.
+#ifndef DIKKAT_MODEL_IO_HF_CONFIG_H_
+#define DIKKAT_MODEL_IO_HF_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/io/config.h"
+
+namespace dikkat::model {
+
+// The model_type values TranslateHfConfig accepts, in documentation order.
+const std::vector<std::string>& SupportedHfModelTypes();
+
+// Translates the text of a config.json and validates the result.
+absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_text);
+
+// Reads the pooling of a sentence-transformers folder (`1_Pooling/config.json`:
+// pooling_mode_cls_token -> kFirst, pooling_mode_mean_tokens -> kMean,
+// pooling_mode_lasttoken -> kLast). Other modes (max, weighted mean) or more
+// than one mode at once are INVALID_ARGUMENT.
+absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pooling_json_text);
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_IO_HF_CONFIG_H_

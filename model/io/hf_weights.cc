@@ -1,0 +1,222 @@
+#include "model/io/hf_weights.h"
+
+#include <cstdint>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+
+namespace dikkat::model {
+namespace {
+
+// One HF module -> one canonical module; `param` ("weight", "bias") is joined
+// with `sep` ("." normally, "_" for nn.MultiheadAttention's in_proj_weight).
+struct ModuleRule {
+  absl::string_view hf;
+  absl::string_view dikkat;
+  bool transpose_weight = false;  // GPT-2 Conv1D: [in, out] -> [out, in]
+  absl::string_view sep = ".";
+};
+
+struct Layout {
+  absl::string_view prefix;        // optional on every name (HF's *Model vs *ForXxx)
+  absl::string_view layer_prefix;  // before the layer index
+  std::vector<ModuleRule> top;     // outside the layers
+  std::vector<ModuleRule> layer;   // inside layer i (after "<layer_prefix>i.")
+  std::vector<absl::string_view> drop_top;    // buffers, whole names after the prefix
+  std::vector<absl::string_view> drop_layer;  // buffers, names after "<layer_prefix>i."
+};
+
+const Layout& Gpt2Layout() {
+  static const auto* layout = new Layout{
+      "transformer.",
+      "h.",
+      {{"wte", "embed_tokens"}, {"wpe", "embed_positions"}, {"ln_f", "final_norm"},
+       {"lm_head", "lm_head"}},
+      {{"ln_1", "norm1"},
+       {"ln_2", "norm2"},
+       {"attn.c_attn", "self_attn.in_proj", true, "_"},
+       {"attn.c_proj", "self_attn.out_proj", true},
+       {"mlp.c_fc", "linear1", true},
+       {"mlp.c_proj", "linear2", true}},
+      {},
+      {"attn.bias", "attn.masked_bias"},  // causal-mask buffers
+  };
+  return *layout;
+}
+
+const Layout& BertLayout() {
+  static const auto* layout = new Layout{
+      "bert.",
+      "encoder.layer.",
+      {{"embeddings.word_embeddings", "embed_tokens"},
+       {"embeddings.position_embeddings", "embed_positions"},
+       {"embeddings.token_type_embeddings", "embed_types"},
+       {"embeddings.LayerNorm", "embed_norm"}},
+      {{"attention.self.query", "self_attn.q_proj"},
+       {"attention.self.key", "self_attn.k_proj"},
+       {"attention.self.value", "self_attn.v_proj"},
+       {"attention.output.dense", "self_attn.out_proj"},
+       {"attention.output.LayerNorm", "norm1"},  // post-LN after attention
+       {"intermediate.dense", "linear1"},
+       {"output.dense", "linear2"},
+       {"output.LayerNorm", "norm2"}},  // post-LN after the feed-forward
+      {"embeddings.position_ids"},
+      {},
+  };
+  return *layout;
+}
+
+const Layout& LlamaLayout() {
+  static const auto* layout = new Layout{
+      "model.",
+      "layers.",
+      {{"embed_tokens", "embed_tokens"}, {"norm", "final_norm"}, {"lm_head", "lm_head"}},
+      {{"self_attn.q_proj", "self_attn.q_proj"},
+       {"self_attn.k_proj", "self_attn.k_proj"},
+       {"self_attn.v_proj", "self_attn.v_proj"},
+       {"self_attn.o_proj", "self_attn.out_proj"},
+       {"mlp.gate_proj", "linear_gate"},
+       {"mlp.up_proj", "linear1"},
+       {"mlp.down_proj", "linear2"},
+       {"input_layernorm", "norm1"},
+       {"post_attention_layernorm", "norm2"}},
+      {},
+      {"self_attn.rotary_emb.inv_freq"},
+  };
+  return *layout;
+}
+
+bool Contains(const std::vector<absl::string_view>& names, absl::string_view name) {
+  for (absl::string_view n : names) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+// "module.param" -> the rule for `module`, or null.
+const ModuleRule* FindRule(const std::vector<ModuleRule>& rules, absl::string_view module) {
+  for (const ModuleRule& rule : rules) {
+    if (rule.hf == module) return &rule;
+  }
+  return nullptr;
+}
+
+enum class Outcome { kRenamed, kDropped, kUnknown };
+
+struct Mapped {
+  Outcome outcome = Outcome::kUnknown;
+  std::string name;
+  bool transpose = false;
+};
+
+Mapped MapName(const Layout& layout, std::string name) {
+  Mapped m;
+  // TF-converted BERT checkpoints name LayerNorm parameters gamma/beta.
+  if (absl::EndsWith(name, "LayerNorm.gamma")) {
+    name = absl::StrCat(name.substr(0, name.size() - 5), "weight");
+  } else if (absl::EndsWith(name, "LayerNorm.beta")) {
+    name = absl::StrCat(name.substr(0, name.size() - 4), "bias");
+  }
+  absl::string_view rest = name;
+  absl::ConsumePrefix(&rest, layout.prefix);
+  const std::vector<ModuleRule>* rules = &layout.top;
+  const std::vector<absl::string_view>* drops = &layout.drop_top;
+  std::string out_prefix;
+  if (absl::ConsumePrefix(&rest, layout.layer_prefix)) {
+    const size_t dot = rest.find('.');
+    int64_t index = 0;
+    if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &index) ||
+        index < 0) {
+      return m;
+    }
+    rest.remove_prefix(dot + 1);
+    rules = &layout.layer;
+    drops = &layout.drop_layer;
+    out_prefix = absl::StrCat("layers.", index, ".");
+  }
+  if (Contains(*drops, rest)) {
+    m.outcome = Outcome::kDropped;
+    return m;
+  }
+  const size_t dot = rest.rfind('.');
+  if (dot == absl::string_view::npos) return m;
+  const absl::string_view param = rest.substr(dot + 1);
+  if (param != "weight" && param != "bias") return m;
+  const ModuleRule* rule = FindRule(*rules, rest.substr(0, dot));
+  if (rule == nullptr) return m;
+  m.outcome = Outcome::kRenamed;
+  m.name = absl::StrCat(out_prefix, rule->dikkat, rule->sep, param);
+  m.transpose = rule->transpose_weight && param == "weight";
+  return m;
+}
+
+const Layout* LayoutFor(const std::string& weight_layout) {
+  if (weight_layout == "gpt2") return &Gpt2Layout();
+  if (weight_layout == "bert") return &BertLayout();
+  if (weight_layout == "llama") return &LlamaLayout();
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<HfWeights> ConvertHfWeights(const ModelConfig& config, const TensorMap& hf) {
+  const Layout* layout = LayoutFor(config.weight_layout);
+  if (layout == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_layout '", config.weight_layout,
+                     "' has no Hugging Face name mapping; supported: gpt2, bert, llama"));
+  }
+  HfWeights out;
+  for (const auto& [hf_name, tensor] : hf) {
+    Mapped m = MapName(*layout, hf_name);
+    if (m.outcome == Outcome::kDropped ||
+        (m.outcome == Outcome::kRenamed && m.name == "lm_head.weight" && config.tie_embeddings)) {
+      out.dropped.push_back(hf_name);
+      continue;
+    }
+    const std::string& name = m.outcome == Outcome::kRenamed ? m.name : hf_name;
+    at::Tensor t = tensor;
+    if (m.transpose) {
+      if (t.dim() != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", hf_name, "' is a GPT-2 Conv1D weight and must be 2-D [in, out]; "
+                         "it has ", t.dim(), " dimensions"));
+      }
+      t = t.t();  // [in, out] -> [out, in], a strided view
+    }
+    auto [it, inserted] = out.tensors.emplace(name, std::move(t));
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensors '", out.source.count(name) ? out.source[name] : name, "' and '", hf_name,
+          "' both map to '", name, "'; a checkpoint must name each weight once"));
+    }
+    if (m.outcome == Outcome::kRenamed) out.source[name] = hf_name;
+  }
+  return out;
+}
+
+absl::Status DescribeHfLoadError(const absl::Status& status, const ModelConfig& config,
+                                 const HfWeights& weights) {
+  if (status.ok()) return status;
+  std::string message(status.message());
+  for (const auto& [name, hf_name] : weights.source) {
+    const std::string quoted = absl::StrCat("'", name, "'");
+    if (absl::StrContains(message, quoted)) {
+      message = absl::StrReplaceAll(
+          message, {{quoted, absl::StrCat(quoted, " (Hugging Face tensor '", hf_name, "')")}});
+      break;
+    }
+  }
+  return absl::Status(status.code(),
+                      absl::StrCat(message, " [tensor names translated from the Hugging Face ",
+                                   config.weight_layout, " layout; see docs/models.md]"));
+}
+
+}  // namespace dikkat::model

@@ -1,0 +1,40 @@
+// Byte-level BPE (GPT-2, RoBERTa, GPT-J, ...): what the vocab.json +
+// merges.txt and tokenizer.json loaders build. Internal to dikkat_text.
+#ifndef DIKKAT_MODEL_TEXT_BYTE_LEVEL_BPE_H_
+#define DIKKAT_MODEL_TEXT_BYTE_LEVEL_BPE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/text/tokenizer.h"
+
+namespace dikkat::model {
+
+struct AddedToken {
+  int32_t id = 0;
+  std::string content;
+  bool special = false;
+};
+
+struct ByteLevelBpeSpec {
+  std::unordered_map<std::string, int32_t> vocab;        // byte-level token -> id
+  std::vector<std::pair<std::string, std::string>> merges;  // in rank order
+  std::vector<AddedToken> added_tokens;  // decoded as their content, never produced by Encode
+  bool add_prefix_space = false;         // ByteLevel pre-tokenizer option (RoBERTa-style)
+  // What Encode(add_special_tokens=true) puts around the text (RoBERTa: <s> ... </s>).
+  std::vector<int32_t> prefix_ids;
+  std::vector<int32_t> suffix_ids;
+  std::vector<std::string> fingerprints;
+};
+
+// INVALID_ARGUMENT if a merge names a token that is not in the vocabulary.
+absl::StatusOr<std::unique_ptr<Tokenizer>> MakeByteLevelBpe(ByteLevelBpeSpec spec);
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_TEXT_BYTE_LEVEL_BPE_H_

@@ -1,0 +1,56 @@
+#include "model/text/incremental_decoder.h"
+
+#include <utility>
+
+#include "model/text/utf8.h"
+
+namespace dikkat::model {
+
+// Invariant: the text of ids_[0, read_offset_) has been emitted, and
+// ids_[prefix_offset_, read_offset_) is the window kept as left context: its
+// decoded text is subtracted from the decoding of ids_[prefix_offset_, end)
+// to get the delta. Decoding with left context is what makes tokenizers
+// whose output depends on the neighbours (SentencePiece drops the "▁" of the
+// first piece) stream the same text as one Decode of the whole sequence.
+
+IncrementalDecoder::IncrementalDecoder(const Tokenizer* tokenizer, bool skip_special_tokens)
+    : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
+
+IncrementalDecoder::IncrementalDecoder(const Tokenizer* tokenizer, bool skip_special_tokens,
+                                       std::vector<int32_t> context)
+    : tokenizer_(tokenizer), skip_special_(skip_special_tokens), ids_(std::move(context)) {
+  read_offset_ = ids_.size();
+}
+
+std::string IncrementalDecoder::DecodeRange(size_t begin, size_t end) const {
+  return tokenizer_->Decode(std::vector<int32_t>(ids_.begin() + begin, ids_.begin() + end),
+                            skip_special_);
+}
+
+std::string IncrementalDecoder::TakeDelta(bool flush) {
+  const std::string prefix_text = DecodeRange(prefix_offset_, read_offset_);
+  const std::string new_text = DecodeRange(prefix_offset_, ids_.size());
+  // A trailing U+FFFD means the last ids end inside a multi-byte character
+  // (byte-level BPE, byte fallback): wait for the rest of it.
+  const bool incomplete = new_text.size() >= utf8::kReplacementChar.size() &&
+                          new_text.compare(new_text.size() - utf8::kReplacementChar.size(),
+                                           std::string::npos, utf8::kReplacementChar) == 0;
+  if (new_text.size() <= prefix_text.size() || (incomplete && !flush)) return "";
+  std::string delta = new_text.substr(prefix_text.size());
+  prefix_offset_ = read_offset_;
+  read_offset_ = ids_.size();
+  // Forget ids that can no longer be part of any window.
+  ids_.erase(ids_.begin(), ids_.begin() + prefix_offset_);
+  read_offset_ -= prefix_offset_;
+  prefix_offset_ = 0;
+  return delta;
+}
+
+std::string IncrementalDecoder::Push(int32_t id) {
+  ids_.push_back(id);
+  return TakeDelta(/*flush=*/false);
+}
+
+std::string IncrementalDecoder::Flush() { return TakeDelta(/*flush=*/true); }
+
+}  // namespace dikkat::model

@@ -1,0 +1,75 @@
+// Tokenizers: text <-> token ids, exactly as the model was trained. This is
+// the interface; each kind has its own header: byte_tokenizer.h (ids 0..255
+// are bytes), sentencepiece_tokenizer.h (libsentencepiece),
+// gpt2_bpe_tokenizer.h (GPT-2 byte-level BPE from vocab.json + merges.txt),
+// wordpiece_tokenizer.h (BERT vocab.txt), tokenizer_json.h (Hugging Face
+// tokenizer.json: byte-level BPE, Llama-style BPE with byte fallback,
+// WordPiece). tokenizer_loader.h picks one for a model folder;
+// incremental_decoder.h streams generated ids as text.
+//
+// Torch-free. A Tokenizer is immutable after loading and thread-safe for
+// concurrent Encode/Decode calls.
+#ifndef DIKKAT_MODEL_TEXT_TOKENIZER_H_
+#define DIKKAT_MODEL_TEXT_TOKENIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dikkat::model {
+
+struct SpecialTokens {
+  int32_t bos = -1;  // -1 = the vocabulary has none
+  int32_t eos = -1;
+  int32_t pad = -1;
+  int32_t unk = -1;
+  int32_t cls = -1;  // BERT [CLS]
+  int32_t sep = -1;  // BERT [SEP]
+  int32_t mask = -1;
+};
+
+struct Encoding {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> type_ids;  // BERT segment ids; empty when the model has none
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // "byte", "sentencepiece", "gpt2-bpe", "wordpiece", "bpe" (tokenizer.json).
+  virtual std::string kind() const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual const SpecialTokens& special_tokens() const = 0;
+
+  // Text -> ids. `add_special_tokens` adds what the model expects around a
+  // single input (BERT: [CLS] ... [SEP]; Llama: BOS; GPT-2: nothing).
+  // INVALID_ARGUMENT if the text is not valid UTF-8.
+  virtual absl::StatusOr<Encoding> Encode(std::string_view text,
+                                          bool add_special_tokens) const = 0;
+
+  // Ids -> text. Ids out of range are skipped; special tokens are dropped
+  // when `skip_special_tokens`. Bytes that do not form valid UTF-8 become
+  // U+FFFD.
+  virtual std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const = 0;
+
+  // The vocabulary entry of one id as a readable string (for attention axis
+  // labels; byte-level pieces are shown as their text, e.g. "Ġthe" -> " the").
+  virtual std::string TokenText(int32_t id) const = 0;
+
+  // True if `id` is a special/control token (BOS, EOS, PAD, [CLS], added special tokens).
+  virtual bool IsSpecial(int32_t id) const = 0;
+
+  // Hex SHA-256 fingerprints of the files the tokenizer was read from (may be empty).
+  virtual std::vector<std::string> file_fingerprints() const { return {}; }
+};
+
+// Returns true if `text` is valid UTF-8.
+bool IsValidUtf8(std::string_view text);
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_TEXT_TOKENIZER_H_

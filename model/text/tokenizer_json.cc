@@ -1,0 +1,288 @@
+// Hugging Face tokenizer.json: reads the parts dikkat supports and refuses
+// the rest by name, so an unsupported pipeline never yields wrong ids quietly.
+#include "model/text/tokenizer_json.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/text/byte_level_bpe.h"
+#include "model/text/llama_bpe_tokenizer.h"
+#include "model/text/tokenizer.h"
+#include "model/text/tokenizer_files.h"
+#include "model/text/wordpiece_tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace dikkat::model {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string TypeOf(const Json& j) {
+  if (j.is_null()) return "null";
+  if (j.is_object() && j.contains("type") && j["type"].is_string()) return j["type"].get<std::string>();
+  return j.dump();
+}
+
+// The ByteLevel pre-tokenizer, directly or as the only member of a Sequence.
+const Json* FindByteLevel(const Json& pre) {
+  if (TypeOf(pre) == "ByteLevel") return &pre;
+  if (TypeOf(pre) == "Sequence" && pre.contains("pretokenizers") &&
+      pre["pretokenizers"].size() == 1 && TypeOf(pre["pretokenizers"][0]) == "ByteLevel") {
+    return &pre["pretokenizers"][0];
+  }
+  return nullptr;
+}
+
+struct SpecialFrame {
+  std::vector<int32_t> prefix;
+  std::vector<int32_t> suffix;
+};
+
+// What add_special_tokens puts around a single sequence.
+absl::StatusOr<SpecialFrame> ParsePostProcessor(const std::string& path, const Json& post) {
+  SpecialFrame frame;
+  const std::string type = TypeOf(post);
+  if (type == "null" || type == "ByteLevel") return frame;
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    frame.prefix.push_back(post.at("cls").at(1).get<int32_t>());
+    frame.suffix.push_back(post.at("sep").at(1).get<int32_t>());
+    return frame;
+  }
+  if (type == "TemplateProcessing") {
+    bool seen_sequence = false;
+    for (const Json& piece : post.at("single")) {
+      if (piece.contains("Sequence")) {
+        seen_sequence = true;
+        continue;
+      }
+      const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+      for (const Json& id : post.at("special_tokens").at(name).at("ids")) {
+        (seen_sequence ? frame.suffix : frame.prefix).push_back(id.get<int32_t>());
+      }
+    }
+    return frame;
+  }
+  return absl::UnimplementedError(
+      absl::StrCat(path, ": post_processor \"", type,
+                   "\" is not supported (supported: ByteLevel, RobertaProcessing, "
+                   "BertProcessing, TemplateProcessing)"));
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMerges(
+    const std::string& path, const Json& model) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const Json& m : model.at("merges")) {
+    if (m.is_array() && m.size() == 2) {
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+      continue;
+    }
+    const std::string line = m.get<std::string>();
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": merge \"", line, "\" is not two space-separated tokens"));
+    }
+    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  return merges;
+}
+
+std::vector<AddedToken> ParseAddedTokens(const Json& j) {
+  std::vector<AddedToken> added_tokens;
+  for (const Json& added : j.value("added_tokens", Json::array())) {
+    added_tokens.push_back({added.at("id").get<int32_t>(), added.at("content").get<std::string>(),
+                            added.value("special", false)});
+  }
+  return added_tokens;
+}
+
+constexpr char kSpaceMark[] = "\xE2\x96\x81";  // U+2581 "▁"
+
+// A Llama / SentencePiece-converted BPE: "▁" for spaces, either from the
+// legacy normalizer Sequence[Prepend("▁"), Replace(" ", "▁")] or from the
+// Metaspace pre-tokenizer, and usually byte_fallback.
+bool IsMetaspaceBpe(const Json& j) {
+  static const Json kNull;
+  const Json& norm = j.contains("normalizer") ? j["normalizer"] : kNull;
+  const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : kNull;
+  if (TypeOf(pre) == "Metaspace") return true;
+  if (j.at("model").value("byte_fallback", false)) return true;
+  const std::string dumped = norm.dump();
+  return dumped.find(kSpaceMark) != std::string::npos;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadLlamaBpeJson(const std::string& path,
+                                                           const Json& j) {
+  static const Json kNull;
+  const Json& norm = j.contains("normalizer") ? j["normalizer"] : kNull;
+  const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : kNull;
+  const Json& model = j.at("model");
+  LlamaBpeSpec spec;
+  const auto unsupported = [&](const std::string& what) {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": ", what, " is not supported for BPE with \"▁\" spaces (supported: "
+        "normalizer Sequence[Prepend(\"▁\"), Replace(\" \", \"▁\")] with no pre_tokenizer, "
+        "or no normalizer with the Metaspace pre_tokenizer)"));
+  };
+  if (TypeOf(pre) == "Metaspace") {
+    if (!norm.is_null()) return unsupported(absl::StrCat("normalizer ", TypeOf(norm)));
+    if (pre.value("replacement", std::string(kSpaceMark)) != kSpaceMark) {
+      return unsupported(absl::StrCat("Metaspace replacement ", pre["replacement"].dump()));
+    }
+    std::string scheme = pre.value("prepend_scheme", std::string());
+    if (scheme.empty()) scheme = pre.value("add_prefix_space", true) ? "always" : "never";
+    if (scheme == "always" || scheme == "first") {
+      spec.prefix = LlamaBpeSpec::Prefix::kUnlessPresent;
+    } else if (scheme == "never") {
+      spec.prefix = LlamaBpeSpec::Prefix::kNever;
+    } else {
+      return unsupported(absl::StrCat("Metaspace prepend_scheme \"", scheme, "\""));
+    }
+    spec.split_words = pre.value("split", true);
+  } else {
+    if (!pre.is_null()) return unsupported(absl::StrCat("pre_tokenizer ", TypeOf(pre)));
+    std::vector<Json> steps;
+    if (TypeOf(norm) == "Sequence") {
+      for (const Json& n : norm.at("normalizers")) steps.push_back(n);
+    } else if (!norm.is_null()) {
+      steps.push_back(norm);
+    }
+    bool replaces_spaces = false;
+    spec.prefix = LlamaBpeSpec::Prefix::kNever;
+    for (const Json& step : steps) {
+      const std::string type = TypeOf(step);
+      if (type == "Prepend" && step.value("prepend", std::string()) == kSpaceMark) {
+        spec.prefix = LlamaBpeSpec::Prefix::kAlways;
+      } else if (type == "Replace" && step.contains("pattern") &&
+                 step["pattern"].value("String", std::string()) == " " &&
+                 step.value("content", std::string()) == kSpaceMark) {
+        replaces_spaces = true;
+      } else {
+        return unsupported(absl::StrCat("normalizer step ", step.dump()));
+      }
+    }
+    if (!replaces_spaces) return unsupported(absl::StrCat("normalizer ", norm.dump()));
+  }
+  spec.strip_leading_space = spec.prefix != LlamaBpeSpec::Prefix::kNever;
+  if (!model.value("dropout", Json()).is_null()) {
+    return unsupported(absl::StrCat("BPE dropout ", model["dropout"].dump()));
+  }
+  if (model.value("ignore_merges", false)) return unsupported("BPE ignore_merges=true");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const Json v = model.value(key, Json());
+    if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty())) {
+      return unsupported(absl::StrCat("BPE ", key, " ", v.dump()));
+    }
+  }
+  spec.byte_fallback = model.value("byte_fallback", false);
+  spec.fuse_unk = model.value("fuse_unk", false);
+  const Json unk = model.value("unk_token", Json());
+  if (unk.is_string()) spec.unk_token = unk.get<std::string>();
+  for (const auto& [piece, id] : model.at("vocab").items()) spec.vocab.emplace(piece, id.get<int32_t>());
+  DIKKAT_ASSIGN_OR_RETURN(spec.merges, ParseMerges(path, model));
+  spec.added_tokens = ParseAddedTokens(j);
+  DIKKAT_ASSIGN_OR_RETURN(SpecialFrame frame,
+                          ParsePostProcessor(path, j.value("post_processor", Json())));
+  spec.prefix_ids = std::move(frame.prefix);
+  spec.suffix_ids = std::move(frame.suffix);
+  DIKKAT_ASSIGN_OR_RETURN(spec.fingerprints, FingerprintFiles({path}));
+  return MakeLlamaBpe(std::move(spec));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadByteLevelBpeJson(const std::string& path,
+                                                                const Json& j) {
+  static const Json kNull;
+  const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : kNull;
+  const Json* byte_level = FindByteLevel(pre);  // points into `j`
+  if (byte_level == nullptr || !byte_level->value("use_regex", true)) {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": BPE with pre_tokenizer ", TypeOf(pre),
+        " is not supported (supported: ByteLevel with the GPT-2 pattern)"));
+  }
+  if (!j.value("normalizer", Json()).is_null()) {
+    return absl::UnimplementedError(absl::StrCat(path, ": byte-level BPE with normalizer ",
+                                                 TypeOf(j["normalizer"]), " is not supported"));
+  }
+  const Json& model = j.at("model");
+  ByteLevelBpeSpec spec;
+  spec.add_prefix_space = byte_level->value("add_prefix_space", false);
+  for (const auto& [token, id] : model.at("vocab").items()) spec.vocab.emplace(token, id.get<int32_t>());
+  DIKKAT_ASSIGN_OR_RETURN(spec.merges, ParseMerges(path, model));
+  spec.added_tokens = ParseAddedTokens(j);
+  DIKKAT_ASSIGN_OR_RETURN(SpecialFrame frame,
+                          ParsePostProcessor(path, j.value("post_processor", Json())));
+  spec.prefix_ids = std::move(frame.prefix);
+  spec.suffix_ids = std::move(frame.suffix);
+  DIKKAT_ASSIGN_OR_RETURN(spec.fingerprints, FingerprintFiles({path}));
+  return MakeByteLevelBpe(std::move(spec));
+}
+
+// BERT's pipeline: BertNormalizer + BertPreTokenizer + WordPiece.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadWordPieceJson(const std::string& path,
+                                                            const Json& j) {
+  static const Json kNull;
+  const Json& norm = j.contains("normalizer") ? j["normalizer"] : kNull;
+  const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : kNull;
+  if (TypeOf(norm) != "BertNormalizer" || TypeOf(pre) != "BertPreTokenizer") {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": WordPiece with normalizer ", TypeOf(norm), " and pre_tokenizer ", TypeOf(pre),
+        " is not supported (supported: BertNormalizer + BertPreTokenizer)"));
+  }
+  if (!norm.value("clean_text", true)) {
+    return absl::UnimplementedError(absl::StrCat(path, ": BertNormalizer clean_text=false"));
+  }
+  const Json& model = j.at("model");
+  WordPieceOptions options;
+  options.lower_case = norm.value("lowercase", true);
+  const Json strip = norm.value("strip_accents", Json());
+  options.strip_accents = strip.is_boolean() ? strip.get<bool>() : options.lower_case;
+  options.tokenize_chinese_chars = norm.value("handle_chinese_chars", true);
+  options.unk_token = model.value("unk_token", std::string("[UNK]"));
+  options.continuing_subword_prefix = model.value("continuing_subword_prefix", std::string("##"));
+  options.max_input_chars_per_word = model.value("max_input_chars_per_word", 100);
+  std::vector<std::string> vocab;
+  for (const auto& [token, id_json] : model.at("vocab").items()) {
+    const int32_t id = id_json.get<int32_t>();
+    if (id < 0 || id > 10'000'000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": token \"", token, "\" has id ", id, "; allowed 0..10000000"));
+    }
+    if (static_cast<size_t>(id) >= vocab.size()) vocab.resize(id + 1);
+    vocab[id] = token;
+  }
+  DIKKAT_ASSIGN_OR_RETURN(auto fingerprints, FingerprintFiles({path}));
+  return MakeWordPiece(std::move(vocab), options, std::move(fingerprints));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& path) {
+  DIKKAT_ASSIGN_OR_RETURN(std::string text, ReadTokenizerFile(path));
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("model")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a tokenizer.json (a JSON object with a \"model\")"));
+  }
+  const std::string type = TypeOf(j["model"]);
+  try {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok;
+    if (type == "BPE") {
+      tok = IsMetaspaceBpe(j) ? LoadLlamaBpeJson(path, j) : LoadByteLevelBpeJson(path, j);
+    } else if (type == "WordPiece") {
+      tok = LoadWordPieceJson(path, j);
+    } else {
+      return absl::UnimplementedError(absl::StrCat(
+          path, ": model type \"", type, "\" is not supported (supported: BPE, WordPiece)"));
+    }
+    if (!tok.ok() && tok.status().message().find(path) == std::string_view::npos) {
+      return absl::Status(tok.status().code(), absl::StrCat(path, ": ", tok.status().message()));
+    }
+    return tok;
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": malformed ", type, " model: ", e.what()));
+  }
+}
+
+}  // namespace dikkat::model

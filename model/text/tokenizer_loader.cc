@@ -1,0 +1,108 @@
+// The model-folder dispatch: which tokenizer files a folder has decides the kind.
+#include "model/text/tokenizer_loader.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "model/text/byte_tokenizer.h"
+#include "model/text/gpt2_bpe_tokenizer.h"
+#include "model/text/sentencepiece_tokenizer.h"
+#include "model/text/tokenizer_json.h"
+#include "model/text/wordpiece_tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace dikkat::model {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+bool IsFile(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// The "tokenizer" field of dikkat.json, or "" if the file or field is absent.
+absl::StatusOr<std::string> DikkatJsonTokenizer(const fs::path& path) {
+  if (!IsFile(path)) return std::string();
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
+  }
+  auto it = j.find("tokenizer");
+  if (it == j.end()) return std::string();
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.string(), ": \"tokenizer\" must be a string, got ", it->dump()));
+  }
+  return it->get<std::string>();
+}
+
+// Hugging Face's BertTokenizer settings, when the folder has them.
+absl::StatusOr<WordPieceOptions> WordPieceOptionsFromConfig(const fs::path& path) {
+  WordPieceOptions options;
+  if (!IsFile(path)) return options;
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
+  }
+  const auto flag = [&](const char* key, bool fallback) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+  };
+  options.lower_case = flag("do_lower_case", true);
+  options.strip_accents = flag("strip_accents", options.lower_case);  // null: follows lower-casing
+  options.tokenize_chinese_chars = flag("tokenize_chinese_chars", true);
+  if (auto it = j.find("unk_token"); it != j.end()) {
+    if (it->is_string()) options.unk_token = it->get<std::string>();
+    if (it->is_object() && it->contains("content")) options.unk_token = (*it)["content"].get<std::string>();
+  }
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
+  const fs::path dir(model_dir);
+  const bool has_bpe_pair = IsFile(dir / "vocab.json") && IsFile(dir / "merges.txt");
+  const bool has_spm = IsFile(dir / "tokenizer.model");
+  if (IsFile(dir / "tokenizer.json")) {
+    auto tok = LoadTokenizerJson((dir / "tokenizer.json").string());
+    // Folders with a tokenizer.json pipeline dikkat does not read (e.g. a
+    // Unigram model) often also ship the original files, which read the
+    // same text.
+    if (tok.ok() || tok.status().code() != absl::StatusCode::kUnimplemented ||
+        !(has_bpe_pair || has_spm)) {
+      return tok;
+    }
+  }
+  if (has_bpe_pair) {
+    return LoadGpt2Bpe((dir / "vocab.json").string(), (dir / "merges.txt").string());
+  }
+  if (has_spm) return LoadSentencePiece((dir / "tokenizer.model").string());
+  if (IsFile(dir / "vocab.txt")) {
+    DIKKAT_ASSIGN_OR_RETURN(WordPieceOptions options,
+                            WordPieceOptionsFromConfig(dir / "tokenizer_config.json"));
+    return LoadWordPiece((dir / "vocab.txt").string(), options);
+  }
+  auto from_config = DikkatJsonTokenizer(dir / "dikkat.json");
+  if (!from_config.ok()) return from_config.status();
+  if (*from_config == "byte") return MakeByteTokenizer();
+  if (!from_config->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        (dir / "dikkat.json").string(), ": \"tokenizer\" is \"", *from_config,
+        "\"; allowed without tokenizer files: \"byte\""));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no tokenizer in ", model_dir,
+      ": looked for tokenizer.json, vocab.json + merges.txt, tokenizer.model, vocab.txt, "
+      "and \"tokenizer\": \"byte\" in dikkat.json"));
+}
+
+}  // namespace dikkat::model

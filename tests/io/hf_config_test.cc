@@ -1,0 +1,345 @@
+// Hugging Face config.json translation (hf_config.h), tensor renaming
+// (hf_weights.h) and how ReadModelConfig picks them up: the values a user's
+// folder depends on and the errors for what dikkat does not support.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "model/io/hf_config.h"
+#include "model/io/hf_weights.h"
+#include "model/io/model_folder.h"
+
+namespace dikkat::model {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<ModelConfig> Translate(const std::string& json) { return TranslateHfConfig(json); }
+
+void ExpectInvalid(const absl::StatusOr<ModelConfig>& config,
+                   std::initializer_list<const char*> fragments) {
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  for (const char* f : fragments) {
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(f));
+  }
+}
+
+// ---- config translation ----------------------------------------------------
+
+TEST(HfConfigTest, UnsupportedModelTypeListsTheSupportedOnes) {
+  ExpectInvalid(Translate(R"({"model_type": "t5", "d_model": 512})"),
+                {"'t5'", "gpt2, bert, llama, mistral, qwen2"});
+  ExpectInvalid(Translate(R"({"hidden_size": 64})"), {"model_type", "gpt2, bert, llama"});
+  ExpectInvalid(Translate("[1, 2]"), {"not a JSON object"});
+}
+
+TEST(HfConfigTest, Gpt2DefaultsAreGpt2Small) {
+  absl::StatusOr<ModelConfig> c = Translate(R"({"model_type": "gpt2"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->vocab_size, 50257);
+  EXPECT_EQ(c->d_model, 768);
+  EXPECT_EQ(c->n_heads, 12);
+  EXPECT_EQ(c->n_layers, 12);
+  EXPECT_EQ(c->ffn_dim, 3072);
+  EXPECT_EQ(c->max_positions, 1024);
+  EXPECT_EQ(c->activation, Activation::kGeluTanh);
+  EXPECT_EQ(c->bos_token_id, 50256);
+  EXPECT_EQ(c->eos_token_id, 50256);
+  EXPECT_TRUE(c->tie_embeddings);
+  EXPECT_EQ(c->weight_layout, "gpt2");
+}
+
+TEST(HfConfigTest, Gpt2Options) {
+  absl::StatusOr<ModelConfig> c = Translate(
+      R"({"model_type": "gpt2", "n_embd": 32, "n_head": 4, "n_layer": 1, "n_inner": 40,
+          "n_positions": 16, "vocab_size": 10, "activation_function": "relu",
+          "layer_norm_epsilon": 1e-6, "bos_token_id": 0, "eos_token_id": 9,
+          "_name_or_path": "my/gpt"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ffn_dim, 40);
+  EXPECT_EQ(c->activation, Activation::kRelu);
+  EXPECT_DOUBLE_EQ(c->norm_eps, 1e-6);
+  EXPECT_EQ(c->eos_token_id, 9);
+  EXPECT_EQ(c->name, "my/gpt");
+  ExpectInvalid(Translate(R"({"model_type": "gpt2", "activation_function": "gelu_fast"})"),
+                {"activation_function", "gelu_fast", "gelu_new"});
+  ExpectInvalid(Translate(R"({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": true})"),
+                {"scale_attn_by_inverse_layer_idx"});
+  ExpectInvalid(Translate(R"({"model_type": "gpt2", "add_cross_attention": true})"),
+                {"add_cross_attention"});
+  ExpectInvalid(Translate(R"({"model_type": "gpt2", "n_embd": "768"})"),
+                {"'n_embd'", "integer", "\"768\""});
+}
+
+TEST(HfConfigTest, BertIsAPostLnEncoderWithTokenTypes) {
+  absl::StatusOr<ModelConfig> c = Translate(R"({"model_type": "bert"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kEncoderOnly);
+  EXPECT_FALSE(c->pre_norm);
+  EXPECT_TRUE(c->embedding_norm);
+  EXPECT_FALSE(c->final_norm);
+  EXPECT_EQ(c->type_vocab_size, 2);
+  EXPECT_EQ(c->max_positions, 512);
+  EXPECT_EQ(c->ffn_dim, 3072);
+  EXPECT_DOUBLE_EQ(c->norm_eps, 1e-12);
+  EXPECT_EQ(c->activation, Activation::kGelu);
+  EXPECT_EQ(c->pad_token_id, 0);
+  EXPECT_EQ(c->default_pooling, Pooling::kMean);
+  ExpectInvalid(Translate(R"({"model_type": "bert", "position_embedding_type": "relative_key"})"),
+                {"position_embedding_type", "relative_key", "absolute"});
+  ExpectInvalid(Translate(R"({"model_type": "bert", "is_decoder": true})"), {"is_decoder"});
+}
+
+TEST(HfConfigTest, LlamaDefaultsAndOptions) {
+  absl::StatusOr<ModelConfig> c = Translate(
+      R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,
+          "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 256,
+          "bos_token_id": null, "eos_token_id": [200, 201], "rope_theta": 500000.0,
+          "tie_word_embeddings": true})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kv_heads(), 8);  // num_key_value_heads absent -> num_attention_heads
+  EXPECT_EQ(c->bos_token_id, -1);
+  EXPECT_EQ(c->eos_token_id, 200);  // the first of a list
+  EXPECT_DOUBLE_EQ(c->rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(c->rope_scaling, 1.0);
+  EXPECT_EQ(c->max_positions, 2048);
+  EXPECT_TRUE(c->tie_embeddings);
+  EXPECT_EQ(c->activation, Activation::kSwiGlu);
+  EXPECT_EQ(c->norm, NormKind::kRmsNorm);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->mlp_bias);
+  EXPECT_EQ(c->sliding_window, 0);
+  absl::StatusOr<ModelConfig> biased =
+      Translate(R"({"model_type": "llama", "attention_bias": true, "mlp_bias": true})");
+  ASSERT_TRUE(biased.ok()) << biased.status();
+  EXPECT_TRUE(biased->attention_bias);
+  EXPECT_TRUE(biased->mlp_bias);
+  ExpectInvalid(Translate(R"({"model_type": "llama", "hidden_act": "relu"})"),
+                {"hidden_act", "relu", "silu"});
+  // Invalid models after translation name dikkat's field.
+  ExpectInvalid(Translate(R"({"model_type": "llama", "num_attention_heads": 32,
+                              "num_key_value_heads": 5})"),
+                {"n_kv_heads", "5"});
+}
+
+TEST(HfConfigTest, RopeScalingLinearOnly) {
+  for (const char* json :
+       {R"({"model_type": "llama", "rope_scaling": {"type": "linear", "factor": 4.0}})",
+        R"({"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": 4}})",
+        R"({"model_type": "llama", "rope_parameters": {"rope_type": "linear", "factor": 4.0}})"}) {
+    absl::StatusOr<ModelConfig> c = Translate(json);
+    ASSERT_TRUE(c.ok()) << json << ": " << c.status();
+    EXPECT_DOUBLE_EQ(c->rope_scaling, 4.0) << json;
+  }
+  absl::StatusOr<ModelConfig> v5 = Translate(
+      R"({"model_type": "llama", "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})");
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_DOUBLE_EQ(v5->rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(v5->rope_scaling, 1.0);
+  ExpectInvalid(
+      Translate(R"({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 2.0}})"),
+      {"'rope_scaling'", "'dynamic'", "linear"});
+  ExpectInvalid(
+      Translate(R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                   "low_freq_factor": 1.0, "high_freq_factor": 4.0}})"),
+      {"'llama3'", "linear"});
+  ExpectInvalid(Translate(R"({"model_type": "mistral", "rope_scaling": {"type": "yarn"}})"),
+                {"'yarn'"});
+  ExpectInvalid(Translate(R"({"model_type": "llama", "rope_scaling": {"type": "linear"}})"),
+                {"factor"});
+  ExpectInvalid(Translate(R"({"model_type": "llama", "rope_scaling": {"type": "linear",
+                              "factor": -2}})"),
+                {"factor"});
+  ExpectInvalid(Translate(R"({"model_type": "llama", "rope_scaling": "linear"})"),
+                {"rope_scaling", "object"});
+}
+
+TEST(HfConfigTest, MistralSlidingWindowAndQwen2Biases) {
+  absl::StatusOr<ModelConfig> m = Translate(R"({"model_type": "mistral"})");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->sliding_window, 4096);
+  EXPECT_EQ(m->kv_heads(), 8);
+  absl::StatusOr<ModelConfig> off = Translate(R"({"model_type": "mistral", "sliding_window": null})");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->sliding_window, 0);
+  absl::StatusOr<ModelConfig> q = Translate(
+      R"({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": false})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(q->qkv_bias_only);
+  EXPECT_EQ(q->sliding_window, 0);
+  ExpectInvalid(Translate(R"({"model_type": "qwen2", "use_sliding_window": true})"),
+                {"use_sliding_window", "max_window_layers"});
+}
+
+TEST(HfConfigTest, SentenceTransformersPooling) {
+  EXPECT_EQ(*ParseSentenceTransformersPooling(
+                R"({"word_embedding_dimension": 384, "pooling_mode_cls_token": true,
+                    "pooling_mode_mean_tokens": false})"),
+            Pooling::kFirst);
+  EXPECT_EQ(*ParseSentenceTransformersPooling(R"({"pooling_mode_mean_tokens": true})"),
+            Pooling::kMean);
+  EXPECT_EQ(*ParseSentenceTransformersPooling(R"({"pooling_mode_lasttoken": true})"),
+            Pooling::kLast);
+  absl::StatusOr<Pooling> max = ParseSentenceTransformersPooling(R"({"pooling_mode_max_tokens": true})");
+  ASSERT_FALSE(max.ok());
+  EXPECT_THAT(std::string(max.status().message()), HasSubstr("pooling_mode_max_tokens"));
+  EXPECT_FALSE(ParseSentenceTransformersPooling(
+                   R"({"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": true})")
+                   .ok());
+}
+
+// ---- ReadModelConfig on folders --------------------------------------------
+
+class HfFolderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (std::filesystem::temp_directory_path() / "dikkat_hf_config_XXXXXX").string();
+    ASSERT_NE(mkdtemp(dir_.data()), nullptr);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(dir_ + "/" + name).parent_path());
+    std::ofstream(dir_ + "/" + name) << text;
+  }
+  std::string dir_;
+};
+
+TEST_F(HfFolderTest, SentenceTransformersFolderSetsPooling) {
+  Write("config.json", R"({"model_type": "bert", "hidden_size": 32, "num_attention_heads": 2})");
+  absl::StatusOr<ModelConfig> plain = ReadModelConfig(dir_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->default_pooling, Pooling::kMean);
+  Write("1_Pooling/config.json", R"({"pooling_mode_cls_token": true})");
+  absl::StatusOr<ModelConfig> cls = ReadModelConfig(dir_);
+  ASSERT_TRUE(cls.ok()) << cls.status();
+  EXPECT_EQ(cls->default_pooling, Pooling::kFirst);
+}
+
+TEST_F(HfFolderTest, ErrorsNameTheFile) {
+  Write("config.json", R"({"model_type": "gpt_neox"})");
+  absl::StatusOr<ModelConfig> c = ReadModelConfig(dir_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(dir_ + "/config.json"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("gpt_neox"));
+}
+
+// ---- tensor renaming -------------------------------------------------------
+
+at::Tensor Values(int64_t rows, int64_t cols) {
+  return at::arange(rows * cols, at::TensorOptions().dtype(at::kFloat)).view({rows, cols});
+}
+
+ModelConfig Layout(const std::string& layout, bool tie) {
+  ModelConfig c;
+  c.weight_layout = layout;
+  c.tie_embeddings = tie;
+  return c;
+}
+
+TEST(HfWeightsTest, Gpt2Conv1DIsTransposedWithoutCopying) {
+  const at::Tensor c_attn = Values(4, 12);  // Conv1D [in, out]
+  TensorMap hf = {{"transformer.h.3.attn.c_attn.weight", c_attn},
+                  {"transformer.h.3.attn.c_attn.bias", Values(1, 12).view({12})},
+                  {"transformer.h.3.mlp.c_fc.weight", Values(4, 16)},
+                  {"transformer.h.3.ln_2.weight", Values(1, 4).view({4})},
+                  {"transformer.h.3.attn.masked_bias", Values(1, 1)},
+                  {"transformer.wte.weight", Values(7, 4)},
+                  {"lm_head.weight", Values(7, 4)}};
+  absl::StatusOr<HfWeights> w = ConvertHfWeights(Layout("gpt2", true), hf);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const at::Tensor& in_proj = w->tensors.at("layers.3.self_attn.in_proj_weight");
+  EXPECT_EQ(in_proj.sizes(), at::IntArrayRef({12, 4}));
+  EXPECT_TRUE(in_proj.equal(c_attn.t()));
+  EXPECT_EQ(in_proj.data_ptr(), c_attn.data_ptr());  // a view, not a copy
+  EXPECT_EQ(w->tensors.count("layers.3.self_attn.in_proj_bias"), 1u);
+  EXPECT_EQ(w->tensors.at("layers.3.linear1.weight").sizes(), at::IntArrayRef({16, 4}));
+  EXPECT_EQ(w->tensors.count("layers.3.norm2.weight"), 1u);
+  EXPECT_EQ(w->tensors.count("embed_tokens.weight"), 1u);
+  EXPECT_EQ(w->source.at("layers.3.linear1.weight"), "transformer.h.3.mlp.c_fc.weight");
+  // The mask buffer and the tied lm_head copy are dropped, not loaded.
+  EXPECT_EQ(w->dropped, (std::vector<std::string>{"lm_head.weight",
+                                                  "transformer.h.3.attn.masked_bias"}));
+  EXPECT_EQ(w->tensors.size(), 5u);
+
+  absl::StatusOr<HfWeights> untied = ConvertHfWeights(Layout("gpt2", false), hf);
+  ASSERT_TRUE(untied.ok()) << untied.status();
+  EXPECT_EQ(untied->tensors.count("lm_head.weight"), 1u);
+}
+
+TEST(HfWeightsTest, Errors) {
+  absl::StatusOr<HfWeights> dup = ConvertHfWeights(
+      Layout("gpt2", true), {{"wte.weight", Values(2, 2)}, {"transformer.wte.weight", Values(2, 2)}});
+  ASSERT_FALSE(dup.ok());
+  EXPECT_THAT(std::string(dup.status().message()), HasSubstr("'embed_tokens.weight'"));
+  EXPECT_THAT(std::string(dup.status().message()), HasSubstr("transformer.wte.weight"));
+
+  absl::StatusOr<HfWeights> rank = ConvertHfWeights(
+      Layout("gpt2", true), {{"h.0.mlp.c_proj.weight", Values(1, 8).view({8})}});
+  ASSERT_FALSE(rank.ok());
+  EXPECT_THAT(std::string(rank.status().message()), HasSubstr("h.0.mlp.c_proj.weight"));
+
+  absl::StatusOr<HfWeights> layout = ConvertHfWeights(Layout("t5", true), {});
+  ASSERT_FALSE(layout.ok());
+  EXPECT_THAT(std::string(layout.status().message()), HasSubstr("gpt2, bert, llama"));
+}
+
+TEST(HfWeightsTest, BertNamesIncludingOldGammaBeta) {
+  TensorMap hf = {{"bert.embeddings.LayerNorm.gamma", Values(1, 4)},
+                  {"bert.embeddings.LayerNorm.beta", Values(1, 4)},
+                  {"bert.embeddings.token_type_embeddings.weight", Values(2, 4)},
+                  {"bert.embeddings.position_ids", Values(1, 8)},
+                  {"bert.encoder.layer.11.attention.self.key.bias", Values(1, 4)},
+                  {"bert.encoder.layer.11.attention.output.LayerNorm.weight", Values(1, 4)},
+                  {"bert.encoder.layer.11.output.LayerNorm.bias", Values(1, 4)},
+                  {"bert.encoder.layer.11.output.dense.weight", Values(4, 8)},
+                  {"bert.pooler.dense.weight", Values(4, 4)},
+                  {"cls.predictions.bias", Values(1, 4)}};
+  absl::StatusOr<HfWeights> w = ConvertHfWeights(Layout("bert", false), hf);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (const char* name :
+       {"embed_norm.weight", "embed_norm.bias", "embed_types.weight",
+        "layers.11.self_attn.k_proj.bias", "layers.11.norm1.weight", "layers.11.norm2.bias",
+        "layers.11.linear2.weight",
+        // unknown to the layout: kept under their own names, reported unused at load
+        "bert.pooler.dense.weight", "cls.predictions.bias"}) {
+    EXPECT_EQ(w->tensors.count(name), 1u) << name;
+  }
+  EXPECT_EQ(w->dropped, std::vector<std::string>{"bert.embeddings.position_ids"});
+}
+
+TEST(HfWeightsTest, LlamaNames) {
+  TensorMap hf = {{"model.embed_tokens.weight", Values(8, 4)},
+                  {"model.norm.weight", Values(1, 4)},
+                  {"lm_head.weight", Values(8, 4)},
+                  {"model.layers.0.self_attn.o_proj.weight", Values(4, 4)},
+                  {"model.layers.0.self_attn.q_proj.bias", Values(1, 4)},
+                  {"model.layers.0.mlp.gate_proj.weight", Values(6, 4)},
+                  {"model.layers.0.mlp.up_proj.weight", Values(6, 4)},
+                  {"model.layers.0.mlp.down_proj.weight", Values(4, 6)},
+                  {"model.layers.0.input_layernorm.weight", Values(1, 4)},
+                  {"model.layers.0.post_attention_layernorm.weight", Values(1, 4)},
+                  {"model.layers.0.self_attn.rotary_emb.inv_freq", Values(1, 2)}};
+  absl::StatusOr<HfWeights> w = ConvertHfWeights(Layout("llama", false), hf);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (const char* name :
+       {"embed_tokens.weight", "final_norm.weight", "lm_head.weight",
+        "layers.0.self_attn.out_proj.weight", "layers.0.self_attn.q_proj.bias",
+        "layers.0.linear_gate.weight", "layers.0.linear1.weight", "layers.0.linear2.weight",
+        "layers.0.norm1.weight", "layers.0.norm2.weight"}) {
+    EXPECT_EQ(w->tensors.count(name), 1u) << name;
+  }
+  EXPECT_EQ(w->tensors.size(), 10u);
+  EXPECT_EQ(w->dropped,
+            std::vector<std::string>{"model.layers.0.self_attn.rotary_emb.inv_freq"});
+}
+
+}  // namespace
+}  // namespace dikkat::model

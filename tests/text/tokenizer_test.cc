@@ -1,0 +1,233 @@
+// UTF-8 handling, the byte-level tokenizer, IncrementalDecoder and the
+// model-folder dispatch of LoadTokenizer.
+#include "model/text/byte_tokenizer.h"
+#include "model/text/incremental_decoder.h"
+#include "model/text/tokenizer.h"
+#include "model/text/tokenizer_loader.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/text/tokenizer_test_util.h"
+
+namespace dikkat::model {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing_util::ScratchDir;
+using testing_util::WriteFile;
+
+std::string Utf8(char32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// Byte strings that exercise every branch of UTF-8 validation: boundary lead
+// and continuation bytes, surrogates, overlongs, truncations, mixed with
+// valid characters of every length.
+std::vector<std::string> Utf8Cases() {
+  static const unsigned char kEdgeBytes[] = {0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0,
+                                             0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xEC,
+                                             0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5,
+                                             0xF8, 0xFE, 0xFF};
+  static const char32_t kCodePoints[] = {0x24,   0xE7,    0x11F,   0x131,  0x130,
+                                         0x7FF,  0x800,   0xD7FF,  0xE000, 0xFFFD,
+                                         0xFFFF, 0x10000, 0x1F600, 0x10FFFF};
+  std::vector<std::string> cases = {"", "hello", "\xED\xA0\x80", "\xC0\xAF", "\xE0\x80\xAF",
+                                    "\xF4\x90\x80\x80", "\xF0\x9F\x98", "\xE2\x82"};
+  std::mt19937 rng(1234);
+  for (int i = 0; i < 3000; ++i) {
+    std::string s;
+    const int parts = rng() % 8;
+    for (int p = 0; p < parts; ++p) {
+      switch (rng() % 3) {
+        case 0: s += static_cast<char>(kEdgeBytes[rng() % sizeof(kEdgeBytes)]); break;
+        case 1: s += Utf8(kCodePoints[rng() % (sizeof(kCodePoints) / sizeof(kCodePoints[0]))]); break;
+        default: {
+          // A valid character cut short.
+          std::string c = Utf8(kCodePoints[rng() % (sizeof(kCodePoints) / sizeof(kCodePoints[0]))]);
+          s += c.substr(0, 1 + rng() % c.size());
+        }
+      }
+    }
+    cases.push_back(s);
+  }
+  return cases;
+}
+
+TEST(Utf8Test, ValidityAndReplacementMatchPython) {
+  ScratchDir dir;
+  const std::vector<std::string> cases = Utf8Cases();
+  nlohmann::json hex = nlohmann::json::array();
+  for (const auto& c : cases) hex.push_back(absl::BytesToHexString(c));
+  const nlohmann::json ref = testing_util::RunReference(dir, "utf8", hex);
+  ASSERT_EQ(ref.size(), cases.size());
+  auto byte_tok = MakeByteTokenizer();
+  int valid = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("bytes " + hex[i].get<std::string>());
+    EXPECT_EQ(IsValidUtf8(cases[i]), ref[i]["valid"].get<bool>());
+    // Decoding raw bytes replaces ill-formed subparts with U+FFFD exactly as
+    // Python's errors="replace" does.
+    std::vector<int32_t> ids(cases[i].begin(), cases[i].end());
+    for (auto& id : ids) id &= 0xFF;
+    EXPECT_EQ(byte_tok->Decode(ids, true), ref[i]["replaced"].get<std::string>());
+    valid += ref[i]["valid"].get<bool>();
+  }
+  // The generator must produce both kinds, or the test proves little.
+  EXPECT_GT(valid, 200);
+  EXPECT_LT(valid, static_cast<int>(cases.size()) - 200);
+}
+
+TEST(ByteTokenizerTest, EncodesBytesAndPrependsBos) {
+  auto tok = MakeByteTokenizer();
+  EXPECT_EQ(tok->kind(), "byte");
+  EXPECT_EQ(tok->vocab_size(), 259);
+  EXPECT_EQ(tok->special_tokens().pad, 256);
+  EXPECT_EQ(tok->special_tokens().bos, 257);
+  EXPECT_EQ(tok->special_tokens().eos, 258);
+  EXPECT_EQ(tok->special_tokens().unk, -1);
+
+  auto plain = tok->Encode("a\xC3\xA7", false);  // "aç"
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_THAT(plain->ids, ElementsAre(0x61, 0xC3, 0xA7));
+  EXPECT_TRUE(plain->type_ids.empty());
+  auto with_bos = tok->Encode("a", true);
+  ASSERT_TRUE(with_bos.ok());
+  EXPECT_THAT(with_bos->ids, ElementsAre(257, 0x61));
+}
+
+TEST(ByteTokenizerTest, RejectsInvalidUtf8) {
+  auto tok = MakeByteTokenizer();
+  auto enc = tok->Encode("ab\xC3", false);
+  EXPECT_EQ(enc.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ByteTokenizerTest, DecodeHandlesSpecialsAndOutOfRange) {
+  auto tok = MakeByteTokenizer();
+  const std::vector<int32_t> ids = {257, 'h', 'i', -5, 9999, 258};
+  EXPECT_EQ(tok->Decode(ids, /*skip_special_tokens=*/true), "hi");
+  EXPECT_EQ(tok->Decode(ids, /*skip_special_tokens=*/false), "<bos>hi<eos>");
+  EXPECT_TRUE(tok->IsSpecial(256));
+  EXPECT_TRUE(tok->IsSpecial(258));
+  EXPECT_FALSE(tok->IsSpecial(255));
+  EXPECT_FALSE(tok->IsSpecial(259));
+}
+
+TEST(ByteTokenizerTest, TokenTextShowsPrintableBytesAndHexOtherwise) {
+  auto tok = MakeByteTokenizer();
+  EXPECT_EQ(tok->TokenText('A'), "A");
+  EXPECT_EQ(tok->TokenText(' '), " ");
+  EXPECT_EQ(tok->TokenText('~'), "~");
+  EXPECT_EQ(tok->TokenText('\n'), "<0x0A>");
+  EXPECT_EQ(tok->TokenText(0x7F), "<0x7F>");
+  EXPECT_EQ(tok->TokenText(0xC3), "<0xC3>");
+  EXPECT_EQ(tok->TokenText(257), "<bos>");
+  EXPECT_EQ(tok->TokenText(259), "");
+}
+
+// Streams `ids` one at a time and returns the deltas (Flush's last).
+std::vector<std::string> Stream(IncrementalDecoder& dec, const std::vector<int32_t>& ids) {
+  std::vector<std::string> deltas;
+  for (int32_t id : ids) deltas.push_back(dec.Push(id));
+  deltas.push_back(dec.Flush());
+  return deltas;
+}
+
+TEST(IncrementalDecoderTest, NeverSplitsACharacterAndReassemblesTheText) {
+  auto tok = MakeByteTokenizer();
+  const std::string text = "Ağaç 🌳 İstanbul\n\tçok güzel! 日本語";
+  auto enc = tok->Encode(text, true);
+  ASSERT_TRUE(enc.ok());
+  IncrementalDecoder dec(tok.get(), /*skip_special_tokens=*/true);
+  const std::vector<std::string> deltas = Stream(dec, enc->ids);
+  std::string joined;
+  int empty_pushes = 0;
+  for (const auto& d : deltas) {
+    EXPECT_TRUE(IsValidUtf8(d)) << absl::BytesToHexString(d);
+    EXPECT_EQ(d.find("\xEF\xBF\xBD"), std::string::npos);
+    joined += d;
+    empty_pushes += d.empty();
+  }
+  EXPECT_EQ(joined, text);
+  // Multi-byte characters hold back their leading bytes: ğ ç ç ü (1 each),
+  // İ (1), 🌳 (3), 日本語 (2 each), plus the skipped <bos> and the empty Flush.
+  EXPECT_EQ(empty_pushes, 4 + 1 + 3 + 6 + 1 + 1);
+}
+
+TEST(IncrementalDecoderTest, FlushReplacesAnIncompleteTail) {
+  auto tok = MakeByteTokenizer();
+  IncrementalDecoder dec(tok.get(), true);
+  EXPECT_EQ(dec.Push('o'), "o");
+  EXPECT_EQ(dec.Push('k'), "k");
+  EXPECT_EQ(dec.Push(0xF0), "");
+  EXPECT_EQ(dec.Push(0x9F), "");
+  EXPECT_EQ(dec.Flush(), "\xEF\xBF\xBD");
+  // Pushing after a flush starts from a clean state.
+  EXPECT_EQ(dec.Push('!'), "!");
+}
+
+TEST(IncrementalDecoderTest, KeepsSpecialTokensWhenAsked) {
+  auto tok = MakeByteTokenizer();
+  IncrementalDecoder dec(tok.get(), /*skip_special_tokens=*/false);
+  EXPECT_EQ(dec.Push('x'), "x");
+  EXPECT_EQ(dec.Push(258), "<eos>");
+}
+
+TEST(LoadTokenizerTest, ByteFromDikkatJson) {
+  ScratchDir dir;
+  WriteFile(dir.File("dikkat.json"), R"({"architecture": "decoder-only", "tokenizer": "byte"})");
+  auto tok = LoadTokenizer(dir.path());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->kind(), "byte");
+}
+
+TEST(LoadTokenizerTest, NotFoundListsWhatWasLookedFor) {
+  ScratchDir dir;
+  auto tok = LoadTokenizer(dir.path());
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(tok.status().message(), HasSubstr("tokenizer.json"));
+  EXPECT_THAT(tok.status().message(), HasSubstr("tokenizer.model"));
+  EXPECT_THAT(tok.status().message(), HasSubstr("vocab.txt"));
+  EXPECT_THAT(tok.status().message(), HasSubstr(dir.path()));
+}
+
+TEST(LoadTokenizerTest, RejectsUnknownTokenizerName) {
+  ScratchDir dir;
+  WriteFile(dir.File("dikkat.json"), R"({"tokenizer": "morse"})");
+  auto tok = LoadTokenizer(dir.path());
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tok.status().message(), HasSubstr("morse"));
+}
+
+TEST(LoadTokenizerTest, RejectsMalformedDikkatJson) {
+  ScratchDir dir;
+  WriteFile(dir.File("dikkat.json"), "{not json");
+  auto tok = LoadTokenizer(dir.path());
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tok.status().message(), HasSubstr("dikkat.json"));
+}
+
+}  // namespace
+}  // namespace dikkat::model
