@@ -20,6 +20,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -73,6 +74,34 @@ struct Value {
   std::vector<std::pair<ValuePtr, ValuePtr>> entries;   // kDict, in insertion order
   Storage storage;                                      // kStorage
   at::Tensor tensor;                                    // kTensor
+
+  Value() = default;
+  Value(const Value&) = delete;
+  Value& operator=(const Value&) = delete;
+  // Iterative: a pickle can nest containers as deep as its bytes allow (a
+  // 1 MiB data.pkl, ~100k levels), and the default destructor would recurse
+  // once per level and overflow the stack. Children whose last reference
+  // this is are emptied here, so destroying them recurses no further.
+  ~Value() {
+    std::vector<ValuePtr> pending;
+    TakeChildren(pending);
+    while (!pending.empty()) {
+      ValuePtr v = std::move(pending.back());
+      pending.pop_back();
+      if (v != nullptr && v.use_count() == 1) v->TakeChildren(pending);
+    }
+  }
+
+ private:
+  void TakeChildren(std::vector<ValuePtr>& out) {
+    for (ValuePtr& item : items) out.push_back(std::move(item));
+    for (auto& [key, value] : entries) {
+      out.push_back(std::move(key));
+      out.push_back(std::move(value));
+    }
+    items.clear();
+    entries.clear();
+  }
 };
 
 ValuePtr Make(Value::Kind kind) {
@@ -119,6 +148,42 @@ class CheckpointUnpickler {
   CheckpointUnpickler(std::string path, caffe2::serialize::PyTorchStreamReader& reader,
                       const char* data, size_t size)
       : path_(std::move(path)), reader_(reader), data_(data), size_(size) {}
+
+  // The memo lets a pickle build containers that hold themselves; shared
+  // references never free such a cycle. Every value still reachable from the
+  // stack and the memo is emptied here, which frees them all. Call sites use
+  // the result of Run() (and the tensors taken from it) before this runs.
+  ~CheckpointUnpickler() {
+    std::vector<Value*> todo, seen_list;
+    std::unordered_set<Value*> seen;
+    auto visit = [&](const ValuePtr& v) {
+      if (v != nullptr && seen.insert(v.get()).second) todo.push_back(v.get());
+    };
+    for (const ValuePtr& v : stack_) visit(v);
+    for (const auto& [index, v] : memo_) visit(v);
+    while (!todo.empty()) {
+      Value* v = todo.back();
+      todo.pop_back();
+      seen_list.push_back(v);
+      for (const ValuePtr& item : v->items) visit(item);
+      for (const auto& [key, value] : v->entries) {
+        visit(key);
+        visit(value);
+      }
+    }
+    // Move the children out first, then drop them: clearing one value must
+    // not free another that is still in seen_list.
+    std::vector<ValuePtr> children;
+    for (Value* v : seen_list) {
+      for (ValuePtr& item : v->items) children.push_back(std::move(item));
+      for (auto& [key, value] : v->entries) {
+        children.push_back(std::move(key));
+        children.push_back(std::move(value));
+      }
+      v->items.clear();
+      v->entries.clear();
+    }
+  }
 
   absl::StatusOr<ValuePtr> Run() {
     bool done = false;
@@ -532,10 +597,21 @@ absl::Status CheckZipSignature(const std::string& path) {
       "torch.save"));
 }
 
+// Dicts nested deeper than this are refused: real checkpoints nest a few
+// levels (model, optimizer state), and a dict that contains itself (the memo
+// lets a pickle build one) would otherwise recurse until the stack overflows.
+constexpr int kMaxDictNesting = 64;
+
 // Collects the tensors of a (possibly nested) dict; keys of nested dicts are
 // joined with ".". Integer keys (e.g. optimizer state) are spelled in decimal.
 absl::Status Flatten(const std::string& path, const std::string& prefix, const Value& value,
-                     TensorMap& out) {
+                     TensorMap& out, int depth = 0) {
+  if (depth > kMaxDictNesting) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", path, "' nests dicts more than ", kMaxDictNesting,
+        " levels deep (or holds a dict that contains itself); a state_dict is a flat or "
+        "shallow dict of tensors"));
+  }
   if (value.kind == Value::Kind::kTensor) {
     if (!out.emplace(prefix, value.tensor).second) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -553,8 +629,8 @@ absl::Status Flatten(const std::string& path, const std::string& prefix, const V
     } else {
       continue;  // keys of other types cannot name a weight
     }
-    DIKKAT_RETURN_IF_ERROR(
-        Flatten(path, prefix.empty() ? name : absl::StrCat(prefix, ".", name), *child, out));
+    DIKKAT_RETURN_IF_ERROR(Flatten(
+        path, prefix.empty() ? name : absl::StrCat(prefix, ".", name), *child, out, depth + 1));
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,7 @@ import json
 import os
 import struct
 import sys
+import zipfile
 
 import torch
 
@@ -141,6 +142,17 @@ def make(out):
     nested["optimizer.state.0.momentum"] = describe(torch.ones(2))
     expected["nested"] = nested
     torch.save(sd, os.path.join(out, "legacy.pt"), _use_new_zipfile_serialization=False)
+    # Hostile pickles (zip archives as torch.save writes them, data.pkl by
+    # hand): a dict that contains itself (PROTO 2, EMPTY_DICT, BINPUT 0,
+    # BINUNICODE "a", BINGET 0, SETITEM, STOP: 15 bytes), and dicts nested
+    # 200000 deep ({"a": {"a": ...}}: ~1.6 MB).
+    depth = 200000
+    deep = (b"\x80\x02" + b"}X\x01\x00\x00\x00a" * depth + b"}" + b"s" * depth + b".")
+    for name, pkl in (("cyclic.pt", b"\x80\x02}q\x00X\x01\x00\x00\x00ah\x00s."),
+                      ("deep.pt", deep)):
+        with zipfile.ZipFile(os.path.join(out, name), "w", zipfile.ZIP_STORED) as z:
+            z.writestr("archive/data.pkl", pkl)
+            z.writestr("archive/version", "3\n")
     os.makedirs(os.path.join(out, "bin_dir"))
     torch.save(sd, os.path.join(out, "bin_dir", "pytorch_model.bin"))
 

@@ -249,6 +249,19 @@ TEST_F(WeightsTest, TorchCheckpointFlattensNestedDictsAndDropsNonTensors) {
   ExpectTensorsAre(*tensors, Expected("nested"));
 }
 
+TEST_F(WeightsTest, HostilePicklesAreRefusedWithoutCrashing) {
+  // A 15-byte data.pkl holding a dict that contains itself used to recurse
+  // until SIGSEGV; 200000 nested dicts overflowed the stack on destruction.
+  for (const char* name : {"cyclic.pt", "deep.pt"}) {
+    absl::StatusOr<TensorMap> tensors = ReadTorchCheckpoint(Path(name));
+    ASSERT_FALSE(tensors.ok()) << name;
+    EXPECT_EQ(tensors.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(tensors.status().message(),
+                AllOf(HasSubstr(name), HasSubstr("nests dicts more than 64 levels")))
+        << name;
+  }
+}
+
 TEST_F(WeightsTest, LegacyTorchCheckpointIsRejectedWithAFix) {
   absl::StatusOr<TensorMap> tensors = ReadTorchCheckpoint(Path("legacy.pt"));
   ASSERT_FALSE(tensors.ok());
