@@ -28,8 +28,12 @@ absl::Status Validate(const SamplingParams& params) {
   if (!(params.min_p >= 0.0f && params.min_p <= 1.0f)) {
     return OutOfRange("min_p", params.min_p, "in [0, 1] (0 = off)");
   }
-  if (!(params.repetition_penalty > 0.0f && std::isfinite(params.repetition_penalty))) {
-    return OutOfRange("repetition_penalty", params.repetition_penalty, "finite and > 0 (1 = off)");
+  // Bounded on both sides: a penalty of 1e-40 divides a negative logit into
+  // -inf or multiplies a positive one past float's range (+inf logits).
+  if (!(params.repetition_penalty >= kMinRepetitionPenalty &&
+        params.repetition_penalty <= kMaxRepetitionPenalty)) {
+    return OutOfRange("repetition_penalty", params.repetition_penalty,
+                      "within [0.01, 100] (1 = off)");
   }
   if (!(params.presence_penalty >= -2.0f && params.presence_penalty <= 2.0f)) {
     return OutOfRange("presence_penalty", params.presence_penalty, "in [-2, 2] (0 = off)");

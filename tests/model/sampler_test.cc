@@ -85,7 +85,7 @@ TEST(ValidateTest, AcceptsDefaultsAndBoundaries) {
   p.top_k = 0;
   p.top_p = 1.0f;
   p.min_p = 1.0f;
-  p.repetition_penalty = 1e-3f;
+  p.repetition_penalty = 0.01f;
   p.presence_penalty = -2.0f;
   p.frequency_penalty = 2.0f;
   p.top_logprobs = 20;
@@ -95,6 +95,7 @@ TEST(ValidateTest, AcceptsDefaultsAndBoundaries) {
   p.presence_penalty = 2.0f;
   p.frequency_penalty = -2.0f;
   p.top_logprobs = 0;
+  p.repetition_penalty = 100.0f;
   EXPECT_TRUE(Validate(p).ok()) << Validate(p);
 }
 
@@ -120,6 +121,10 @@ TEST(ValidateTest, RejectsEachBadFieldNamingIt) {
       {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 0.0f; }},
       {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = -1.0f; }},
       {"repetition_penalty", [=](SamplingParams& p) { p.repetition_penalty = inf; }},
+      // Tiny or huge penalties push logits to +-inf (issue "Hardening II").
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 1e-40f; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 0.0099f; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 100.5f; }},
       {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = 2.5f; }},
       {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = -2.01f; }},
       {"frequency_penalty", [](SamplingParams& p) { p.frequency_penalty = 3.0f; }},
