@@ -396,10 +396,13 @@ absl::StatusOr<TensorMap> ReadSafetensorsIndex(const std::string& index_path) {
                                                      "' must name a shard file"));
     }
     const std::string shard = it.value().get<std::string>();
-    if (fs::path(shard).is_absolute()) {
+    const fs::path shard_rel(shard);
+    const bool climbs = std::any_of(shard_rel.begin(), shard_rel.end(),
+                                    [](const fs::path& part) { return part == ".."; });
+    if (shard_rel.is_absolute() || climbs) {
       return absl::InvalidArgumentError(
           absl::StrCat("safetensors index '", index_path, "': shard '", shard, "' for tensor '",
-                       it.key(), "' must be relative to the index"));
+                       it.key(), "' must be a path inside the index's folder (no '..')"));
     }
     names_by_shard[shard].push_back(it.key());
   }

@@ -121,7 +121,14 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     for (const auto& [token, id] : spec.vocab) max_id = std::max(max_id, id);
     for (const auto& added : spec.added_tokens) max_id = std::max(max_id, added.id);
     if (max_id < 0) return absl::InvalidArgumentError("byte-level BPE: empty vocabulary");
-    id_to_bytes_.assign(max_id + 1, "");
+    // The id table is dense (one entry per id up to the largest): an id of
+    // INT32_MAX would overflow max_id + 1 and ask for 2^31 entries.
+    if (max_id >= kMaxByteLevelBpeId) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("byte-level BPE: token id ", max_id, " is out of range; ids must be below ",
+                       kMaxByteLevelBpeId));
+    }
+    id_to_bytes_.assign(static_cast<size_t>(max_id) + 1, "");
 
     for (const auto& [token, id] : spec.vocab) {
       if (id < 0) {

@@ -32,7 +32,12 @@ struct ByteLevelBpeSpec {
   std::vector<std::string> fingerprints;
 };
 
-// INVALID_ARGUMENT if a merge names a token that is not in the vocabulary.
+// Token ids must be below this (the largest real vocabularies have ~256k
+// entries; ids index a dense table).
+inline constexpr int32_t kMaxByteLevelBpeId = 1 << 24;
+
+// INVALID_ARGUMENT if a merge names a token that is not in the vocabulary, or
+// an id is negative or not below kMaxByteLevelBpeId.
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeByteLevelBpe(ByteLevelBpeSpec spec);
 
 }  // namespace dikkat::model

@@ -125,6 +125,10 @@ def make(out):
         with open(os.path.join(out, d, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": 34}, "weight_map": weight_map}, f)
     expected["sharded"] = {k: describe(v) for k, v in list(shard1.items()) + list(shard2.items())}
+    # An index whose shard path climbs out of its folder (to basic.safetensors).
+    os.makedirs(os.path.join(out, "sharded_escape"))
+    with open(os.path.join(out, "sharded_escape", "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": {"f32": "../basic.safetensors"}}, f)
 
     sd = small_model_state_dict()
     torch.save(sd, os.path.join(out, "ckpt.pt"))

@@ -215,6 +215,15 @@ TEST_F(WeightsTest, ShardedIndexNamingATensorItsShardLacksFails) {
               AllOf(HasSubstr("'missing.weight'"), HasSubstr("model-00001-of-00002.safetensors")));
 }
 
+TEST_F(WeightsTest, ShardedIndexMayNotNameAShardOutsideItsFolder) {
+  absl::StatusOr<TensorMap> tensors =
+      ReadSafetensorsIndex(Path("sharded_escape/model.safetensors.index.json"));
+  ASSERT_FALSE(tensors.ok());
+  EXPECT_EQ(tensors.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tensors.status().message(),
+              AllOf(HasSubstr("'../basic.safetensors'"), HasSubstr("no '..'")));
+}
+
 // ---- torch checkpoints -----------------------------------------------------
 
 TEST_F(WeightsTest, TorchCheckpointReadsAStateDict) {

@@ -1,10 +1,13 @@
 // UTF-8 handling, the byte-level tokenizer, IncrementalDecoder and the
 // model-folder dispatch of LoadTokenizer.
+#include "model/text/byte_level_bpe.h"
 #include "model/text/byte_tokenizer.h"
 #include "model/text/incremental_decoder.h"
 #include "model/text/tokenizer.h"
 #include "model/text/tokenizer_loader.h"
 
+#include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -98,6 +101,18 @@ TEST(Utf8Test, ValidityAndReplacementMatchPython) {
   // The generator must produce both kinds, or the test proves little.
   EXPECT_GT(valid, 200);
   EXPECT_LT(valid, static_cast<int>(cases.size()) - 200);
+}
+
+TEST(ByteLevelBpeTest, RefusesIdsTheDenseTableCannotHold) {
+  // INT32_MAX used to overflow max_id + 1 (and would ask for 2^31 entries).
+  for (int32_t id : {std::numeric_limits<int32_t>::max(), kMaxByteLevelBpeId}) {
+    ByteLevelBpeSpec spec;
+    spec.vocab = {{"a", 0}, {"b", id}};
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t = MakeByteLevelBpe(std::move(spec));
+    ASSERT_FALSE(t.ok()) << id;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(t.status().message(), ::testing::HasSubstr("out of range")) << id;
+  }
 }
 
 TEST(ByteTokenizerTest, EncodesBytesAndPrependsBos) {
