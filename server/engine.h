@@ -257,6 +257,11 @@ class Engine {
   // Thread-safe snapshot.
   virtual EngineStats stats() const = 0;
 
+  // From now on refuses new work (UNAVAILABLE); returns at once. Shutdown
+  // does it too; the server calls this for every engine before it reports
+  // NOT_SERVING, so that no call is accepted after health says so.
+  virtual void StopAccepting() {}
+
   // Refuses new work (UNAVAILABLE), lets running requests finish for up to
   // `grace`, then cancels what is left and stops the thread. Idempotent.
   virtual void Shutdown(absl::Duration grace) = 0;

@@ -98,6 +98,7 @@ class EngineImpl final : public Engine {
                                             AttentionCallback done) override;
   void Cancel(RequestId id) override;
   EngineStats stats() const override;
+  void StopAccepting() override;
   void Shutdown(absl::Duration grace) override;
 
  private:

@@ -134,6 +134,11 @@ EngineStats EngineImpl::stats() const {
   return s;
 }
 
+void EngineImpl::StopAccepting() {
+  dikkat::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
 void EngineImpl::Shutdown(absl::Duration grace) {
   dikkat::MutexLock shutdown_lock(&shutdown_mu_);
   if (!thread_.joinable()) return;

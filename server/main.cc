@@ -348,8 +348,12 @@ int Run(int argc, char** argv) {
   const absl::Duration grace = absl::GetFlag(FLAGS_grace_period);
   absl::FPrintF(stderr, "dikkat-server: %s, draining for up to %s\n",
                 g_received_signal == SIGINT ? "SIGINT" : "SIGTERM", absl::FormatDuration(grace));
-  // Health first so load balancers stop routing here; then the engines refuse
-  // new work (UNAVAILABLE) and finish what runs; then the transport closes.
+  // The engines refuse new work (UNAVAILABLE) first, so that nothing is
+  // accepted once health says NOT_SERVING (a caller that saw NOT_SERVING and
+  // called at once used to slip in while the engines' shutdown threads
+  // started); then health, so load balancers stop routing here; then the
+  // engines finish what runs; then the transport closes.
+  registry.StopAcceptingAll();
   health.SetServing(false);
   serving = false;
   registry.ShutdownAll(grace);

@@ -53,6 +53,10 @@ std::vector<std::string> ModelRegistry::names() const {
   return out;
 }
 
+void ModelRegistry::StopAcceptingAll() {
+  for (Entry& e : entries_) e.engine->StopAccepting();
+}
+
 void ModelRegistry::ShutdownAll(absl::Duration grace) {
   std::vector<std::thread> threads;
   threads.reserve(entries_.size());

@@ -48,6 +48,8 @@ class ModelRegistry {
 
   // Engine::Shutdown(grace) on every engine at once (in parallel, so the
   // total wait is one grace period, not one per model).
+  // Every engine refuses new work from now on (returns at once).
+  void StopAcceptingAll();
   void ShutdownAll(absl::Duration grace);
 
  private:
