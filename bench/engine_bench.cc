@@ -235,6 +235,21 @@ void BM_SmallBatchLinear(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * rows * weight_count);
 }
 
+// The 48 linear layers of GPT-2 small (12 x qkv 768->2304, out 768->768, up
+// 768->3072, down 3072->768) with random weights in `dtype` and float32 biases.
+void Gpt2SmallLinears(c10::ScalarType dtype, std::vector<at::Tensor>* weights,
+                      std::vector<at::Tensor>* biases) {
+  struct Shape { int64_t in, out; };
+  const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  at::manual_seed(1);
+  for (int layer = 0; layer < 12; ++layer) {
+    for (const Shape& s : shapes) {
+      weights->push_back((at::randn({s.out, s.in}) * 0.02).to(dtype).contiguous());
+      biases->push_back(at::randn({s.out}) * 0.02);
+    }
+  }
+}
+
 // Args: {dtype (0 fp32, 1 bf16), M}. The 48 GPT-2-small linears (as
 // BM_SmallBatchLinear, streamed from memory) for M rows through
 // SmallBatchLinear's row blocks and through Linear with the routing before
@@ -244,22 +259,13 @@ void BM_SmallBatchLinear(benchmark::State& state) {
 void BM_LinearRowBlocksPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   const int64_t rows = state.range(1);
-  struct Shape { int64_t in, out; };
-  const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
-  std::vector<LinearWeight> weights;
-  std::vector<at::Tensor> biases;
-  at::manual_seed(1);
-  for (int layer = 0; layer < 12; ++layer) {
-    for (const Shape& s : shapes) {
-      weights.push_back((at::randn({s.out, s.in}) * 0.02).to(dtype).contiguous());
-      biases.push_back(at::randn({s.out}) * 0.02);
-    }
-  }
+  std::vector<at::Tensor> weights, biases;
+  Gpt2SmallLinears(dtype, &weights, &biases);
   at::Tensor x768 = at::randn({rows, 768}), x3072 = at::randn({rows, 3072});
   auto pass = [&](bool blocks) {
     for (size_t j = 0; j < weights.size(); ++j) {
-      const at::Tensor& x = weights[j].in_features() == 768 ? x768 : x3072;
-      at::Tensor y = blocks ? SmallBatchLinear(x, weights[j].w, biases[j])
+      const at::Tensor& x = weights[j].size(1) == 768 ? x768 : x3072;
+      at::Tensor y = blocks ? SmallBatchLinear(x, weights[j], biases[j])
                             : Linear(x, weights[j], biases[j]);
       benchmark::DoNotOptimize(y.data_ptr());
     }
@@ -287,16 +293,8 @@ void BM_LinearRowBlocksPaired(benchmark::State& state) {
 void BM_LinearRoutesPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   const int64_t rows = state.range(1);
-  struct Shape { int64_t in, out; };
-  const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
   std::vector<at::Tensor> weights, biases;
-  at::manual_seed(1);
-  for (int layer = 0; layer < 12; ++layer) {
-    for (const Shape& s : shapes) {
-      weights.push_back((at::randn({s.out, s.in}) * 0.02).to(dtype).contiguous());
-      biases.push_back(at::randn({s.out}) * 0.02);
-    }
-  }
+  Gpt2SmallLinears(dtype, &weights, &biases);
   at::Tensor x768 = at::randn({rows, 768}), x3072 = at::randn({rows, 3072});
   auto library = [&](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
     if (dtype == at::kHalf) return at::linear(x, w.to(at::kFloat), b);
