@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "model/cpu_kernels.h"
+#include "model/kv_cache.h"
 
 namespace dikkat::model {
 
@@ -175,22 +176,120 @@ at::Tensor MultiHeadAttention::ProjectOut(const at::Tensor& x) const {
   return Linear(x, out_w_, out_b_);
 }
 
-at::Tensor MultiHeadAttention::Forward(const at::Tensor& query, const at::Tensor& key,
-                                       const at::Tensor& value, const at::Tensor& key_padding,
-                                       bool causal, at::Tensor* probs) const {
-  const int64_t b = query.size(0), tq = query.size(1), tk = key.size(1);
-  // [B, T, H*D] -> [B, H, T, D]
-  at::Tensor q = ProjectQ(query).view({b, tq, n_heads_, head_dim_}).transpose(1, 2);
-  at::Tensor k = ProjectK(key).view({b, tk, n_kv_heads_, head_dim_}).transpose(1, 2);
-  at::Tensor v = ProjectV(value).view({b, tk, n_kv_heads_, head_dim_}).transpose(1, 2);
-  at::Tensor keep;  // [B or 1, 1, Tq, Tk]
-  if (causal) keep = CausalKeepMask(tq, 0, tk, 0, query.device()).view({1, 1, tq, tk});
-  if (key_padding.defined()) {
-    at::Tensor kp = key_padding.logical_not().view({b, 1, 1, tk});
-    keep = keep.defined() ? keep.logical_and(kp) : kp.expand({b, 1, tq, tk});
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta,
+                                 double scaling, c10::Device device) {
+  // inv_freq[i] = theta^(-2i/D); angle = (pos / scaling) * inv_freq.
+  auto opts = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor inv_freq = at::pow(theta, at::arange(0, head_dim, 2, opts) / head_dim).reciprocal();
+  at::Tensor pos = at::arange(max_positions, opts) / scaling;
+  at::Tensor angles = at::outer(pos, inv_freq);  // [P, D/2]
+  cos_ = at::cos(angles).to(device, at::kFloat);
+  sin_ = at::sin(angles).to(device, at::kFloat);
+}
+
+at::Tensor RotaryEmbedding::Rotate(const at::Tensor& x, const at::Tensor& positions) const {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor cos = cos_.index_select(0, positions).unsqueeze(1);  // [N, 1, D/2]
+  at::Tensor sin = sin_.index_select(0, positions).unsqueeze(1);
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
+}
+
+at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& h,
+                              const std::vector<SequenceChunk>& chunks, const BatchIndex& index,
+                              KvCache* cache, int64_t layer, const BatchAttentionOptions& options,
+                              at::Tensor* probs) {
+  TORCH_CHECK(probs == nullptr || (chunks.size() == 1 && !index.paged_decode),
+              "attention weights are recorded for a single chunk outside the paged kernel only");
+  const int64_t n = index.total, hq = attn.n_heads(), hkv = attn.n_kv_heads();
+  const int64_t hd = attn.head_dim();
+  auto [q_flat, k_flat, v_flat] = attn.ProjectQkv(h);
+  at::Tensor q = q_flat.view({n, hq, hd});   // [N, Hq, D]
+  at::Tensor k = k_flat.view({n, hkv, hd});  // [N, Hkv, D]
+  at::Tensor v = v_flat.view({n, hkv, hd});
+  if (options.rope != nullptr) {
+    q = options.rope->Rotate(q, index.positions);
+    k = options.rope->Rotate(k, index.positions);
   }
-  at::Tensor out = ScaledDotProductAttention(q, k, v, keep, probs);  // [B, Hq, Tq, D]
-  return ProjectOut(out.transpose(1, 2).reshape({b, tq, n_heads_ * head_dim_}));
+  if (cache != nullptr) {
+    const c10::ScalarType kv_dtype = cache->keys(layer).scalar_type();
+    cache->keys(layer).index_copy_(0, index.write_slots, k.to(kv_dtype));
+    cache->values(layer).index_copy_(0, index.write_slots, v.to(kv_dtype));
+  }
+  const int64_t window = options.causal ? options.window : 0;
+  // Decode tokens (one new token over cached keys) of every sequence go
+  // through one paged kernel call; prompts and chunks take the general path.
+  std::vector<int64_t> decode_rows, decode_lens;
+  std::vector<const std::vector<int32_t>*> decode_tables;
+  std::vector<int64_t> decode_slot(chunks.size(), -1);
+  if (index.paged_decode) {
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (index.lens[i] != 1 || chunks[i].start_pos == 0) continue;
+      decode_slot[i] = static_cast<int64_t>(decode_rows.size());
+      decode_rows.push_back(index.offsets[i]);
+      decode_lens.push_back(chunks[i].start_pos + 1);
+      decode_tables.push_back(chunks[i].block_table);
+    }
+  }
+  at::Tensor decoded;  // [decode seqs, Hq*D]
+  if (!decode_rows.empty()) {
+    const bool all_decode = decode_rows.size() == static_cast<size_t>(n);
+    at::Tensor qd = all_decode ? q : q.index_select(0, LongTensor(decode_rows, q.device()));
+    decoded = PagedDecodeAttention(qd, cache->keys(layer), cache->values(layer), decode_tables,
+                                   decode_lens, cache->block_size(), window)
+                  .view({static_cast<int64_t>(decode_rows.size()), hq * hd});
+    if (all_decode) return attn.ProjectOut(decoded);
+  }
+  std::vector<at::Tensor> outs;
+  outs.reserve(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const int64_t off = index.offsets[i], len = index.lens[i];
+    const int64_t start = chunks[i].start_pos;
+    if (decode_slot[i] >= 0) {
+      outs.push_back(decoded.narrow(0, decode_slot[i], 1));
+      continue;
+    }
+    at::Tensor qi = q.narrow(0, off, len).transpose(0, 1);  // [Hq, n, D]
+    at::Tensor ki, vi;                                      // [Hkv, L, D]
+    if (cache != nullptr && start > 0) {
+      ki = cache->keys(layer).index_select(0, index.context_slots[i]).to(q.scalar_type())
+               .transpose(0, 1);
+      vi = cache->values(layer).index_select(0, index.context_slots[i]).to(q.scalar_type())
+               .transpose(0, 1);
+    } else {
+      ki = k.narrow(0, off, len).transpose(0, 1);
+      vi = v.narrow(0, off, len).transpose(0, 1);
+    }
+    const int64_t total = start + len;
+    at::Tensor keep;  // [n, L]; undefined when every key is visible
+    if (options.causal && (len > 1 || (window > 0 && total > window))) {
+      keep = CausalKeepMask(len, start, total, window, q.device());
+    }
+    at::Tensor out = ScaledDotProductAttention(qi, ki, vi, keep, probs);
+    outs.push_back(out.transpose(0, 1).reshape({len, hq * hd}));  // [n, Hq*D]
+  }
+  at::Tensor merged = outs.size() == 1 ? outs[0] : at::cat(outs, 0);
+  return attn.ProjectOut(merged);
+}
+
+at::Tensor BatchCrossAttention(const MultiHeadAttention& attn, const at::Tensor& h,
+                               const std::vector<SequenceChunk>& chunks, const BatchIndex& index,
+                               int64_t layer, at::Tensor* probs) {
+  TORCH_CHECK(probs == nullptr || chunks.size() == 1,
+              "attention weights are recorded for a single chunk only");
+  const int64_t n = index.total, hq = attn.n_heads(), hd = attn.head_dim();
+  at::Tensor q = attn.ProjectQ(h).view({n, hq, hd});
+  std::vector<at::Tensor> outs;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const CrossAttentionCache& cross = *chunks[i].cross;
+    at::Tensor qi = q.narrow(0, index.offsets[i], index.lens[i]).transpose(0, 1);  // [Hq, n, D]
+    at::Tensor out = ScaledDotProductAttention(qi, cross.keys[layer], cross.values[layer],
+                                               at::Tensor(), probs);
+    outs.push_back(out.transpose(0, 1).reshape({index.lens[i], hq * hd}));
+  }
+  at::Tensor merged = outs.size() == 1 ? outs[0] : at::cat(outs, 0);
+  return attn.ProjectOut(merged);
 }
 
 }  // namespace dikkat::model

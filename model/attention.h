@@ -1,5 +1,7 @@
-// Multi-head attention: the scaled dot-product core and the projections
-// around it (fused or separate QKV, grouped-query heads, biases on or off).
+// Multi-head attention: the scaled dot-product core, the projections around
+// it (fused or separate QKV, grouped-query heads, biases on or off), rotary
+// position embeddings, and attention over a packed batch of sequences with
+// the paged KV cache (self-attention) or an encoder output (cross-attention).
 //
 // Conventions. A query head h reads KV head h / (n_heads / n_kv_heads), as in
 // Hugging Face's repeat_kv. Masks are boolean "keep" masks (true = may
@@ -16,9 +18,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "model/forward_batch.h"
 #include "model/linear_weight.h"
 
 namespace dikkat::model {
+
+class KvCache;
 
 // softmax(q k^T / sqrt(D) masked) v.
 //   q:    [..., Hq, Tq, D]
@@ -65,14 +70,6 @@ class MultiHeadAttention {
   // [..., Hq*D] -> [..., d].
   at::Tensor ProjectOut(const at::Tensor& x) const;
 
-  // nn.MultiheadAttention(batch_first=True) semantics, for whole sequences:
-  //   query [B, Tq, d], key/value [B, Tk, d]
-  //   key_padding: undefined or bool [B, Tk], true = padding (ignored key)
-  //   causal: query i sees keys j <= i (Tq == Tk)
-  // Returns [B, Tq, d]; `probs` receives [B, Hq, Tq, Tk].
-  at::Tensor Forward(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                     const at::Tensor& key_padding, bool causal, at::Tensor* probs = nullptr) const;
-
  private:
   LinearWeight qkv_w_;  // [(Hq+2*Hkv)*D, d]: q/k/v_w_ are row views of it
   at::Tensor qkv_b_;    // [(Hq+2*Hkv)*D]: q/k/v_b_ are views of it
@@ -88,6 +85,47 @@ class MultiHeadAttention {
   int64_t n_kv_heads_ = 0;
   int64_t head_dim_ = 0;
 };
+
+// Rotary position embeddings (rotate-half convention, as Llama): angle =
+// (position / scaling) * theta^(-2i/D) for i < D/2, tables computed once in
+// double precision and kept in float32.
+class RotaryEmbedding {
+ public:
+  RotaryEmbedding() = default;
+  RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta, double scaling,
+                  c10::Device device);
+  bool defined() const { return cos_.defined(); }
+  // x [N, H, D] rotated by each row's position (positions: long [N]).
+  at::Tensor Rotate(const at::Tensor& x, const at::Tensor& positions) const;
+
+ private:
+  at::Tensor cos_, sin_;  // [P, D/2] float32
+};
+
+struct BatchAttentionOptions {
+  bool causal = true;
+  int64_t window = 0;                     // sliding window (causal only); 0 = none
+  const RotaryEmbedding* rope = nullptr;  // null: no rotary embedding
+};
+
+// Self-attention of every chunk of a packed batch: h [N, d] (chunk i's rows
+// at index.offsets[i]) -> [N, d]. With a cache (chunks have block tables),
+// the new tokens' K/V are written into layer `layer` of it and each chunk
+// attends to its cached positions too; decode tokens (index.paged_decode) go
+// through one PagedDecodeAttention call. Without, each chunk attends to
+// itself. `probs`, when given (a single chunk only, not paged), receives the
+// attention weights [Hq, n, L] float32.
+at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& h,
+                              const std::vector<SequenceChunk>& chunks, const BatchIndex& index,
+                              KvCache* cache, int64_t layer, const BatchAttentionOptions& options,
+                              at::Tensor* probs);
+
+// Cross-attention of every chunk to its own encoder output (chunk.cross, the
+// keys/values of decoder layer `layer`): h [N, d] -> [N, d]. `probs` as above,
+// [Hq, n, S].
+at::Tensor BatchCrossAttention(const MultiHeadAttention& attn, const at::Tensor& h,
+                               const std::vector<SequenceChunk>& chunks, const BatchIndex& index,
+                               int64_t layer, at::Tensor* probs);
 
 // y = x W^T + b, taking the fast matrix-vector path for a single row
 // (OpenBLAS's GEMM is several times slower than GEMV at M = 1). int8 weights

@@ -14,6 +14,7 @@
 #define DIKKAT_MODEL_TRANSFORMER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,8 +22,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
-#include "model/attention.h"
+#include "model/forward_batch.h"
 #include "model/io/config.h"
 #include "model/io/weights.h"
 #include "model/kv_cache.h"
@@ -44,34 +44,17 @@ struct LoadReport {
   int64_t parameter_count = 0;
 };
 
-// Encoder-decoder: the cross-attention keys/values of one request, computed
-// once from the encoder output and reused at every decode step.
-struct CrossAttentionCache {
-  std::vector<at::Tensor> keys;    // per decoder layer [Hkv, S, D]
-  std::vector<at::Tensor> values;  // per decoder layer [Hkv, S, D]
-  int64_t source_len = 0;
-};
-
-// One sequence's share of a forward: `tokens` at positions
-// [start_pos, start_pos + tokens.size()).
-struct SequenceChunk {
-  absl::Span<const int32_t> tokens;
-  int64_t start_pos = 0;
-  // Decoder with cache: the sequence's block table, covering at least
-  // start_pos + tokens.size() tokens; K/V of the new tokens are written into
-  // it and attention reads positions [0, start_pos + n). Null: no cache, the
-  // chunk attends only to itself (start_pos must be 0).
-  const std::vector<int32_t>* block_table = nullptr;
-  const CrossAttentionCache* cross = nullptr;  // encoder-decoder decoder only
-  absl::Span<const int32_t> type_ids;          // encoder token types (BERT); empty = all 0
-};
-
-// Attention weights recorded during a forward of a single chunk.
+// Attention weights recorded during a forward of a single chunk, handed out
+// layer by layer as the forward reaches them: the forward keeps none, so a
+// request for one layer of a long sequence holds one layer's weights at a
+// time, never the whole stack's.
 struct AttentionCapture {
   bool self = false;   // self-attention of the stack being run
   bool cross = false;  // decoder -> encoder (encoder-decoder decoder only)
-  std::vector<at::Tensor> self_probs;   // per layer [Hq, Tq, Tk] float32
-  std::vector<at::Tensor> cross_probs;  // per layer [Hq, Tq, S] float32
+  std::vector<int64_t> layers;  // 0-based layers to record, ascending; empty = every layer
+  // Receives (layer, weights [Hq, Tq, Tk] float32) for each recorded layer,
+  // in layer order, on the calling thread.
+  std::function<void(int64_t layer, const at::Tensor& probs)> sink;
 };
 
 struct ForwardOptions {
@@ -80,7 +63,9 @@ struct ForwardOptions {
   // Hidden states to return per chunk: kNoHidden, 0 = embeddings, i = after
   // layer i (1-based), kFinalHidden = the stack's output after its final norm.
   int64_t hidden_layer = kNoHidden;
-  AttentionCapture* capture = nullptr;  // only with a single chunk
+  // Only with a single chunk. A forward that returns nothing else (no
+  // logits, no hidden states) stops after the last layer it records.
+  AttentionCapture* capture = nullptr;
 
   static constexpr int64_t kNoHidden = -2;
   static constexpr int64_t kFinalHidden = -1;

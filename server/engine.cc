@@ -20,10 +20,12 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/failpoint.h"
 #include "common/sync.h"
 #include "model/kv_cache.h"
 #include "model/sampler.h"
@@ -145,26 +147,40 @@ void EngineImpl::ExpireAuxiliary(absl::Time now) {
 }
 
 void EngineImpl::RunAuxiliary() {
-  // Encode/Attention are prefill-only and short; run a few per step so that
-  // decoding sequences are never starved for long. Each is one prefill step
-  // for the metrics (docs/metrics.md), whether it succeeds or fails.
-  for (int i = 0; i < 4 && !auxiliary_.empty(); ++i) {
+  // Encode/Attention are prefill-only. Each step gives them at most
+  // max_batch_tokens of work (an Encode runs a group of its inputs at a time,
+  // an Attention request whole: one sequence, bounded by the request checks),
+  // so decoding sequences wait at most about one prefill step for them. Each
+  // forward is one prefill step for the metrics (docs/metrics.md), whether it
+  // succeeds or fails.
+  int64_t budget = options_.max_batch_tokens;
+  while (budget > 0 && !auxiliary_.empty()) {
     Request* r = auxiliary_.front();
     const absl::Time start = absl::Now();
     if (r->kind == RequestKind::kEncode) {
-      absl::StatusOr<EncodeResult> result = RunEncode(*transformer_, r->enc);
-      int32_t tokens = 0;
-      for (const std::vector<int32_t>& input : r->enc.inputs) {
-        tokens += static_cast<int32_t>(input.size());
+      const int64_t before = r->enc_result.prompt_tokens;
+      absl::StatusOr<size_t> ran =
+          RunEncodeGroup(*transformer_, r->enc, r->enc_next, budget, &r->enc_result);
+      if (!ran.ok()) {
+        OnAuxiliaryStep(1, 0, start);
+        FinishAuxiliary(r, ran.status());
+        continue;
       }
-      OnAuxiliaryStep(static_cast<int32_t>(r->enc.inputs.size()), tokens, start);
+      const int64_t tokens = r->enc_result.prompt_tokens - before;
+      OnAuxiliaryStep(static_cast<int32_t>(*ran), static_cast<int32_t>(tokens), start);
+      budget -= tokens;
+      r->enc_next += *ran;
+      if (r->enc_next < r->enc.inputs.size()) continue;  // more groups, in later steps
       EncodeCallback done = std::move(r->enc_done);
       r->enc_done = nullptr;
+      EncodeResult result = std::move(r->enc_result);
       FinishAuxiliary(r, absl::OkStatus());  // bookkeeping; `done` gets the result
       done(std::move(result));
     } else {
       absl::StatusOr<AttentionResult> result = RunAttention(*transformer_, r->att);
-      OnAuxiliaryStep(1, static_cast<int32_t>(r->att.input.size() + r->att.target.size()), start);
+      const int64_t tokens = static_cast<int64_t>(r->att.input.size() + r->att.target.size());
+      OnAuxiliaryStep(1, static_cast<int32_t>(tokens), start);
+      budget -= tokens;
       AttentionCallback done = std::move(r->att_done);
       r->att_done = nullptr;
       FinishAuxiliary(r, absl::OkStatus());
@@ -181,8 +197,10 @@ void EngineImpl::OnAuxiliaryStep(int32_t sequences, int32_t tokens, absl::Time s
 
 // Makes an admitted request ready to run. On its first admission: its
 // sampler, text stream and (encoder-decoder) the encoder's cross-attention
-// K/V, which a preemption keeps (it frees only the KV blocks).
-void EngineImpl::Admit(Request* r) {
+// K/V, which a preemption keeps (it frees only the KV blocks). The encoder
+// pass runs outside any forward's error handling: what it throws comes back
+// as INTERNAL, for this request alone.
+absl::Status EngineImpl::Admit(Request* r) {
   r->scheduled_at = absl::Now();
   if (r->sampler == nullptr) {
     const uint64_t seed = r->gen.sampling.seed.value_or(seed_source_());
@@ -197,8 +215,16 @@ void EngineImpl::Admit(Request* r) {
         static_cast<int32_t>(std::min<int64_t>(requested, config_.max_positions - r->prompt_len));
   }
   if (config_.architecture == Architecture::kEncoderDecoder && r->cross == nullptr) {
-    r->cross = EncodeSource(*transformer_, r->gen.source);
+    try {
+      if (FailpointArmed("engine.encode_source")) {
+        throw std::runtime_error("failpoint engine.encode_source");
+      }
+      r->cross = EncodeSource(*transformer_, r->gen.source);
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("encoder forward failed: ", e.what()));
+    }
   }
+  return absl::OkStatus();
 }
 
 // Asks the scheduler for the next step's batch and carries out what it
@@ -218,7 +244,21 @@ ScheduleResult EngineImpl::Schedule(absl::Time now) {
     FinishGenerate(static_cast<Request*>(s), FinishReason::kError,
                    absl::ResourceExhaustedError("the KV cache cannot hold this sequence"));
   }
-  for (Sequence* s : plan.admitted) Admit(static_cast<Request*>(s));
+  std::vector<std::pair<Request*, absl::Status>> failed;
+  for (Sequence* s : plan.admitted) {
+    absl::Status admitted = Admit(static_cast<Request*>(s));
+    if (!admitted.ok()) failed.emplace_back(static_cast<Request*>(s), std::move(admitted));
+  }
+  for (auto& [r, status] : failed) {
+    // Out of this step's batch before it is finished (and freed).
+    for (size_t i = 0; i < plan.batch.size(); ++i) {
+      if (plan.batch[i] != r) continue;
+      plan.batch.erase(plan.batch.begin() + static_cast<std::ptrdiff_t>(i));
+      plan.chunk_lens.erase(plan.chunk_lens.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+    FinishGenerate(r, FinishReason::kError, std::move(status));
+  }
   {
     dikkat::MutexLock lock(&mu_);
     PublishQueued();

@@ -72,6 +72,8 @@ struct Request : Sequence {
   // ---- Encode / Attention ----
   EncodeRequest enc;
   EncodeCallback enc_done;
+  EncodeResult enc_result;  // the inputs run so far, [0, enc_next)
+  size_t enc_next = 0;
   AttentionRequest att;
   AttentionCallback att_done;
 };
@@ -117,7 +119,7 @@ class EngineImpl final : public Engine {
   ScheduleResult Schedule(absl::Time now);
   std::optional<at::Tensor> Run(const ScheduleResult& plan);
   void Postprocess(const ScheduleResult& plan, const at::Tensor& logits);
-  void Admit(Request* r);
+  absl::Status Admit(Request* r);
   void Emit(Request* r, const model::SampledToken& token);
   void FinishGenerate(Request* r, FinishReason reason, absl::Status status = absl::OkStatus());
   void FinishAuxiliary(Request* r, absl::Status status);

@@ -1,4 +1,6 @@
-// MultiHeadAttention against torch.nn.MultiheadAttention(batch_first=True):
+// MultiHeadAttention's pieces (ProjectQ/K/V, CausalKeepMask,
+// ScaledDotProductAttention, ProjectOut), composed as nn.MultiheadAttention
+// composes them, against torch.nn.MultiheadAttention(batch_first=True):
 // outputs and per-head attention weights (need_weights=True,
 // average_attn_weights=False) with key padding, a causal mask, both,
 // cross-attention, one head and no biases. Fixtures: make_parity_fixtures.py
@@ -29,6 +31,31 @@ constexpr double kTolerance = 1e-5;
 constexpr char kAttentionSuite[] = "attention";
 using AttentionParityTest = parity::FixtureSuite<kAttentionSuite>;
 
+// nn.MultiheadAttention(batch_first=True) semantics, for whole sequences:
+//   query [B, Tq, d], key/value [B, Tk, d]
+//   key_padding: undefined or bool [B, Tk], true = padding (ignored key)
+//   causal: query i sees keys j <= i (Tq == Tk)
+// Returns [B, Tq, d]; `probs` receives [B, Hq, Tq, Tk]. The server's forward
+// composes the same pieces over packed batches (BatchSelfAttention).
+at::Tensor Forward(const MultiHeadAttention& mha, const at::Tensor& query, const at::Tensor& key,
+                   const at::Tensor& value, const at::Tensor& key_padding, bool causal,
+                   at::Tensor* probs = nullptr) {
+  const int64_t b = query.size(0), tq = query.size(1), tk = key.size(1);
+  const int64_t hq = mha.n_heads(), hkv = mha.n_kv_heads(), hd = mha.head_dim();
+  // [B, T, H*D] -> [B, H, T, D]
+  at::Tensor q = mha.ProjectQ(query).view({b, tq, hq, hd}).transpose(1, 2);
+  at::Tensor k = mha.ProjectK(key).view({b, tk, hkv, hd}).transpose(1, 2);
+  at::Tensor v = mha.ProjectV(value).view({b, tk, hkv, hd}).transpose(1, 2);
+  at::Tensor keep;  // [B or 1, 1, Tq, Tk]
+  if (causal) keep = CausalKeepMask(tq, 0, tk, 0, query.device()).view({1, 1, tq, tk});
+  if (key_padding.defined()) {
+    at::Tensor kp = key_padding.logical_not().view({b, 1, 1, tk});
+    keep = keep.defined() ? keep.logical_and(kp) : kp.expand({b, 1, tq, tk});
+  }
+  at::Tensor out = ScaledDotProductAttention(q, k, v, keep, probs);  // [B, Hq, Tq, D]
+  return mha.ProjectOut(out.transpose(1, 2).reshape({b, tq, hq * hd}));
+}
+
 at::Tensor Optional(const TensorMap& m, const std::string& name) {
   auto it = m.find(name);
   return it == m.end() ? at::Tensor() : it->second;
@@ -48,7 +75,7 @@ TEST_F(AttentionParityTest, MatchesTorchMultiheadAttention) {
         Optional(*t, "out_proj.bias"), heads, heads);
     EXPECT_EQ(Optional(*t, "in_proj_bias").defined(), c.at("bias").get<bool>());
     at::Tensor probs;
-    at::Tensor out = mha.Forward(t->at("query"), t->at("key"), t->at("value"),
+    at::Tensor out = Forward(mha, t->at("query"), t->at("key"), t->at("value"),
                                  Optional(*t, "key_padding_mask"), c.at("causal"), &probs);
     const double out_err = parity::MaxRelDiff(out, t->at("expected_out"));
     const double w_err = parity::MaxRelDiff(probs, t->at("expected_weights"));
@@ -92,14 +119,14 @@ TEST(AttentionMaskedRows, FullyPaddedSequenceOutputsTheOutputBias) {
   at::Tensor padding = at::zeros({2, 4}, at::kBool);
   padding[1].fill_(true);  // the second sequence is all padding
   at::Tensor probs;
-  at::Tensor out = mha.Forward(x, x, x, padding, /*causal=*/false, &probs);
+  at::Tensor out = Forward(mha, x, x, x, padding, /*causal=*/false, &probs);
   EXPECT_FALSE(out.isnan().any().item<bool>());
   // Zero attention output -> out_proj(0) = its bias, for every row.
   at::Tensor bias = mha.ProjectOut(at::zeros({1, d}));
   EXPECT_LE(parity::MaxRelDiff(out[1], bias.expand({4, d})), 1e-6);
   EXPECT_EQ(probs[1].abs().max().item<float>(), 0.0f);
   // The first sequence is unaffected by its neighbour.
-  at::Tensor first = mha.Forward(x.narrow(0, 0, 1), x.narrow(0, 0, 1), x.narrow(0, 0, 1),
+  at::Tensor first = Forward(mha, x.narrow(0, 0, 1), x.narrow(0, 0, 1), x.narrow(0, 0, 1),
                                  at::Tensor(), false);
   EXPECT_LE(parity::MaxRelDiff(out.narrow(0, 0, 1), first), 1e-6);
 }

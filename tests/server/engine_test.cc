@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/failpoint.h"
 #include "common/sync.h"
 #include "server/convert.h"
 
@@ -364,6 +365,137 @@ TEST_F(EngineTest, EncodeAndAttentionStepsReachTheListener) {
   EXPECT_TRUE(steps[1].prefill);
   EXPECT_EQ(steps[1].sequences, 1);
   EXPECT_EQ(steps[1].tokens, 2);
+}
+
+// Issue "Hardening II" item 4: an Encode request of many inputs used to run
+// as one forward of all their tokens, whatever --max_batch_tokens said, and
+// stalled every decoding stream meanwhile. Now each engine step runs a group
+// of inputs within the budget (one input always runs); results are the same
+// as inputs encoded one by one.
+TEST_F(EngineTest, EncodeRunsInGroupsUnderTheStepBudget) {
+  class StepRecorder : public EngineListener {
+   public:
+    void OnStep(const StepTiming& step) override {
+      dikkat::MutexLock lock(&mu_);
+      steps_.push_back(step);
+    }
+    std::vector<StepTiming> steps() {
+      dikkat::MutexLock lock(&mu_);
+      return steps_;
+    }
+
+   private:
+    dikkat::Mutex mu_;
+    std::vector<StepTiming> steps_;
+  };
+  StepRecorder recorder;  // outlives the engine
+  EngineOptions options;
+  options.kv_cache_bytes = 8 << 20;
+  options.max_batch_tokens = 8;
+  auto engine = Engine::Create("tiny-encoder", ModelPath("tiny-encoder"), options, &recorder);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto encode = [&](const std::vector<std::vector<int32_t>>& inputs) {
+    EncodeRequest req;
+    req.inputs = inputs;
+    dikkat::Notification done;
+    absl::StatusOr<EncodeResult> result;
+    EXPECT_TRUE((*engine)
+                    ->SubmitEncode(req,
+                                   [&](absl::StatusOr<EncodeResult> r) {
+                                     result = std::move(r);
+                                     done.Notify();
+                                   })
+                    .ok());
+    done.WaitForNotification();
+    return result;
+  };
+  // 5 + 3 | 4 + 2 | 12 (alone, over the budget) | 1: four forwards.
+  const std::vector<std::vector<int32_t>> inputs = {
+      {'a', 'b', 'c', 'd', 'e'}, {'f', 'g', 'h'}, {'i', 'j', 'k', 'l'}, {'m', 'n'},
+      std::vector<int32_t>(12, 'o'), {'p'}};
+  absl::StatusOr<EncodeResult> all = encode(inputs);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->prompt_tokens, 27);
+  ASSERT_EQ(all->embeddings.size(), inputs.size());
+  std::vector<StepTiming> steps = recorder.steps();
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(steps[0].tokens, 8);
+  EXPECT_EQ(steps[0].sequences, 2);
+  EXPECT_EQ(steps[1].tokens, 6);
+  EXPECT_EQ(steps[2].tokens, 12);
+  EXPECT_EQ(steps[3].tokens, 1);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StatusOr<EncodeResult> alone = encode({inputs[i]});
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    const std::vector<float>& a = all->embeddings[i].values;
+    const std::vector<float>& b = alone->embeddings[0].values;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-5) << "input " << i;
+  }
+}
+
+// Issue "Hardening II" item 4: Attention kept every layer's [H, q, k] weights
+// and selected afterwards. It now records the selected layers only and
+// answers in the request's order; the maps equal those of an all-layer run.
+TEST_F(EngineTest, AttentionRecordsOnlyTheSelectedLayers) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  auto attend = [&](std::vector<int32_t> layers) {
+    AttentionRequest req;
+    req.input = {'s', 'e', 'l', 'e', 'c', 't'};
+    req.layers = std::move(layers);
+    req.aggregation = HeadAggregation::kMean;
+    dikkat::Notification done;
+    absl::StatusOr<AttentionResult> result;
+    EXPECT_TRUE(engine->SubmitAttention(req, [&](absl::StatusOr<AttentionResult> r) {
+                          result = std::move(r);
+                          done.Notify();
+                        }).ok());
+    done.WaitForNotification();
+    return result;
+  };
+  absl::StatusOr<AttentionResult> every = attend({});
+  ASSERT_TRUE(every.ok()) << every.status();
+  const int n_layers = static_cast<int>(every->maps.size());
+  ASSERT_GE(n_layers, 2);
+  for (int i = 0; i < n_layers; ++i) EXPECT_EQ(every->maps[i].layer, i);
+  absl::StatusOr<AttentionResult> picked = attend({n_layers - 1, 0});
+  ASSERT_TRUE(picked.ok()) << picked.status();
+  ASSERT_EQ(picked->maps.size(), 2u);
+  EXPECT_EQ(picked->maps[0].layer, n_layers - 1);  // the request's order
+  EXPECT_EQ(picked->maps[1].layer, 0);
+  EXPECT_EQ(picked->maps[0].weights.values, every->maps[n_layers - 1].weights.values);
+  EXPECT_EQ(picked->maps[1].weights.values, every->maps[0].weights.values);
+}
+
+// Issue "Hardening II" item 8: the encoder pass of an encoder-decoder request
+// runs when the request is admitted, outside the forward's error handling; an
+// exception there (LibTorch out of memory, say) terminated the process. Now
+// that request alone fails with INTERNAL and the engine goes on serving.
+TEST_F(EngineTest, EncoderFailureAtAdmissionFailsOnlyThatRequest) {
+  auto engine = Make("tiny-seq2seq");
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest r;
+  r.source = {'4', '5', '6'};
+  r.sampling.temperature = 0;
+  r.max_new_tokens = 4;
+  r.ignore_eos = true;
+  SetFailpoint("engine.encode_source", true);
+  auto failing = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->SubmitGenerate(r, failing).ok());
+  const bool finished = failing->Wait();
+  SetFailpoint("engine.encode_source", false);
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(failing->summary().status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(failing->summary().status.message()),
+              ::testing::HasSubstr("encoder forward failed"));
+  EXPECT_EQ(failing->summary().reason, FinishReason::kError);
+  auto ok = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->SubmitGenerate(r, ok).ok());
+  ASSERT_TRUE(ok->Wait());
+  EXPECT_EQ(ok->ids().size(), 4u);
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }
 
 TEST_F(EngineTest, EncoderDecoderGeneratesAndShutsDownCleanly) {

@@ -1,0 +1,81 @@
+#include "model/layers.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+namespace dikkat::model {
+
+at::Tensor Norm::operator()(const at::Tensor& x) const {
+  if (kind == NormKind::kLayerNorm) {
+    return at::layer_norm(x, {weight.size(0)}, weight, bias, eps);
+  }
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+at::Tensor FeedForward::operator()(const at::Tensor& x) const {
+  at::Tensor h = Linear(x, up_w, up_b);  // [N, ffn]
+  switch (activation) {
+    case Activation::kRelu:
+      h = at::relu(h);
+      break;
+    case Activation::kGelu:
+      h = at::gelu(h);
+      break;
+    case Activation::kGeluTanh:
+      h = at::gelu(h, "tanh");
+      break;
+    case Activation::kSilu:
+      h = at::silu(h);
+      break;
+    case Activation::kSwiGlu:
+      h = at::silu(Linear(x, gate_w, gate_b)) * h;
+      break;
+    case Activation::kGeGlu:
+      h = at::gelu(Linear(x, gate_w, gate_b)) * h;
+      break;
+  }
+  return Linear(h, down_w, down_b);  // [N, d]
+}
+
+at::Tensor Embeddings::operator()(const std::vector<SequenceChunk>& chunks,
+                                  const BatchIndex& index, c10::ScalarType dtype) const {
+  const c10::Device device = tokens.w.device();
+  std::vector<int64_t> ids;
+  ids.reserve(index.total);
+  for (const SequenceChunk& c : chunks) ids.insert(ids.end(), c.tokens.begin(), c.tokens.end());
+  const at::Tensor ids_t = LongTensor(ids, device);
+  at::Tensor x = tokens.quantized() ? tokens.Gather(ids_t)  // float32 [N, d]
+                                    : tokens.w.index_select(0, ids_t).to(dtype);  // [N, d]
+  if (scale != 1.0) x = x * scale;
+  if (positions.defined()) x = x + positions.index_select(0, index.positions).to(dtype);
+  if (types.defined()) {
+    std::vector<int64_t> type_ids;
+    type_ids.reserve(index.total);
+    for (const SequenceChunk& c : chunks) {
+      if (c.type_ids.empty()) {
+        type_ids.insert(type_ids.end(), c.tokens.size(), 0);
+      } else {
+        type_ids.insert(type_ids.end(), c.type_ids.begin(), c.type_ids.end());
+      }
+    }
+    x = x + types.index_select(0, LongTensor(type_ids, device)).to(dtype);
+  }
+  if (norm.defined()) x = norm(x);
+  return x;
+}
+
+at::Tensor SinusoidalTable(int64_t positions, int64_t d, c10::Device device,
+                           c10::ScalarType dtype) {
+  auto opts = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor pos = at::arange(positions, opts).unsqueeze(1);                       // [P, 1]
+  at::Tensor div = at::exp(at::arange(0, d, 2, opts) * (-std::log(10000.0) / d));  // [d/2]
+  at::Tensor table = at::zeros({positions, d}, opts);
+  table.slice(1, 0, d, 2).copy_(at::sin(pos * div));
+  table.slice(1, 1, d, 2).copy_(at::cos(pos * div.slice(0, 0, d / 2)));
+  return table.to(device, dtype);
+}
+
+}  // namespace dikkat::model

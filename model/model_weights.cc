@@ -1,0 +1,194 @@
+#include "model/model_weights.h"
+
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace dikkat::model {
+namespace {
+
+class Binding {
+ public:
+  Binding(const ModelConfig& config, c10::Device device, c10::ScalarType compute_dtype,
+          WeightBinder& w)
+      : config_(config), device_(device), compute_dtype_(compute_dtype), w_(w) {}
+
+  absl::Status All(ModelWeights* m) {
+    const int64_t d = config_.d_model;
+    switch (config_.architecture) {
+      case Architecture::kDecoderOnly:
+        m->decoder.causal = true;
+        DIKKAT_RETURN_IF_ERROR(LoadEmbeddings("", LinearWeight(), &m->decoder.embed));
+        DIKKAT_RETURN_IF_ERROR(LoadLayers("layers.", config_.n_layers, false, &m->decoder));
+        if (config_.final_norm) DIKKAT_RETURN_IF_ERROR(LoadNorm("final_norm", &m->decoder.final_norm));
+        break;
+      case Architecture::kEncoderOnly:
+        m->encoder.causal = false;
+        DIKKAT_RETURN_IF_ERROR(LoadEmbeddings("", LinearWeight(), &m->encoder.embed));
+        DIKKAT_RETURN_IF_ERROR(LoadLayers("layers.", config_.n_layers, false, &m->encoder));
+        if (config_.final_norm) DIKKAT_RETURN_IF_ERROR(LoadNorm("final_norm", &m->encoder.final_norm));
+        break;
+      case Architecture::kEncoderDecoder: {
+        m->encoder.causal = false;
+        m->decoder.causal = true;
+        LinearWeight shared;
+        if (config_.share_encoder_decoder_embeddings) {
+          DIKKAT_ASSIGN_OR_RETURN(shared,
+                                  w_.TakeMatrix("embed_tokens.weight", {config_.vocab_size, d}));
+        }
+        DIKKAT_RETURN_IF_ERROR(LoadEmbeddings("encoder.", shared, &m->encoder.embed));
+        DIKKAT_RETURN_IF_ERROR(LoadEmbeddings("decoder.", shared, &m->decoder.embed));
+        DIKKAT_RETURN_IF_ERROR(
+            LoadLayers("encoder.layers.", config_.n_encoder_layers, false, &m->encoder));
+        DIKKAT_RETURN_IF_ERROR(
+            LoadLayers("decoder.layers.", config_.n_decoder_layers, true, &m->decoder));
+        if (config_.encoder_final_norm) {
+          DIKKAT_RETURN_IF_ERROR(LoadNorm("encoder.norm", &m->encoder.final_norm));
+        }
+        if (config_.decoder_final_norm) {
+          DIKKAT_RETURN_IF_ERROR(LoadNorm("decoder.norm", &m->decoder.final_norm));
+        }
+        break;
+      }
+    }
+    if (config_.has_decoder()) {
+      if (config_.tie_embeddings) {
+        m->lm_head_w = m->decoder.embed.tokens;
+      } else {
+        DIKKAT_ASSIGN_OR_RETURN(m->lm_head_w,
+                                w_.TakeMatrix("lm_head.weight", {config_.vocab_size, d}));
+      }
+      DIKKAT_ASSIGN_OR_RETURN(m->lm_head_b, w_.TakeOptional("lm_head.bias", {config_.vocab_size}));
+    }
+    if (config_.positions == PositionKind::kRotary) {
+      m->rope = RotaryEmbedding(config_.head_size(), config_.max_positions, config_.rope_theta,
+                                config_.rope_scaling, device_);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status LoadNorm(const std::string& prefix, Norm* norm) {
+    norm->kind = config_.norm;
+    norm->eps = config_.norm_eps;
+    DIKKAT_ASSIGN_OR_RETURN(norm->weight, w_.Take(prefix + ".weight", {config_.d_model}));
+    if (config_.norm == NormKind::kLayerNorm && config_.norm_bias) {
+      DIKKAT_ASSIGN_OR_RETURN(norm->bias, w_.Take(prefix + ".bias", {config_.d_model}));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadAttention(const std::string& prefix, MultiHeadAttention* out) {
+    const int64_t d = config_.d_model, hq = config_.n_heads, hkv = config_.kv_heads();
+    const int64_t hd = config_.head_size();
+    const bool qkv_bias = config_.attention_bias || config_.qkv_bias_only;
+    const bool out_bias = config_.attention_bias && !config_.qkv_bias_only;
+    LinearWeight out_w;
+    at::Tensor out_b;
+    DIKKAT_ASSIGN_OR_RETURN(out_w, w_.TakeMatrix(prefix + ".out_proj.weight", {d, hq * hd}));
+    if (out_bias) {
+      DIKKAT_ASSIGN_OR_RETURN(out_b, w_.Take(prefix + ".out_proj.bias", {d}));
+    }
+    if (w_.Has(prefix + ".in_proj_weight")) {
+      const int64_t rows = (hq + 2 * hkv) * hd;
+      LinearWeight in_w;
+      at::Tensor in_b;
+      DIKKAT_ASSIGN_OR_RETURN(in_w, w_.TakeMatrix(prefix + ".in_proj_weight", {rows, d}));
+      if (qkv_bias) {
+        DIKKAT_ASSIGN_OR_RETURN(in_b, w_.Take(prefix + ".in_proj_bias", {rows}));
+      }
+      *out = MultiHeadAttention::FromFused(in_w, in_b, out_w, out_b, hq, hkv);
+      return absl::OkStatus();
+    }
+    LinearWeight q_w, k_w, v_w;
+    at::Tensor q_b, k_b, v_b;
+    DIKKAT_ASSIGN_OR_RETURN(q_w, w_.TakeMatrix(prefix + ".q_proj.weight", {hq * hd, d}));
+    DIKKAT_ASSIGN_OR_RETURN(k_w, w_.TakeMatrix(prefix + ".k_proj.weight", {hkv * hd, d}));
+    DIKKAT_ASSIGN_OR_RETURN(v_w, w_.TakeMatrix(prefix + ".v_proj.weight", {hkv * hd, d}));
+    if (qkv_bias) {
+      DIKKAT_ASSIGN_OR_RETURN(q_b, w_.Take(prefix + ".q_proj.bias", {hq * hd}));
+      DIKKAT_ASSIGN_OR_RETURN(k_b, w_.Take(prefix + ".k_proj.bias", {hkv * hd}));
+      DIKKAT_ASSIGN_OR_RETURN(v_b, w_.Take(prefix + ".v_proj.bias", {hkv * hd}));
+    }
+    *out = MultiHeadAttention(q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b, hq, hkv);
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadFeedForward(const std::string& prefix, FeedForward* ffn) {
+    const int64_t d = config_.d_model, f = config_.ffn_dim;
+    ffn->activation = config_.activation;
+    DIKKAT_ASSIGN_OR_RETURN(ffn->up_w, w_.TakeMatrix(prefix + ".linear1.weight", {f, d}));
+    DIKKAT_ASSIGN_OR_RETURN(ffn->down_w, w_.TakeMatrix(prefix + ".linear2.weight", {d, f}));
+    if (config_.mlp_bias) {
+      DIKKAT_ASSIGN_OR_RETURN(ffn->up_b, w_.Take(prefix + ".linear1.bias", {f}));
+      DIKKAT_ASSIGN_OR_RETURN(ffn->down_b, w_.Take(prefix + ".linear2.bias", {d}));
+    }
+    if (config_.is_gated()) {
+      DIKKAT_ASSIGN_OR_RETURN(ffn->gate_w, w_.TakeMatrix(prefix + ".linear_gate.weight", {f, d}));
+      if (config_.mlp_bias) {
+        DIKKAT_ASSIGN_OR_RETURN(ffn->gate_b, w_.Take(prefix + ".linear_gate.bias", {f}));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadLayers(const std::string& prefix, int64_t n, bool cross, Stack* stack) {
+    stack->layers.resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string p = absl::StrCat(prefix, i);
+      Layer& layer = stack->layers[i];
+      layer.has_cross = cross;
+      DIKKAT_RETURN_IF_ERROR(LoadAttention(p + ".self_attn", &layer.self_attn));
+      DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".norm1", &layer.norm1));
+      DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".norm2", &layer.norm2));
+      if (cross) {
+        DIKKAT_RETURN_IF_ERROR(LoadAttention(p + ".multihead_attn", &layer.cross_attn));
+        DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".norm3", &layer.norm3));
+      }
+      DIKKAT_RETURN_IF_ERROR(LoadFeedForward(p, &layer.ffn));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadEmbeddings(const std::string& prefix, const LinearWeight& shared_tokens,
+                              Embeddings* e) {
+    const int64_t d = config_.d_model;
+    e->scale = config_.embedding_scale;
+    if (shared_tokens.defined()) {
+      e->tokens = shared_tokens;
+    } else {
+      DIKKAT_ASSIGN_OR_RETURN(
+          e->tokens, w_.TakeMatrix(prefix + "embed_tokens.weight", {config_.vocab_size, d}));
+    }
+    if (config_.positions == PositionKind::kLearned) {
+      DIKKAT_ASSIGN_OR_RETURN(
+          e->positions, w_.Take(prefix + "embed_positions.weight", {config_.max_positions, d}));
+    } else if (config_.positions == PositionKind::kSinusoidal) {
+      e->positions = SinusoidalTable(config_.max_positions, d, device_, compute_dtype_);
+    }
+    if (config_.type_vocab_size > 0) {
+      DIKKAT_ASSIGN_OR_RETURN(
+          e->types, w_.Take(prefix + "embed_types.weight", {config_.type_vocab_size, d}));
+    }
+    if (config_.embedding_norm) DIKKAT_RETURN_IF_ERROR(LoadNorm(prefix + "embed_norm", &e->norm));
+    return absl::OkStatus();
+  }
+
+  const ModelConfig& config_;
+  c10::Device device_;
+  c10::ScalarType compute_dtype_;
+  WeightBinder& w_;
+};
+
+}  // namespace
+
+absl::Status BindModelWeights(const ModelConfig& config, c10::Device device,
+                              c10::ScalarType compute_dtype, WeightBinder& binder,
+                              ModelWeights* out) {
+  return Binding(config, device, compute_dtype, binder).All(out);
+}
+
+}  // namespace dikkat::model

@@ -1,0 +1,37 @@
+// ModelWeights: every weight a ModelConfig calls for, bound into the layer
+// structs the forward walks (model/layers.h). BindModelWeights is the one
+// place that knows dikkat's canonical tensor names (docs/model-format.md),
+// which for the layers are PyTorch's own: a `torch.nn.Transformer` state_dict
+// binds as is.
+#ifndef DIKKAT_MODEL_MODEL_WEIGHTS_H_
+#define DIKKAT_MODEL_MODEL_WEIGHTS_H_
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "model/attention.h"
+#include "model/io/config.h"
+#include "model/layers.h"
+#include "model/linear_weight.h"
+#include "model/weight_binder.h"
+
+namespace dikkat::model {
+
+struct ModelWeights {
+  Stack encoder;  // encoder-only, or the encoder of an encoder-decoder
+  Stack decoder;  // decoder-only, or the decoder of an encoder-decoder
+  LinearWeight lm_head_w;  // models with a decoder
+  at::Tensor lm_head_b;
+  RotaryEmbedding rope;  // PositionKind::kRotary only
+};
+
+// Binds `config`'s tensors from `binder` into `out`, on `device`; derived
+// tables (sinusoidal positions, rotary angles) are computed here. Errors name
+// the tensor (WeightBinder). May throw what LibTorch throws.
+absl::Status BindModelWeights(const ModelConfig& config, c10::Device device,
+                              c10::ScalarType compute_dtype, WeightBinder& binder,
+                              ModelWeights* out);
+
+}  // namespace dikkat::model
+
+#endif  // DIKKAT_MODEL_MODEL_WEIGHTS_H_
