@@ -56,6 +56,26 @@ absl::StatusOr<AttentionKind> ToAttentionKind(v1::AttentionKind kind,
 
 // ---- inputs -----------------------------------------------------------------
 
+int64_t TextByteLimit(const ModelLimits& limits) {
+  if (limits.max_text_bytes > 0) return limits.max_text_bytes;
+  if (limits.config == nullptr || limits.config->max_positions <= 0) return 0;
+  return limits.config->max_positions * kTextBytesPerToken;
+}
+
+absl::Status CheckTextBytes(size_t bytes, absl::string_view field, const ModelLimits& limits) {
+  const int64_t limit = TextByteLimit(limits);
+  if (limit <= 0 || static_cast<int64_t>(bytes) <= limit) return absl::OkStatus();
+  const std::string model = limits.config != nullptr ? limits.config->name : "";
+  return Invalid(absl::StrCat(
+      field, " has ", bytes, " bytes; model '", model, "' takes at most ", limit,
+      " bytes of text per field (--max_text_bytes",
+      limits.max_text_bytes > 0
+          ? ""
+          : absl::StrCat(", by default max_positions=", limits.config->max_positions, " x ",
+                         kTextBytesPerToken, " bytes"),
+      "), checked before tokenizing: shorten the text or send it in several calls"));
+}
+
 absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,
                                                 bool default_add_special_tokens,
                                                 const ModelLimits& limits,
@@ -68,6 +88,8 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
         return Invalid(absl::StrCat(field, ".text is empty; give some text or ", field,
                                     ".tokens"));
       }
+      DIKKAT_RETURN_IF_ERROR(
+          CheckTextBytes(input.text().size(), absl::StrCat(field, ".text"), limits));
       const bool add_special = input.has_add_special_tokens() ? input.add_special_tokens()
                                                               : default_add_special_tokens;
       absl::StatusOr<model::Encoding> encoding = limits.tokenizer->Encode(input.text(), add_special);

@@ -38,11 +38,30 @@ struct ModelLimits {
   // and Attention requests whose answer would be larger are refused before
   // any work is done (INVALID_ARGUMENT naming the size and the limit).
   int64_t max_response_bytes = 0;
+  // Largest text (bytes) of one request field, refused before it is
+  // tokenized; 0 = config->max_positions x kTextBytesPerToken (no limit when
+  // the model has no max_positions).
+  int64_t max_text_bytes = 0;
 };
+
+// The default text budget per token position: generous (English averages ~4
+// bytes per BPE token; the longest GPT-2 tokens are runs of 32-64 bytes), so
+// that a text refused by bytes would almost surely have been refused by its
+// token count too, only after seconds of tokenizing.
+inline constexpr int64_t kTextBytesPerToken = 32;
+
+// The text limit in effect for `limits` (0 = none).
+int64_t TextByteLimit(const ModelLimits& limits);
+
+// INVALID_ARGUMENT when `bytes` of text in `field` exceed TextByteLimit,
+// naming the field, both sizes and --max_text_bytes. Cheap: call it before
+// tokenizing.
+absl::Status CheckTextBytes(size_t bytes, absl::string_view field, const ModelLimits& limits);
 
 // ---- inputs -----------------------------------------------------------------
 
-// Text (tokenized, with special tokens unless the request says otherwise;
+// Text (checked against TextByteLimit, then tokenized, with special tokens
+// unless the request says otherwise;
 // `default_add_special_tokens` applies when add_special_tokens is unset) or
 // token ids (as given: their range and length are the request check's).
 // Never returns an empty sequence. `type_ids` (optional) receives the

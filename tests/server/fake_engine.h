@@ -39,6 +39,7 @@ class ThreadNotingTokenizer final : public model::Tokenizer {
   const model::SpecialTokens& special_tokens() const override { return inner_->special_tokens(); }
   absl::StatusOr<model::Encoding> Encode(std::string_view text,
                                          bool add_special_tokens) const override {
+    ++encode_calls_;
     return inner_->Encode(text, add_special_tokens);
   }
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
@@ -52,6 +53,7 @@ class ThreadNotingTokenizer final : public model::Tokenizer {
   bool IsSpecial(int32_t id) const override { return inner_->IsSpecial(id); }
 
   int64_t token_text_calls() const { return token_text_calls_.load(); }
+  int64_t encode_calls() const { return encode_calls_.load(); }
   int64_t token_text_calls_on_engine_thread() const {
     return token_text_calls_on_engine_thread_.load();
   }
@@ -59,6 +61,7 @@ class ThreadNotingTokenizer final : public model::Tokenizer {
  private:
   std::unique_ptr<model::Tokenizer> inner_;
   mutable std::atomic<int64_t> token_text_calls_{0};
+  mutable std::atomic<int64_t> encode_calls_{0};
   mutable std::atomic<int64_t> token_text_calls_on_engine_thread_{0};
 };
 

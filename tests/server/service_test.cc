@@ -438,5 +438,36 @@ TEST_F(ServiceTest, ModelInfoTokenizeDetokenize) {
   EXPECT_THAT(bad.error_message(), HasSubstr("ids[3] = -4"));
 }
 
+TEST_F(ServiceTest, TextIsBoundedBeforeTokenizing) {
+  // The fake model has max_positions=32: by default 32 x 32 = 1024 bytes of
+  // text per field. Past it, Tokenize and Generate refuse without running
+  // the tokenizer (Tokenize used to take anything up to the message limit
+  // and tokenize it on the gRPC thread; Generate refused only after).
+  const int64_t encodes = lm_->noting_tokenizer().encode_calls();
+  v1::TokenizeRequest tok;
+  tok.set_text(std::string(1025, 'x'));
+  v1::TokenizeResponse tokens;
+  grpc::ClientContext c1;
+  grpc::Status s = stub_->Tokenize(&c1, tok, &tokens);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("text has 1025 bytes"));
+  EXPECT_THAT(s.error_message(), HasSubstr("at most 1024 bytes"));
+  EXPECT_THAT(s.error_message(), HasSubstr("--max_text_bytes"));
+  EXPECT_EQ(tokens.ids_size(), 0);
+
+  grpc::ClientContext c2;
+  const StreamResult r = ReadAll(Prompt(std::string(1025, 'y')), &c2);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("input.text has 1025 bytes"));
+  EXPECT_EQ(lm_->noting_tokenizer().encode_calls(), encodes) << "tokenized before refusing";
+  EXPECT_EQ(lm_->submits(), 0);
+
+  // At the limit, Tokenize works (and may return more ids than a model input takes).
+  tok.set_text(std::string(1024, 'x'));
+  grpc::ClientContext c3;
+  ASSERT_TRUE(stub_->Tokenize(&c3, tok, &tokens).ok());
+  EXPECT_EQ(tokens.ids_size(), 1024);
+}
+
 }  // namespace
 }  // namespace dikkat::server
