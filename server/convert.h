@@ -2,10 +2,14 @@
 // engine's request/result structs (server/engine.h).
 //
 // The To*Request functions map a message to the engine's struct, rejecting
-// only what the wire form makes wrong (unset oneofs, unknown enum values,
-// text that does not tokenize, an explicit max_new_tokens of 0), and then run
-// the one request check (server/request_checks.h) and the response-size
-// limit: what they return is ready to submit.
+// what the wire form makes wrong (unset oneofs, unknown enum values, text
+// that does not tokenize, an explicit max_new_tokens of 0) and what must be
+// bounded before the work of conversion itself (text bytes before
+// tokenizing, the number of Encode inputs) or before the engine's (the
+// response size). The values' check against the model and the server's
+// limits (server/request_checks.h) is not repeated here: Engine::Submit*
+// runs it, once, for every caller, so what these return is ready to submit
+// and the engine answers INVALID_ARGUMENT for invalid values.
 //
 // Every function is pure (no gRPC call state, no engine): the service calls
 // them on gRPC threads and the tests call them directly. Invalid input gives
@@ -75,8 +79,8 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
 
 // Unset optionals take their documented defaults (temperature, top_p and
 // repetition_penalty 1.0; seed random). `top_logprobs` is the request's value
-// after mapping "none" (-1 / unset) to 0. Not checked here: CheckGenerateRequest
-// runs model::Validate.
+// after mapping "none" (-1 / unset) to 0. Not checked here: the engine's
+// CheckGenerateRequest runs model::Validate.
 model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32_t top_logprobs);
 
 struct GenerateConversion {

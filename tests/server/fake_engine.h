@@ -4,6 +4,8 @@
 // Encode/Attention answer with scripted tensors. It records what it was
 // asked (requests, cancellations) so tests can check the service's side of
 // the contract: submit, cancel on client cancel/deadline, error mapping.
+// Like the real engine (server/engine_submit.cc), Submit* run the request
+// check (server/request_checks.h) first: the service leaves it to the engine.
 #ifndef DIKKAT_TESTS_SERVER_FAKE_ENGINE_H_
 #define DIKKAT_TESTS_SERVER_FAKE_ENGINE_H_
 
@@ -22,6 +24,7 @@
 #include "model/text/byte_tokenizer.h"
 #include "model/text/tokenizer.h"
 #include "server/engine.h"
+#include "server/request_checks.h"
 
 namespace dikkat::server::testing {
 
@@ -172,6 +175,9 @@ class FakeEngine final : public Engine {
 
   absl::StatusOr<RequestId> SubmitGenerate(GenerateRequest request,
                                            std::shared_ptr<GenerateObserver> observer) override {
+    if (absl::Status s = CheckGenerateRequest(request, description_.config, options_); !s.ok()) {
+      return s;
+    }
     dikkat::MutexLock lock(&mu_);
     ++submits_;
     if (!submit_error_.ok()) return submit_error_;
@@ -188,6 +194,9 @@ class FakeEngine final : public Engine {
   }
 
   absl::StatusOr<RequestId> SubmitEncode(EncodeRequest request, EncodeCallback done) override {
+    if (absl::Status s = CheckEncodeRequest(request, description_.config, options_); !s.ok()) {
+      return s;
+    }
     dikkat::MutexLock lock(&mu_);
     ++submits_;
     if (!submit_error_.ok()) return submit_error_;
@@ -216,6 +225,9 @@ class FakeEngine final : public Engine {
 
   absl::StatusOr<RequestId> SubmitAttention(AttentionRequest request,
                                             AttentionCallback done) override {
+    if (absl::Status s = CheckAttentionRequest(request, description_.config, options_); !s.ok()) {
+      return s;
+    }
     dikkat::MutexLock lock(&mu_);
     ++submits_;
     if (!submit_error_.ok()) return submit_error_;

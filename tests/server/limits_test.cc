@@ -43,6 +43,14 @@ class LimitsTest : public ::testing::Test {
     return r;
   }
 
+  // Conversion, then the request check the engine runs at Submit: the
+  // gRPC path (the stop limits are the engine's check).
+  absl::Status ConvertAndCheck(const v1::GenerateRequest& request) const {
+    absl::StatusOr<GenerateConversion> c = ToGenerateRequest(request, limits_);
+    if (!c.ok()) return c.status();
+    return CheckGenerateRequest(c->request, config_, options_);
+  }
+
   model::ModelConfig config_;
   std::unique_ptr<model::Tokenizer> tokenizer_;
   EngineOptions options_;
@@ -123,7 +131,7 @@ TEST_F(LimitsTest, StopConditionsAreBounded) {
   // The fuzzer's first byte chose the RPC (Generate) and the model.
   ASSERT_TRUE(fuzzed.ParseFromString(bytes.str().substr(1)));
   ASSERT_EQ(fuzzed.stop_token_ids_size(), 65);
-  absl::Status s = ToGenerateRequest(fuzzed, limits_).status();
+  absl::Status s = ConvertAndCheck(fuzzed);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()),
               AllOf(HasSubstr("stop_token_ids has 65 entries"), HasSubstr("at most 32")));
@@ -132,14 +140,14 @@ TEST_F(LimitsTest, StopConditionsAreBounded) {
   request.mutable_input()->set_text("hello");
   for (int i = 0; i < 32; ++i) request.add_stop_token_ids(i);
   for (int i = 0; i < 16; ++i) request.add_stop(std::string(256, 'a' + i % 26));
-  EXPECT_TRUE(ToGenerateRequest(request, limits_).ok());
+  EXPECT_TRUE(ConvertAndCheck(request).ok());
   v1::GenerateRequest more = request;
   more.add_stop("one too many");
-  EXPECT_THAT(std::string(ToGenerateRequest(more, limits_).status().message()),
+  EXPECT_THAT(std::string(ConvertAndCheck(more).message()),
               HasSubstr("stop has 17 strings; at most 16"));
   more = request;
   more.set_stop(3, std::string(257, 'x'));
-  EXPECT_THAT(std::string(ToGenerateRequest(more, limits_).status().message()),
+  EXPECT_THAT(std::string(ConvertAndCheck(more).message()),
               HasSubstr("stop[3] has 257 bytes; at most 256"));
 }
 

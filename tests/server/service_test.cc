@@ -259,7 +259,10 @@ TEST_F(ServiceTest, OverloadMapsToResourceExhaustedWithRetryHint) {
   EXPECT_THAT(Scrape(), HasSubstr("dikkat_request_failures_total{model=\"lm\",reason=\"overloaded\"} 2"));
 }
 
-TEST_F(ServiceTest, InvalidRequestsNeverReachTheEngine) {
+// Invalid values are refused by the engine's Submit check, before anything
+// is queued (the fake engine checks like the real one and counts only what
+// it accepted).
+TEST_F(ServiceTest, InvalidRequestsAreNeverQueued) {
   v1::GenerateRequest request;
   request.set_model("lm");
   request.mutable_input()->mutable_tokens()->add_ids(1);
