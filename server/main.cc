@@ -97,7 +97,7 @@ ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
 ABSL_FLAG(ByteSize, grpc_memory_bytes, ByteSize{0},
           "Memory the gRPC transport may use for all connections together (a "
           "grpc::ResourceQuota); past it gRPC closes idle connections and then fails calls with "
-          "RESOURCE_EXHAUSTED. 0 = 4 x --max_message_bytes.");
+          "RESOURCE_EXHAUSTED. 0 = 4 x --max_message_bytes, at least 256MiB.");
 ABSL_FLAG(ByteSize, max_text_bytes, ByteSize{0},
           "Largest text in one request field (Generate/Attention input, each Encode input, "
           "Tokenize), refused with INVALID_ARGUMENT before it is tokenized. 0 = per model, "
@@ -180,6 +180,13 @@ constexpr int kMaxGrpcThreads = 32;
 // abusive); faster pingers get GOAWAY after 2 strikes.
 constexpr int kMinClientPingIntervalMs = 10 * 1000;
 constexpr int kKeepaliveTimeoutMs = 20 * 1000;
+// The default transport memory is 4 x --max_message_bytes, but never less
+// than this: the quota covers every connection's read buffers, not only
+// large messages (a 16 KiB quota for --max_message_bytes=4KiB made gRPC
+// answer GOAWAY to ordinary calls). Explicit values below the second are
+// refused for the same reason.
+constexpr int64_t kDefaultMinGrpcMemoryBytes = 256ll << 20;
+constexpr int64_t kMinGrpcMemoryBytes = 32ll << 20;
 
 // The transport's limits on connections, from the flags (docs/security.md).
 struct TransportLimits {
@@ -200,7 +207,9 @@ absl::StatusOr<TransportLimits> TransportLimitsFromFlags(int64_t max_message_byt
   t.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
   t.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
   t.memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes).bytes;
-  if (t.memory_bytes == 0) t.memory_bytes = 4 * max_message_bytes;
+  if (t.memory_bytes == 0) {
+    t.memory_bytes = std::max<int64_t>(kDefaultMinGrpcMemoryBytes, 4 * max_message_bytes);
+  }
   if (t.max_concurrent_streams < 1) {
     return absl::InvalidArgumentError("--max_concurrent_streams must be >= 1");
   }
@@ -212,6 +221,12 @@ absl::StatusOr<TransportLimits> TransportLimitsFromFlags(int64_t max_message_byt
     if (d < absl::ZeroDuration()) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, " must not be negative"));
     }
+  }
+  if (t.memory_bytes < kMinGrpcMemoryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--grpc_memory_bytes=", FormatByteSize(t.memory_bytes), " is too small: the transport's "
+        "buffers for every connection come out of it; give at least ",
+        FormatByteSize(kMinGrpcMemoryBytes)));
   }
   if (t.memory_bytes < max_message_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

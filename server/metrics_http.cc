@@ -44,6 +44,8 @@ namespace {
 // connection's task then answers 503 and closes instead of serving.
 thread_local bool t_refuse_connection = false;
 
+constexpr int kListenBacklog = 128;
+
 constexpr char kBusyResponse[] =
     "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: text/plain\r\n"
     "Content-Length: 31\r\n\r\nmetrics port busy; retry later\n";
@@ -250,6 +252,14 @@ class MetricsHttpServer::BoundedServer final : public httplib::Server {
     if (stop_fd_ >= 0) close(stop_fd_);
   }
 
+  // httplib 0.11.4 listens with a backlog of 5: a burst of connections
+  // (scrapes, probes, or clients holding connections open) beyond it waits
+  // for the clients' SYN retransmission, a second or more. Linux takes a
+  // second listen() on a listening socket as a new backlog.
+  void WidenBacklog() {
+    if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, kListenBacklog);
+  }
+
   // Ends every wait of every connection, now and later: eventfd stays
   // readable once written.
   void EndConnections() {
@@ -352,6 +362,7 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
     return absl::UnavailableError(
         absl::StrCat("cannot bind the metrics address ", address, " (in use or not local?)"));
   }
+  http_->WidenBacklog();
   thread_ = std::thread([server = http_.get()] { server->listen_after_bind(); });
   // httplib's stop() is a no-op until the accept loop runs; wait for it so
   // that an early Stop() cannot leave the thread listening forever.

@@ -378,13 +378,13 @@ TEST(ServerProcessTest, ConnectionLimitsFromFlags) {
 TEST(ServerProcessTest, InconsistentTransportFlagsStopTheServerAtStart) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(
       {"--model=" + ModelDir("tiny-lm"), "--listen=127.0.0.1:0", "--metrics_listen=",
-       "--max_message_bytes=64MiB", "--grpc_memory_bytes=1MiB"},
+       "--max_message_bytes=64MiB", "--grpc_memory_bytes=48MiB"},
       absl::Seconds(30), /*wait_for_listening=*/false);
   ASSERT_TRUE(p.ok()) << p.status();
   const std::optional<int> exit = (*p)->WaitForExit(absl::Seconds(20));
   EXPECT_TRUE(exit.has_value() && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 2)
       << DescribeWaitStatus(exit);
-  EXPECT_THAT((*p)->Stderr(), HasSubstr("--grpc_memory_bytes=1MiB is smaller than"));
+  EXPECT_THAT((*p)->Stderr(), HasSubstr("--grpc_memory_bytes=48MiB is smaller than"));
 }
 
 }  // namespace

@@ -181,10 +181,10 @@ TEST_F(MetricsHttpLimitsTest, SlowHeaderClientsDoNotStarveHealthzAndAreCutOff) {
   }
 
   // Each slow client is cut off at the request deadline (2 s), not kept.
-  absl::SleepFor(kRequestTimeout + absl::Seconds(1) - (absl::Now() - start));
+  absl::SleepFor(kRequestTimeout + absl::Seconds(2) - (absl::Now() - start));
   for (auto& c : slow) c->Stop();
   for (int i = 0; i < kSlow; ++i) {
-    EXPECT_LT(slow[i]->cut_off_at() - start, kRequestTimeout + absl::Milliseconds(800))
+    EXPECT_LT(slow[i]->cut_off_at() - start, kRequestTimeout + absl::Milliseconds(1500))
         << "slow client " << i << " was still connected";
   }
 }
