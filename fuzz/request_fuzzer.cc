@@ -2,11 +2,12 @@
 // runs at Submit (server/request_checks.h) on arbitrary protobuf bytes: the
 // gRPC path. The first byte picks the RPC and the model's architecture; the
 // rest is parsed as that dikkat.v1 request. Never crashes, and whatever
-// converts and passes the check satisfies what the engine relies on: non-empty sequences of in-vocabulary
-// ids no longer than max_positions, at most max_batch_entries inputs, valid
-// sampling parameters, an answer within max_response_bytes. Accepted Encode
-// and Attention requests are then answered with synthetic results of the
-// right shapes through the response builders.
+// converts and passes the check satisfies what the engine relies on:
+// non-empty sequences of in-vocabulary ids no longer than max_positions, at
+// most max_batch_entries inputs, valid sampling parameters, an answer within
+// max_response_bytes. Accepted Encode and Attention requests are then
+// answered with synthetic results of the right shapes through the response
+// builders.
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -66,14 +66,15 @@ absl::Status CheckTextBytes(size_t bytes, absl::string_view field, const ModelLi
   const int64_t limit = TextByteLimit(limits);
   if (limit <= 0 || static_cast<int64_t>(bytes) <= limit) return absl::OkStatus();
   const std::string model = limits.config != nullptr ? limits.config->name : "";
-  return Invalid(absl::StrCat(
-      field, " has ", bytes, " bytes; model '", model, "' takes at most ", limit,
-      " bytes of text per field (--max_text_bytes",
-      limits.max_text_bytes > 0
-          ? ""
-          : absl::StrCat(", by default max_positions=", limits.config->max_positions, " x ",
-                         kTextBytesPerToken, " bytes"),
-      "), checked before tokenizing: shorten the text or send it in several calls"));
+  const std::string default_note =
+      limits.max_text_bytes > 0 ? ""
+                                : absl::StrCat(", by default max_positions=",
+                                               limits.config->max_positions, " x ",
+                                               kTextBytesPerToken, " bytes");
+  return Invalid(absl::StrCat(field, " has ", bytes, " bytes; model '", model, "' takes at most ",
+                              limit, " bytes of text per field (--max_text_bytes", default_note,
+                              "), checked before tokenizing: shorten the text or send it in "
+                              "several calls"));
 }
 
 absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,

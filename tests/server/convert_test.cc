@@ -172,7 +172,8 @@ TEST_F(ConvertTest, InvalidInputsNameTheField) {
   ExpectInvalid(Checked(ToAttentionRequest(attention, limits_)), {"input[1] = 259", "0..258"});
   *attention.mutable_input() = Text(std::string(17, 'a'));
   attention.mutable_input()->set_add_special_tokens(false);
-  ExpectInvalid(Checked(ToAttentionRequest(attention, limits_)), {"input has 17 tokens", "max_positions=16"});
+  ExpectInvalid(Checked(ToAttentionRequest(attention, limits_)),
+                {"input has 17 tokens", "max_positions=16"});
 }
 
 // ---- Generate ---------------------------------------------------------------
@@ -286,7 +287,8 @@ TEST_F(ConvertTest, GenerateRespectsTheArchitecture) {
   ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"decoder_prefix", "decoder-only"});
 
   Use(model::Architecture::kEncoderOnly);
-  ExpectInvalid(Checked(ToGenerateRequest(Prompt("abc"), limits_)), {"encoder-only", "cannot generate"});
+  ExpectInvalid(Checked(ToGenerateRequest(Prompt("abc"), limits_)),
+                {"encoder-only", "cannot generate"});
 
   Use(model::Architecture::kEncoderDecoder);
   auto out = Checked(ToGenerateRequest(r, limits_));
@@ -495,7 +497,8 @@ TEST_F(ConvertTest, AttentionRejectsInvalidRequests) {
   v1::AttentionRequest e;
   *e.mutable_input() = Text("ab");
   e.set_kind(v1::ATTENTION_KIND_SELF);
-  ExpectInvalid(Checked(ToAttentionRequest(e, limits_)), {"ATTENTION_KIND_SELF", "encoder-decoder"});
+  ExpectInvalid(Checked(ToAttentionRequest(e, limits_)),
+                {"ATTENTION_KIND_SELF", "encoder-decoder"});
   e.set_kind(v1::ATTENTION_KIND_DECODER_SELF);
   ExpectInvalid(Checked(ToAttentionRequest(e, limits_)), {"target is required"});
   e.set_kind(v1::ATTENTION_KIND_ENCODER_SELF);

@@ -142,7 +142,9 @@ class SlowClient {
 class MetricsHttpLimitsTest : public ::testing::Test {
  protected:
   // With the default limits.
-  void StartServer() { Listen(std::make_unique<MetricsHttpServer>(&metrics_, [] { return true; })); }
+  void StartServer() {
+    Listen(std::make_unique<MetricsHttpServer>(&metrics_, [] { return true; }));
+  }
   void StartServer(const MetricsHttpOptions& options) {
     Listen(std::make_unique<MetricsHttpServer>(&metrics_, [] { return true; }, options));
   }
@@ -246,7 +248,9 @@ TEST_F(MetricsHttpLimitsTest, OversizedHeadersAreRefused) {
   // 256 KiB of headers in 4 KiB lines, sent at once: past the 16 KiB
   // request budget the connection is closed without a 200.
   std::string request = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n";
-  for (int i = 0; i < 64; ++i) absl::StrAppend(&request, "X-Pad-", i, ": ", std::string(4096, 'p'), "\r\n");
+  for (int i = 0; i < 64; ++i) {
+    absl::StrAppend(&request, "X-Pad-", i, ": ", std::string(4096, 'p'), "\r\n");
+  }
   request += "\r\n";
   const Reply r = Exchange(port_, request);
   EXPECT_THAT(r.text, Not(HasSubstr("200 OK"))) << r.text.substr(0, 200);
