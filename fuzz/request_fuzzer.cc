@@ -1,11 +1,13 @@
-// Request validation and conversion (server/convert.h) on arbitrary protobuf
-// bytes. The first byte picks the RPC and the model's architecture; the rest
-// is parsed as that dikkat.v1 request. Never crashes, and whatever converts
-// satisfies what the engine relies on: non-empty sequences of in-vocabulary
-// ids no longer than max_positions, at most max_batch_entries inputs, valid
-// sampling parameters, an answer within max_response_bytes. Accepted Encode
-// and Attention requests are then answered with synthetic results of the
-// right shapes through the response builders.
+// Request conversion (server/convert.h) and the request check the engine
+// runs at Submit (server/request_checks.h) on arbitrary protobuf bytes: the
+// gRPC path. The first byte picks the RPC and the model's architecture; the
+// rest is parsed as that dikkat.v1 request. Never crashes, and whatever
+// converts and passes the check satisfies what the engine relies on:
+// non-empty sequences of in-vocabulary ids no longer than max_positions, at
+// most max_batch_entries inputs, valid sampling parameters, an answer within
+// max_response_bytes. Accepted Encode and Attention requests are then
+// answered with synthetic results of the right shapes through the response
+// builders.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,6 +19,7 @@
 #include "model/text/byte_tokenizer.h"
 #include "model/text/tokenizer.h"
 #include "server/convert.h"
+#include "server/request_checks.h"
 
 namespace {
 
@@ -71,7 +74,7 @@ void Generate(const std::string& bytes, const Model& m, const server::ModelLimit
   v1::GenerateRequest request;
   if (!request.ParseFromString(bytes)) return;
   absl::StatusOr<server::GenerateConversion> out = server::ToGenerateRequest(request, limits);
-  if (!out.ok()) return;
+  if (!out.ok() || !server::CheckGenerateRequest(out->request, m.config, m.options).ok()) return;
   const server::GenerateRequest& r = out->request;
   if (m.config.architecture == Architecture::kDecoderOnly) {
     CheckIds(r.prompt, m, "prompt", false);
@@ -102,7 +105,7 @@ void Encode(const std::string& bytes, const Model& m, const server::ModelLimits&
   v1::EncodeRequest request;
   if (!request.ParseFromString(bytes)) return;
   absl::StatusOr<server::EncodeRequest> r = server::ToEncodeRequest(request, limits);
-  if (!r.ok()) return;
+  if (!r.ok() || !server::CheckEncodeRequest(*r, m.config, m.options).ok()) return;
   DIKKAT_FUZZ_CHECK(!r->inputs.empty() &&
                         static_cast<int64_t>(r->inputs.size()) <= m.options.max_batch_entries,
                     "%zu inputs", r->inputs.size());
@@ -127,7 +130,7 @@ void Attention(const std::string& bytes, const Model& m, const server::ModelLimi
   v1::AttentionRequest request;
   if (!request.ParseFromString(bytes)) return;
   absl::StatusOr<server::AttentionRequest> r = server::ToAttentionRequest(request, limits);
-  if (!r.ok()) return;
+  if (!r.ok() || !server::CheckAttentionRequest(*r, m.config, m.options).ok()) return;
   CheckIds(r->input, m, "input", false);
   const bool needs_target = r->kind == server::AttentionKind::kDecoderSelf ||
                             r->kind == server::AttentionKind::kCross;

@@ -56,6 +56,27 @@ absl::StatusOr<AttentionKind> ToAttentionKind(v1::AttentionKind kind,
 
 // ---- inputs -----------------------------------------------------------------
 
+int64_t TextByteLimit(const ModelLimits& limits) {
+  if (limits.max_text_bytes > 0) return limits.max_text_bytes;
+  if (limits.config == nullptr || limits.config->max_positions <= 0) return 0;
+  return limits.config->max_positions * kTextBytesPerToken;
+}
+
+absl::Status CheckTextBytes(size_t bytes, absl::string_view field, const ModelLimits& limits) {
+  const int64_t limit = TextByteLimit(limits);
+  if (limit <= 0 || static_cast<int64_t>(bytes) <= limit) return absl::OkStatus();
+  const std::string model = limits.config != nullptr ? limits.config->name : "";
+  const std::string default_note =
+      limits.max_text_bytes > 0 ? ""
+                                : absl::StrCat(", by default max_positions=",
+                                               limits.config->max_positions, " x ",
+                                               kTextBytesPerToken, " bytes");
+  return Invalid(absl::StrCat(field, " has ", bytes, " bytes; model '", model, "' takes at most ",
+                              limit, " bytes of text per field (--max_text_bytes", default_note,
+                              "), checked before tokenizing: shorten the text or send it in "
+                              "several calls"));
+}
+
 absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,
                                                 bool default_add_special_tokens,
                                                 const ModelLimits& limits,
@@ -68,6 +89,8 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
         return Invalid(absl::StrCat(field, ".text is empty; give some text or ", field,
                                     ".tokens"));
       }
+      DIKKAT_RETURN_IF_ERROR(
+          CheckTextBytes(input.text().size(), absl::StrCat(field, ".text"), limits));
       const bool add_special = input.has_add_special_tokens() ? input.add_special_tokens()
                                                               : default_add_special_tokens;
       absl::StatusOr<model::Encoding> encoding = limits.tokenizer->Encode(input.text(), add_special);
@@ -146,8 +169,9 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
   r.sampling = ToSamplingParams(request.sampling(), top_logprobs);
 
   if (request.has_max_new_tokens()) {
-    // Set means explicit: 0 is an error here, not the engine's "default".
-    DIKKAT_RETURN_IF_ERROR(CheckMaxNewTokens(request.max_new_tokens(), options));
+    // Set means explicit: 0 is an error here (the wire's rule), not the
+    // engine's "default". Its range is the engine's check.
+    if (request.max_new_tokens() == 0) return CheckMaxNewTokens(0, options);
     r.max_new_tokens = request.max_new_tokens();
   } else {
     r.max_new_tokens = options.default_max_new_tokens;
@@ -156,7 +180,6 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
   r.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   r.ignore_eos = request.ignore_eos();
   r.include_stop_text = request.include_stop_text();
-  DIKKAT_RETURN_IF_ERROR(CheckGenerateRequest(r, config, options));
   return out;
 }
 
@@ -256,7 +279,6 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
     }
     r.type_ids = std::move(type_ids);
   }
-  DIKKAT_RETURN_IF_ERROR(CheckEncodeRequest(r, config, options));
   DIKKAT_RETURN_IF_ERROR(CheckResponseBytes(
       EstimateEncodeResponseBytes(r, config, request.output_dtype()), limits.max_response_bytes,
       "the Encode response",
@@ -328,7 +350,6 @@ absl::StatusOr<AttentionRequest> ToAttentionRequest(const v1::AttentionRequest& 
   }
   r.layers.assign(request.layers().begin(), request.layers().end());
   r.heads.assign(request.heads().begin(), request.heads().end());
-  DIKKAT_RETURN_IF_ERROR(CheckAttentionRequest(r, config, *limits.options));
   DIKKAT_RETURN_IF_ERROR(CheckResponseBytes(
       EstimateAttentionResponseBytes(r, config, request.output_dtype()), limits.max_response_bytes,
       "the Attention response",

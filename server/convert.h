@@ -2,10 +2,14 @@
 // engine's request/result structs (server/engine.h).
 //
 // The To*Request functions map a message to the engine's struct, rejecting
-// only what the wire form makes wrong (unset oneofs, unknown enum values,
-// text that does not tokenize, an explicit max_new_tokens of 0), and then run
-// the one request check (server/request_checks.h) and the response-size
-// limit: what they return is ready to submit.
+// what the wire form makes wrong (unset oneofs, unknown enum values, text
+// that does not tokenize, an explicit max_new_tokens of 0) and what must be
+// bounded before the work of conversion itself (text bytes before
+// tokenizing, the number of Encode inputs) or before the engine's (the
+// response size). The values' check against the model and the server's
+// limits (server/request_checks.h) is not repeated here: Engine::Submit*
+// runs it, once, for every caller, so what these return is ready to submit
+// and the engine answers INVALID_ARGUMENT for invalid values.
 //
 // Every function is pure (no gRPC call state, no engine): the service calls
 // them on gRPC threads and the tests call them directly. Invalid input gives
@@ -38,11 +42,30 @@ struct ModelLimits {
   // and Attention requests whose answer would be larger are refused before
   // any work is done (INVALID_ARGUMENT naming the size and the limit).
   int64_t max_response_bytes = 0;
+  // Largest text (bytes) of one request field, refused before it is
+  // tokenized; 0 = config->max_positions x kTextBytesPerToken (no limit when
+  // the model has no max_positions).
+  int64_t max_text_bytes = 0;
 };
+
+// The default text budget per token position: generous (English averages ~4
+// bytes per BPE token; the longest GPT-2 tokens are runs of 32-64 bytes), so
+// that a text refused by bytes would almost surely have been refused by its
+// token count too, only after seconds of tokenizing.
+inline constexpr int64_t kTextBytesPerToken = 32;
+
+// The text limit in effect for `limits` (0 = none).
+int64_t TextByteLimit(const ModelLimits& limits);
+
+// INVALID_ARGUMENT when `bytes` of text in `field` exceed TextByteLimit,
+// naming the field, both sizes and --max_text_bytes. Cheap: call it before
+// tokenizing.
+absl::Status CheckTextBytes(size_t bytes, absl::string_view field, const ModelLimits& limits);
 
 // ---- inputs -----------------------------------------------------------------
 
-// Text (tokenized, with special tokens unless the request says otherwise;
+// Text (checked against TextByteLimit, then tokenized, with special tokens
+// unless the request says otherwise;
 // `default_add_special_tokens` applies when add_special_tokens is unset) or
 // token ids (as given: their range and length are the request check's).
 // Never returns an empty sequence. `type_ids` (optional) receives the
@@ -56,8 +79,8 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
 
 // Unset optionals take their documented defaults (temperature, top_p and
 // repetition_penalty 1.0; seed random). `top_logprobs` is the request's value
-// after mapping "none" (-1 / unset) to 0. Not checked here: CheckGenerateRequest
-// runs model::Validate.
+// after mapping "none" (-1 / unset) to 0. Not checked here: the engine's
+// CheckGenerateRequest runs model::Validate.
 model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32_t top_logprobs);
 
 struct GenerateConversion {

@@ -15,10 +15,12 @@
 #include <string>
 #include "absl/strings/string_view.h"
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -76,7 +78,30 @@ ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "On SIGTERM/SIGINT: how long in-flight requests may run before they are cancelled.");
 ABSL_FLAG(absl::Duration, max_connection_age, absl::ZeroDuration(),
           "Close client connections after this age (GRPC_ARG_MAX_CONNECTION_AGE_MS) so that "
-          "clients re-resolve and rebalance across replicas; 0 = never.");
+          "clients re-resolve and rebalance across replicas; 0 = never. New calls go to a new "
+          "connection; calls in flight keep the old one for --max_connection_age_grace.");
+ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::InfiniteDuration(),
+          "With --max_connection_age: how long calls in flight on an aged connection may still "
+          "run before it is closed under them (GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS). The "
+          "default, inf, lets every generation finish.");
+ABSL_FLAG(absl::Duration, max_connection_idle, absl::Minutes(5),
+          "Close client connections that have had no call for this long "
+          "(GRPC_ARG_MAX_CONNECTION_IDLE_MS); clients reconnect on their next call. 0 = never.");
+ABSL_FLAG(absl::Duration, keepalive_time, absl::Minutes(1),
+          "Ping a client after this long without activity on its connection and close the "
+          "connection (cancelling its calls, which frees their KV cache) if the ping is not "
+          "answered within 20s (GRPC_ARG_KEEPALIVE_TIME_MS). 0 = no pings.");
+ABSL_FLAG(int32_t, max_concurrent_streams, 1024,
+          "Most calls open at once on one client connection (HTTP/2 "
+          "SETTINGS_MAX_CONCURRENT_STREAMS); further calls wait in the client until one ends.");
+ABSL_FLAG(ByteSize, grpc_memory_bytes, ByteSize{0},
+          "Memory the gRPC transport may use for all connections together (a "
+          "grpc::ResourceQuota); past it gRPC closes idle connections and then fails calls with "
+          "RESOURCE_EXHAUSTED. 0 = 4 x --max_message_bytes, at least 256MiB.");
+ABSL_FLAG(ByteSize, max_text_bytes, ByteSize{0},
+          "Largest text in one request field (Generate/Attention input, each Encode input, "
+          "Tokenize), refused with INVALID_ARGUMENT before it is tokenized. 0 = per model, "
+          "max_positions x 32 bytes.");
 ABSL_FLAG(ByteSize, max_message_bytes, ByteSize{64ll << 20},
           "Largest request message received, e.g. 64MiB; larger ones fail with "
           "RESOURCE_EXHAUSTED before they are parsed.");
@@ -147,6 +172,104 @@ EngineOptions OptionsFromFlags() {
 
 double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
+// Threads gRPC may start for synchronous handlers (server reflection; the
+// dikkat and health services are callback services and use none).
+constexpr int kMaxGrpcThreads = 32;
+// Clients may send a keepalive ping this often without data (gRPC's default
+// is one per 5 minutes: a client keepalive of 30 s would be disconnected as
+// abusive); faster pingers get GOAWAY after 2 strikes.
+constexpr int kMinClientPingIntervalMs = 10 * 1000;
+constexpr int kKeepaliveTimeoutMs = 20 * 1000;
+// The default transport memory is 4 x --max_message_bytes, but never less
+// than this: the quota covers every connection's read buffers, not only
+// large messages (a 16 KiB quota for --max_message_bytes=4KiB made gRPC
+// answer GOAWAY to ordinary calls). Explicit values below the second are
+// refused for the same reason.
+constexpr int64_t kDefaultMinGrpcMemoryBytes = 256ll << 20;
+constexpr int64_t kMinGrpcMemoryBytes = 32ll << 20;
+
+// The transport's limits on connections, from the flags (docs/security.md).
+struct TransportLimits {
+  int32_t max_concurrent_streams = 0;
+  absl::Duration max_connection_idle;
+  absl::Duration max_connection_age;
+  absl::Duration max_connection_age_grace;
+  absl::Duration keepalive_time;
+  int64_t memory_bytes = 0;
+};
+
+// INVALID_ARGUMENT names the flag.
+absl::StatusOr<TransportLimits> TransportLimitsFromFlags(int64_t max_message_bytes) {
+  TransportLimits t;
+  t.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  t.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
+  t.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
+  t.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
+  t.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
+  t.memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes).bytes;
+  if (t.memory_bytes == 0) {
+    t.memory_bytes = std::max<int64_t>(kDefaultMinGrpcMemoryBytes, 4 * max_message_bytes);
+  }
+  if (t.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError("--max_concurrent_streams must be >= 1");
+  }
+  for (const auto& [name, d] : {std::pair<const char*, absl::Duration>{"max_connection_idle",
+                                                                       t.max_connection_idle},
+                                {"max_connection_age", t.max_connection_age},
+                                {"max_connection_age_grace", t.max_connection_age_grace},
+                                {"keepalive_time", t.keepalive_time}}) {
+    if (d < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " must not be negative"));
+    }
+  }
+  if (t.memory_bytes < kMinGrpcMemoryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--grpc_memory_bytes=", FormatByteSize(t.memory_bytes), " is too small: the transport's "
+        "buffers for every connection come out of it; give at least ",
+        FormatByteSize(kMinGrpcMemoryBytes)));
+  }
+  if (t.memory_bytes < max_message_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--grpc_memory_bytes=", FormatByteSize(t.memory_bytes),
+        " is smaller than --max_message_bytes=", FormatByteSize(max_message_bytes),
+        ": one largest request could never be received"));
+  }
+  return t;
+}
+
+// A duration as a gRPC channel argument in milliseconds (infinite -> INT_MAX,
+// which gRPC reads as "never").
+int ChannelMs(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return INT_MAX;
+  return static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(d), 1, INT_MAX));
+}
+
+void SetConnectionLimits(const TransportLimits& t, grpc::ServerBuilder* builder) {
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, t.max_concurrent_streams);
+  if (t.max_connection_idle > absl::ZeroDuration()) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ChannelMs(t.max_connection_idle));
+  }
+  if (t.max_connection_age > absl::ZeroDuration()) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, ChannelMs(t.max_connection_age));
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                                ChannelMs(t.max_connection_age_grace));
+  }
+  if (t.keepalive_time > absl::ZeroDuration()) {
+    builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ChannelMs(t.keepalive_time));
+    builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+    // Keep pinging a client whose calls are queued or prefilling (no data
+    // for a while): gRPC stops after 2 pings without data by default.
+    builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                              kMinClientPingIntervalMs);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  grpc::ResourceQuota quota("dikkat-server");
+  quota.Resize(static_cast<size_t>(t.memory_bytes));
+  quota.SetMaxThreads(kMaxGrpcThreads);
+  builder->SetResourceQuota(quota);
+}
+
 // Loads every model; false (after printing why) if one fails.
 bool LoadModels(const std::vector<ModelSpec>& specs, const EngineOptions& options,
                 Metrics* metrics, ModelRegistry* registry, const dikkat::Notification& stop) {
@@ -211,6 +334,17 @@ int Run(int argc, char** argv) {
     int sig = 0;
     if (sigwait(&signals, &sig) == 0) g_received_signal = sig;
     g_stop.Notify();
+    // A second SIGTERM/SIGINT during the drain: the operator wants out now.
+    // Exit without running destructors (engine threads are still working),
+    // with the code a shell reports for a process killed by that signal.
+    if (sigwait(&signals, &sig) == 0) {
+      absl::FPrintF(stderr,
+                    "dikkat-server: second %s during the drain: exiting now (code %d), calls in "
+                    "flight are cut off\n",
+                    sig == SIGINT ? "SIGINT" : "SIGTERM", 128 + sig);
+      std::fflush(stderr);
+      std::_Exit(128 + sig);
+    }
   }).detach();
   dikkat::Notification& stop = g_stop;
 
@@ -238,6 +372,12 @@ int Run(int argc, char** argv) {
   const int64_t max_response = absl::GetFlag(FLAGS_max_response_bytes).bytes;
   if (max_response <= 0 || absl::GetFlag(FLAGS_max_message_bytes).bytes <= 0) {
     absl::FPrintF(stderr, "dikkat-server: --max_message_bytes and --max_response_bytes must be > 0\n");
+    return 2;
+  }
+  absl::StatusOr<TransportLimits> transport =
+      TransportLimitsFromFlags(absl::GetFlag(FLAGS_max_message_bytes).bytes);
+  if (!transport.ok()) {
+    absl::FPrintF(stderr, "dikkat-server: %s\n", transport.status().message());
     return 2;
   }
   const bool tls = !absl::GetFlag(FLAGS_tls_cert).empty();
@@ -282,6 +422,7 @@ int Run(int argc, char** argv) {
   ServiceOptions service_options;
   service_options.auth = auth->get();
   service_options.max_response_bytes = max_response;
+  service_options.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes).bytes;
   DikkatService service(&registry, &metrics, DIKKAT_VERSION, service_options);
   // Our own grpc.health.v1 service: NOT_SERVING from the moment the port
   // opens until the models are warm (gRPC's default one starts SERVING).
@@ -301,15 +442,7 @@ int Run(int argc, char** argv) {
   // The service refuses oversized answers with a clear error first; this is
   // the transport's backstop.
   builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(max_response, INT32_MAX)));
-  const absl::Duration max_age = absl::GetFlag(FLAGS_max_connection_age);
-  if (max_age > absl::ZeroDuration()) {
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
-                               static_cast<int>(absl::ToInt64Milliseconds(max_age)));
-    // Let calls in flight on an old connection finish before it is closed.
-    builder.AddChannelArgument(
-        GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
-        static_cast<int>(absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_grace_period))));
-  }
+  SetConnectionLimits(*transport, &builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     absl::FPrintF(stderr, "dikkat-server: cannot listen on %s\n", listen);

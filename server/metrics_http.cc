@@ -1,13 +1,24 @@
 #include "server/metrics_http.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <deque>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/sync.h"
 
 namespace dikkat::server {
 
@@ -27,8 +38,278 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& add
   return std::make_pair(host, port);
 }
 
-MetricsHttpServer::MetricsHttpServer(Metrics* metrics, std::function<bool()> healthy)
-    : metrics_(metrics), healthy_(std::move(healthy)) {}
+namespace {
+
+// Set on the accept thread while WorkerPool turns a connection away: the
+// connection's task then answers 503 and closes instead of serving.
+thread_local bool t_refuse_connection = false;
+
+constexpr int kListenBacklog = 128;
+
+constexpr char kBusyResponse[] =
+    "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: text/plain\r\n"
+    "Content-Length: 31\r\n\r\nmetrics port busy; retry later\n";
+
+// Workers for accepted connections: up to `max_workers` threads, started as
+// connections need them; up to `max_waiting` connections wait for a free
+// worker. Past that, enqueue runs the connection's task at once on the
+// accept thread with t_refuse_connection set, which answers 503 without
+// reading anything (httplib 0.11.4's TaskQueue cannot refuse a task, and the
+// task owns the socket).
+class WorkerPool final : public httplib::TaskQueue {
+ public:
+  WorkerPool(int max_workers, int max_waiting)
+      : max_workers_(std::max(max_workers, 1)), max_waiting_(std::max(max_waiting, 0)) {}
+  ~WorkerPool() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    {
+      dikkat::MutexLock lock(&mu_);
+      // Idle workers each take one queued job; the rest wait.
+      const int queued = static_cast<int>(jobs_.size());
+      bool accept = queued < idle_;
+      if (!accept && static_cast<int>(threads_.size()) < max_workers_) {
+        ++idle_;
+        threads_.emplace_back([this] { Work(); });
+        accept = true;
+      }
+      if (!accept) accept = queued - idle_ < max_waiting_;
+      if (accept) {
+        jobs_.push_back(std::move(fn));
+        return;
+      }
+    }
+    t_refuse_connection = true;
+    fn();
+    t_refuse_connection = false;
+  }
+
+  // Runs what is queued (each connection is bounded by its deadlines), then
+  // joins the workers. Idempotent.
+  void shutdown() override {
+    std::vector<std::thread> threads;
+    {
+      dikkat::MutexLock lock(&mu_);
+      shutdown_ = true;
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  void Work() {
+    dikkat::MutexLock lock(&mu_);
+    while (true) {
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !jobs_.empty() || shutdown_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (jobs_.empty()) return;  // shut down
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      --idle_;
+      mu_.Unlock();
+      job();
+      mu_.Lock();
+      ++idle_;
+    }
+  }
+
+  const int max_workers_;
+  const int max_waiting_;
+  dikkat::Mutex mu_;
+  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;  // workers not running a job
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+// One connection's socket as httplib reads and writes it, with the limits
+// httplib 0.11.4 lacks: the request must arrive within one deadline and one
+// byte budget (its own read timeout restarts at every byte, and it bounds
+// neither the number of header lines nor a line's length), and the response
+// must be written within the write timeout. Every wait also ends when
+// `stop_fd` becomes readable (the server is stopping).
+class ConnectionStream final : public httplib::Stream {
+ public:
+  ConnectionStream(int fd, int stop_fd, const MetricsHttpOptions& options)
+      : fd_(fd),
+        stop_fd_(stop_fd),
+        options_(options),
+        read_deadline_(absl::Now() + options.request_timeout) {}
+
+  bool is_readable() const override { return pos_ < len_ || Wait(POLLIN, read_deadline_); }
+
+  bool is_writable() const override { return Wait(POLLOUT, WriteDeadline()); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (pos_ == len_) {
+      const int64_t budget = options_.max_request_bytes - received_;
+      if (budget <= 0 || !Wait(POLLIN, read_deadline_)) return -1;
+      ssize_t n;
+      do {
+        n = recv(fd_, buffer_, std::min<size_t>(sizeof(buffer_), static_cast<size_t>(budget)), 0);
+      } while (n < 0 && errno == EINTR);
+      if (n <= 0) return n;
+      received_ += n;
+      pos_ = 0;
+      len_ = static_cast<size_t>(n);
+    }
+    const size_t n = std::min(size, len_ - pos_);
+    std::memcpy(ptr, buffer_ + pos_, n);
+    pos_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!Wait(POLLOUT, WriteDeadline())) return -1;
+    const ssize_t n = send(fd_, ptr, size, MSG_NOSIGNAL);
+    return n < 0 && errno == EINTR ? 0 : n;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) Describe(addr, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) Describe(addr, ip, port);
+  }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  static void Describe(const sockaddr_storage& addr, std::string& ip, int& port) {
+    char text[INET6_ADDRSTRLEN] = {};
+    if (addr.ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+      inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+      port = ntohs(in->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+      inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+      port = ntohs(in6->sin6_port);
+    }
+    ip = text;
+  }
+
+  // The response's deadline starts with its first write.
+  absl::Time WriteDeadline() const {
+    if (write_deadline_ == absl::InfiniteFuture()) {
+      write_deadline_ = absl::Now() + options_.write_timeout;
+    }
+    return write_deadline_;
+  }
+
+  // Whether `fd_` is ready for `events` before `deadline` (false on
+  // timeout, on a stop and on errors other than the peer hanging up, which
+  // read/write then report).
+  bool Wait(short events, absl::Time deadline) const {
+    while (true) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return false;
+      pollfd fds[2] = {{fd_, events, 0}, {stop_fd_, POLLIN, 0}};
+      const int ms = static_cast<int>(
+          std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
+                            60 * 1000));
+      const int ready = poll(fds, 2, ms);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0 || (fds[1].revents & POLLIN) != 0) return false;
+      if (fds[0].revents != 0) return (fds[0].revents & POLLNVAL) == 0;
+    }
+  }
+
+  const int fd_;
+  const int stop_fd_;
+  const MetricsHttpOptions& options_;
+  const absl::Time read_deadline_;
+  mutable absl::Time write_deadline_ = absl::InfiniteFuture();
+  int64_t received_ = 0;
+  char buffer_[4096];
+  size_t pos_ = 0;
+  size_t len_ = 0;
+};
+
+}  // namespace
+
+// httplib::Server whose connections are served one request each through a
+// ConnectionStream by a WorkerPool. process_and_close_socket is httplib's
+// (private, virtual) per-connection entry point, called by its accept loop
+// through the task queue; process_request (protected) parses the request,
+// routes it and writes the response.
+class MetricsHttpServer::BoundedServer final : public httplib::Server {
+ public:
+  explicit BoundedServer(const MetricsHttpOptions& options)
+      : options_(options), stop_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    new_task_queue = [this] { return new WorkerPool(options_.max_workers, options_.max_waiting); };
+    // Backstops for anything httplib reads itself: no body, no second
+    // request on the connection, socket timeouts like ours.
+    set_payload_max_length(0);
+    set_keep_alive_max_count(1);
+    set_read_timeout(absl::ToChronoSeconds(absl::Ceil(options.request_timeout, absl::Seconds(1))));
+    set_write_timeout(absl::ToChronoSeconds(absl::Ceil(options.write_timeout, absl::Seconds(1))));
+  }
+  ~BoundedServer() override {
+    if (stop_fd_ >= 0) close(stop_fd_);
+  }
+
+  // httplib 0.11.4 listens with a backlog of 5: a burst of connections
+  // (scrapes, probes, or clients holding connections open) beyond it waits
+  // for the clients' SYN retransmission, a second or more. Linux takes a
+  // second listen() on a listening socket as a new backlog.
+  void WidenBacklog() {
+    if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, kListenBacklog);
+  }
+
+  // Ends every wait of every connection, now and later: eventfd stays
+  // readable once written.
+  void EndConnections() {
+    const uint64_t one = 1;
+    if (stop_fd_ >= 0 && ::write(stop_fd_, &one, sizeof(one)) < 0) {
+      // Nothing to do: connections still end at their deadlines.
+    }
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    bool served = false;
+    if (t_refuse_connection) {
+      if (send(sock, kBusyResponse, sizeof(kBusyResponse) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+        // The client is gone or its buffer is full: closing says enough.
+      }
+    } else {
+      ConnectionStream stream(sock, stop_fd_, options_);
+      bool connection_closed = false;
+      served = process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+      LingeringClose(sock);
+    }
+    shutdown(sock, SHUT_RDWR);
+    close(sock);
+    return served;
+  }
+
+  // After the response: stop sending, then read what the client still
+  // sends (a refused body) for a moment, so that closing does not reset the
+  // connection before the client has read the answer.
+  void LingeringClose(socket_t sock) const {
+    shutdown(sock, SHUT_WR);
+    MetricsHttpOptions drain = options_;
+    drain.request_timeout = absl::Milliseconds(200);
+    drain.max_request_bytes = 64 << 10;
+    ConnectionStream rest(sock, stop_fd_, drain);
+    char sink[4096];
+    while (rest.read(sink, sizeof(sink)) > 0) {
+    }
+  }
+
+  const MetricsHttpOptions options_;
+  const int stop_fd_;
+};
+
+MetricsHttpServer::MetricsHttpServer(Metrics* metrics, std::function<bool()> healthy,
+                                     MetricsHttpOptions options)
+    : metrics_(metrics), healthy_(std::move(healthy)), options_(options) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
@@ -37,13 +318,30 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
   if (!host_port.ok()) return host_port.status();
   const auto& [host, port] = *host_port;
 
-  http_ = std::make_unique<httplib::Server>();
+  http_ = std::make_unique<BoundedServer>(options_);
   // httplib's default options add SO_REUSEPORT, which lets a second process
   // bind the same port and silently take half of the scrapes. Keep only
   // SO_REUSEADDR (restarts do not wait for TIME_WAIT).
   http_->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  // Runs after the headers, before any body is read: the port takes no
+  // input, so anything but a bodiless GET or HEAD is refused unread.
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.method != "GET" && req.method != "HEAD") {
+      res.status = 405;
+      res.set_header("Allow", "GET, HEAD");
+      res.set_content("only GET and HEAD are served here\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.has_header("Transfer-Encoding") ||
+        (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0")) {
+      res.status = 413;
+      res.set_content("requests to this port take no body\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
@@ -66,6 +364,7 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
     return absl::UnavailableError(
         absl::StrCat("cannot bind the metrics address ", address, " (in use or not local?)"));
   }
+  http_->WidenBacklog();
   thread_ = std::thread([server = http_.get()] { server->listen_after_bind(); });
   // httplib's stop() is a no-op until the accept loop runs; wait for it so
   // that an early Stop() cannot leave the thread listening forever.
@@ -75,6 +374,7 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
 
 void MetricsHttpServer::Stop() {
   if (http_ == nullptr) return;
+  http_->EndConnections();
   http_->stop();
   if (thread_.joinable()) thread_.join();
   http_.reset();

@@ -2,14 +2,14 @@
 // Attention request (the engine's structs, server/engine.h) are checked
 // against the model and the server's limits.
 //
-// server/convert.cc maps the wire messages to these structs (and rejects
-// only what the wire form alone makes wrong: unset oneofs, unknown enum
-// values, text that does not tokenize) and then calls the check, so an
-// invalid request never reaches the engine. Engine::Submit* call the same
-// check for callers that build the structs themselves (Warmup, benchmarks,
-// tests): on the gRPC path it runs twice, which costs O(tokens) and keeps
-// one set of rules and messages. Errors are INVALID_ARGUMENT whose message
-// names the field, the value and what is allowed.
+// Engine::Submit* run the check, once per request, whoever built it: the
+// gRPC service (server/convert.cc maps the wire messages to these structs
+// and rejects only what the wire form makes wrong and what must be bounded
+// before tokenizing), Warmup, benchmarks and tests. An invalid request is
+// refused by Submit* before it is queued. (convert.cc used to run the same
+// check before submitting, so on the gRPC path it ran twice.) Errors are
+// INVALID_ARGUMENT whose message names the field, the value and what is
+// allowed.
 //
 // Pure functions; thread-safe.
 #ifndef DIKKAT_SERVER_REQUEST_CHECKS_H_
@@ -39,8 +39,8 @@ absl::Status CheckMaxNewTokens(int32_t max_new_tokens, const EngineOptions& opti
 absl::Status CheckGenerateRequest(const GenerateRequest& request, const model::ModelConfig& config,
                                   const EngineOptions& options);
 
-// 1..max_batch_entries inputs: convert.cc checks it before any input is
-// tokenized (bound the work before doing it).
+// 1..max_batch_entries inputs: part of CheckEncodeRequest, and also run by
+// convert.cc before any input is tokenized (bound the work before doing it).
 absl::Status CheckEncodeInputCount(int64_t count, const EngineOptions& options);
 
 // Number of inputs, each input's length and ids, type_ids (empty or one list

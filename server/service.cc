@@ -54,7 +54,7 @@ void RunOnGrpcThread(std::function<void()> f) {
 
 ModelLimits LimitsOf(const Engine& engine, const ServiceOptions& options) {
   return ModelLimits{&engine.description().config, &engine.tokenizer(), &engine.options(),
-                     options.max_response_bytes};
+                     options.max_response_bytes, options.max_text_bytes};
 }
 
 // The estimates in convert.h refuse oversized answers before any work; this
@@ -617,6 +617,12 @@ grpc::ServerUnaryReactor* DikkatService::Tokenize(grpc::CallbackServerContext* c
   }
   absl::StatusOr<Engine*> engine = registry_->Find(request->model());
   if (!engine.ok()) return FinishInline(context, record, engine.status());
+  // Bound the work before doing it: the tokenizer runs on this gRPC thread.
+  if (absl::Status size = CheckTextBytes(request->text().size(), "text",
+                                         LimitsOf(**engine, options_));
+      !size.ok()) {
+    return FinishInline(context, record, size);
+  }
   const model::Tokenizer& tokenizer = (*engine)->tokenizer();
   absl::StatusOr<model::Encoding> encoding =
       tokenizer.Encode(request->text(), request->add_special_tokens());

@@ -42,6 +42,9 @@ struct ServiceOptions {
   // Largest response message; Encode and Attention calls whose answer would
   // be larger fail with INVALID_ARGUMENT before any work. 0 = no limit.
   int64_t max_response_bytes = 0;
+  // Largest text per request field, refused before tokenizing; 0 = per
+  // model (ModelLimits::max_text_bytes).
+  int64_t max_text_bytes = 0;
 };
 
 class DikkatService final : public v1::Dikkat::CallbackService {

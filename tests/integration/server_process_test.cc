@@ -1,12 +1,15 @@
 // The dikkat-server binary as a child process, driven through the client
 // library: health transitions from start-up to SERVING, a SIGTERM drain
 // (health NOT_SERVING, new requests UNAVAILABLE, in-flight streams finish,
-// exit 0), a drain whose grace period ends before the streams do, and
-// RESOURCE_EXHAUSTED with a retry hint when the queue is full.
+// exit 0), a drain whose grace period ends before the streams do, a second
+// SIGTERM that ends the drain at once, RESOURCE_EXHAUSTED with a retry hint
+// when the queue is full, and the transport's connection limits.
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
+#include <regex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +59,7 @@ class Streams {
       calls_.push_back(c.GenerateAsync(
           GreedyRequest(absl::StrCat("stream ", i), max_new_tokens),
           [r](const v1::GenerateResponse& chunk) {
+            if (r->tokens.load() == 0 && chunk.tokens_size() > 0) r->first_token_at = absl::Now();
             r->tokens += chunk.tokens_size();
             if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) r->finish = chunk.finish_reason();
             return true;
@@ -90,6 +94,7 @@ class Streams {
     v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
     absl::Status status;
     absl::Time ended_at = absl::InfiniteFuture();
+    absl::Time first_token_at = absl::InfiniteFuture();  // set before `tokens` moves
   };
   std::vector<Result>& results() { return results_; }
 
@@ -287,6 +292,99 @@ TEST(ServerProcessTest, FullQueueIsResourceExhaustedWithARetryHint) {
   EXPECT_TRUE(after.ok()) << after.status();
   server.Signal(SIGTERM);
   EXPECT_TRUE(ExitedCleanly(server.WaitForExit(absl::Seconds(20)))) << server.Logs();
+}
+
+TEST(ServerProcessTest, SecondSigtermDuringTheDrainForcesExit) {
+  // One sequence at a time, 64 queued: the drain has seconds of work (about
+  // 4 s on main for 32) and a grace period of minutes, so only the second
+  // signal can end it soon.
+  absl::StatusOr<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(
+      {"--model=" + ModelDir("tiny-lm"), "--listen=127.0.0.1:0", "--metrics_listen=",
+       "--kv_cache_bytes=16MiB", "--grace_period=300s", "--max_batch_size=1", "--threads=1"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ServerProcess& server = **p;
+  std::unique_ptr<client::Client> c = ClientFor(server.grpc_address(), absl::Seconds(60));
+  ASSERT_TRUE(WaitFor([&] { return HealthOf(*c) == "SERVING"; }, absl::Seconds(20)))
+      << server.Logs();
+  constexpr int kStreams = 64;
+  Streams streams(*c, kStreams, kLong);
+  ASSERT_TRUE(WaitFor([&] { return streams.results()[0].tokens.load() > 0 ||
+                                   streams.results()[1].tokens.load() > 0; },
+                      absl::Seconds(20)))
+      << server.Logs();
+  server.Signal(SIGTERM);
+  ASSERT_TRUE(server.WaitForOutput(std::regex("SIGTERM, draining"), absl::Seconds(10)))
+      << server.Logs();
+  const absl::Time second_at = absl::Now();
+  server.Signal(SIGTERM);
+  const std::optional<int> exit = server.WaitForExit(absl::Seconds(10));
+  ASSERT_TRUE(exit.has_value()) << "the second SIGTERM did not end the drain\n" << server.Logs();
+  EXPECT_LT(absl::Now() - second_at, absl::Seconds(3));
+  // Not a clean exit: the code a shell reports for a process SIGTERM killed.
+  EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 128 + SIGTERM)
+      << DescribeWaitStatus(exit) << "\n" << server.Logs();
+  EXPECT_THAT(server.Stderr(), HasSubstr("second SIGTERM during the drain: exiting now"));
+  ASSERT_TRUE(streams.WaitAll(absl::Seconds(20)));
+  int cut = 0;
+  for (const Streams::Result& r : streams.results()) cut += r.status.ok() ? 0 : 1;
+  EXPECT_GT(cut, 0) << "every stream finished: the drain was not cut short";
+}
+
+TEST(ServerProcessTest, ConnectionLimitsFromFlags) {
+  absl::StatusOr<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(
+      {"--model=" + ModelDir("tiny-lm"), "--listen=127.0.0.1:0", "--metrics_listen=",
+       "--kv_cache_bytes=16MiB", "--max_concurrent_streams=2", "--max_connection_idle=500ms",
+       "--threads=1"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ServerProcess& server = **p;
+
+  // 1. Two calls at once per connection: the client holds the third back
+  // until one of the first two has ended (without the limit the engine
+  // batches all three and they start together).
+  {
+    std::unique_ptr<client::Client> c = ClientFor(server.grpc_address(), absl::Seconds(60));
+    ASSERT_TRUE(WaitFor([&] { return HealthOf(*c) == "SERVING"; }, absl::Seconds(20)))
+        << server.Logs();
+    Streams streams(*c, 3, kLong);
+    ASSERT_TRUE(streams.WaitAll(absl::Seconds(60))) << server.Logs();
+    std::vector<Streams::Result>& r = streams.results();
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(r[i].status.ok()) << i << ": " << r[i].status;
+    // Whichever two went first, the last to start began after one ended.
+    std::vector<int> order = {0, 1, 2};
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return r[a].first_token_at < r[b].first_token_at; });
+    const absl::Time first_end = std::min(r[order[0]].ended_at, r[order[1]].ended_at);
+    EXPECT_GE(r[order[2]].first_token_at + absl::Milliseconds(20), first_end)
+        << "a third stream ran on a connection limited to two";
+  }
+
+  // 2. A connection without calls is closed after --max_connection_idle:
+  // the channel goes back to IDLE by itself.
+  auto channel = grpc::CreateChannel(server.grpc_address(), grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckRequest request;
+  Health response;
+  ASSERT_TRUE(health->Check(&context, request, &response).ok());
+  EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  EXPECT_TRUE(WaitFor([&] { return channel->GetState(false) == GRPC_CHANNEL_IDLE; },
+                      absl::Seconds(5)))
+      << "the idle connection was kept open";
+  server.Signal(SIGTERM);
+  EXPECT_TRUE(ExitedCleanly(server.WaitForExit(absl::Seconds(20)))) << server.Logs();
+}
+
+TEST(ServerProcessTest, InconsistentTransportFlagsStopTheServerAtStart) {
+  absl::StatusOr<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(
+      {"--model=" + ModelDir("tiny-lm"), "--listen=127.0.0.1:0", "--metrics_listen=",
+       "--max_message_bytes=64MiB", "--grpc_memory_bytes=48MiB"},
+      absl::Seconds(30), /*wait_for_listening=*/false);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::optional<int> exit = (*p)->WaitForExit(absl::Seconds(20));
+  EXPECT_TRUE(exit.has_value() && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 2)
+      << DescribeWaitStatus(exit);
+  EXPECT_THAT((*p)->Stderr(), HasSubstr("--grpc_memory_bytes=48MiB is smaller than"));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "model/cpu_isa.h"
 #include "model/text/byte_tokenizer.h"
 #include "model/text/tokenizer.h"
+#include "common/status_macros.h"
 
 namespace dikkat::server {
 namespace {
@@ -73,6 +74,21 @@ class ConvertTest : public ::testing::Test {
     const std::string message(result.status().message());
     for (const std::string& p : parts) EXPECT_THAT(message, HasSubstr(p));
   }
+  // What the gRPC path does with a request: conversion, then the engine's
+  // request check at Submit* (server/request_checks.h), which conversion
+  // leaves to the engine so that it runs once.
+  absl::StatusOr<GenerateConversion> Checked(absl::StatusOr<GenerateConversion> c) const {
+    if (c.ok()) DIKKAT_RETURN_IF_ERROR(CheckGenerateRequest(c->request, config_, options_));
+    return c;
+  }
+  absl::StatusOr<EncodeRequest> Checked(absl::StatusOr<EncodeRequest> r) const {
+    if (r.ok()) DIKKAT_RETURN_IF_ERROR(CheckEncodeRequest(*r, config_, options_));
+    return r;
+  }
+  absl::StatusOr<AttentionRequest> Checked(absl::StatusOr<AttentionRequest> r) const {
+    if (r.ok()) DIKKAT_RETURN_IF_ERROR(CheckAttentionRequest(*r, config_, options_));
+    return r;
+  }
   v1::GenerateRequest Prompt(const std::string& text) {
     v1::GenerateRequest r;
     *r.mutable_input() = Text(text);
@@ -84,6 +100,40 @@ class ConvertTest : public ::testing::Test {
   EngineOptions options_;
   ModelLimits limits_;
 };
+
+// ---- the request check runs once --------------------------------------------
+
+TEST_F(ConvertTest, ConversionLeavesTheValueChecksToTheEngine) {
+  // Values the wire form allows but the model or the server's limits do not
+  // are the engine's check (Engine::Submit*), run once per request: on main
+  // conversion ran it too, so the gRPC path checked every request twice.
+  v1::GenerateRequest g = Prompt("abc");
+  g.mutable_sampling()->set_top_p(1.5f);
+  g.add_stop_token_ids(1000);
+  absl::StatusOr<GenerateConversion> converted = ToGenerateRequest(g, limits_);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  ExpectInvalid(Checked(std::move(converted)), {"top_p"});
+
+  v1::EncodeRequest e;
+  *e.add_inputs() = Ids({1, 999});
+  ASSERT_TRUE(ToEncodeRequest(e, limits_).ok());
+  ExpectInvalid(Checked(ToEncodeRequest(e, limits_)), {"inputs[0][1] = 999"});
+
+  v1::AttentionRequest a;
+  *a.mutable_input() = Text("abc");
+  a.add_layers(7);
+  ASSERT_TRUE(ToAttentionRequest(a, limits_).ok());
+  ExpectInvalid(Checked(ToAttentionRequest(a, limits_)), {"layers[0] = 7"});
+
+  // What conversion still refuses itself: the wire's own rules and the
+  // bounds due before tokenizing.
+  g = Prompt("abc");
+  g.set_max_new_tokens(0);
+  ExpectInvalid(ToGenerateRequest(g, limits_), {"max_new_tokens = 0"});
+  v1::EncodeRequest many;
+  for (int i = 0; i < 4; ++i) *many.add_inputs() = Text("x");
+  ExpectInvalid(ToEncodeRequest(many, limits_), {"inputs has 4 entries"});
+}
 
 // ---- inputs -----------------------------------------------------------------
 
@@ -119,10 +169,11 @@ TEST_F(ConvertTest, InvalidInputsNameTheField) {
   // request has passed it.
   v1::AttentionRequest attention;
   *attention.mutable_input() = Ids({1, 259});
-  ExpectInvalid(ToAttentionRequest(attention, limits_), {"input[1] = 259", "0..258"});
+  ExpectInvalid(Checked(ToAttentionRequest(attention, limits_)), {"input[1] = 259", "0..258"});
   *attention.mutable_input() = Text(std::string(17, 'a'));
   attention.mutable_input()->set_add_special_tokens(false);
-  ExpectInvalid(ToAttentionRequest(attention, limits_), {"input has 17 tokens", "max_positions=16"});
+  ExpectInvalid(Checked(ToAttentionRequest(attention, limits_)),
+                {"input has 17 tokens", "max_positions=16"});
 }
 
 // ---- Generate ---------------------------------------------------------------
@@ -166,7 +217,7 @@ TEST_F(ConvertTest, InvalidSamplingFieldsAreRejected) {
     v1::GenerateRequest r = Prompt("ab");
     c.set(r.mutable_sampling());
     SCOPED_TRACE(c.field);
-    ExpectInvalid(ToGenerateRequest(r, limits_), {"sampling", c.field});
+    ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"sampling", c.field});
   }
 }
 
@@ -176,7 +227,7 @@ TEST_F(ConvertTest, GenerateDecoderOnly) {
   r.add_stop_token_ids(258);
   r.set_ignore_eos(true);
   r.set_top_logprobs(2);
-  auto out = ToGenerateRequest(r, limits_);
+  auto out = Checked(ToGenerateRequest(r, limits_));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_THAT(out->request.prompt, ElementsAre('a', 'b', 'c'));  // no <bos> by default
   EXPECT_TRUE(out->request.source.empty());
@@ -190,7 +241,7 @@ TEST_F(ConvertTest, GenerateDecoderOnly) {
 
   r.set_top_logprobs(-1);
   r.set_max_new_tokens(50);
-  out = ToGenerateRequest(r, limits_);
+  out = Checked(ToGenerateRequest(r, limits_));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_FALSE(out->want_logprobs);
   EXPECT_EQ(out->request.sampling.top_logprobs, 0);
@@ -200,50 +251,51 @@ TEST_F(ConvertTest, GenerateDecoderOnly) {
 TEST_F(ConvertTest, GenerateRejectsBadLimitsAndStops) {
   v1::GenerateRequest r = Prompt("abc");
   r.set_max_new_tokens(51);
-  ExpectInvalid(ToGenerateRequest(r, limits_), {"max_new_tokens = 51", "1..50"});
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"max_new_tokens = 51", "1..50"});
   r.set_max_new_tokens(0);
-  ExpectInvalid(ToGenerateRequest(r, limits_), {"max_new_tokens = 0"});
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"max_new_tokens = 0"});
   r.set_max_new_tokens(-3);
-  ExpectInvalid(ToGenerateRequest(r, limits_), {"max_new_tokens = -3"});
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"max_new_tokens = -3"});
 
   r = Prompt("abc");
   r.set_top_logprobs(21);
-  ExpectInvalid(ToGenerateRequest(r, limits_), {"top_logprobs = 21", "0..20"});
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"top_logprobs = 21", "0..20"});
   r.set_top_logprobs(-2);
-  ExpectInvalid(ToGenerateRequest(r, limits_), {"top_logprobs = -2"});
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"top_logprobs = -2"});
 
   r = Prompt("abc");
   r.add_stop("x");
   r.add_stop("");
-  ExpectInvalid(ToGenerateRequest(r, limits_), {"stop[1]", "empty"});
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"stop[1]", "empty"});
 
   r = Prompt("abc");
   r.add_stop_token_ids(1000);
-  ExpectInvalid(ToGenerateRequest(r, limits_), {"stop_token_ids[0] = 1000"});
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"stop_token_ids[0] = 1000"});
 
   // A prompt that fills the whole context leaves nothing to generate.
-  ExpectInvalid(ToGenerateRequest(Prompt(std::string(16, 'a')), limits_),
+  ExpectInvalid(Checked(ToGenerateRequest(Prompt(std::string(16, 'a')), limits_)),
                 {"input has 16 tokens", "max_positions=16"});
-  EXPECT_TRUE(ToGenerateRequest(Prompt(std::string(15, 'a')), limits_).ok());
+  EXPECT_TRUE(Checked(ToGenerateRequest(Prompt(std::string(15, 'a')), limits_)).ok());
 
   v1::GenerateRequest missing;
-  ExpectInvalid(ToGenerateRequest(missing, limits_), {"input is empty"});
+  ExpectInvalid(Checked(ToGenerateRequest(missing, limits_)), {"input is empty"});
 }
 
 TEST_F(ConvertTest, GenerateRespectsTheArchitecture) {
   v1::GenerateRequest r = Prompt("abc");
   *r.mutable_decoder_prefix() = Ids({1});
-  ExpectInvalid(ToGenerateRequest(r, limits_), {"decoder_prefix", "decoder-only"});
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"decoder_prefix", "decoder-only"});
 
   Use(model::Architecture::kEncoderOnly);
-  ExpectInvalid(ToGenerateRequest(Prompt("abc"), limits_), {"encoder-only", "cannot generate"});
+  ExpectInvalid(Checked(ToGenerateRequest(Prompt("abc"), limits_)),
+                {"encoder-only", "cannot generate"});
 
   Use(model::Architecture::kEncoderDecoder);
-  auto out = ToGenerateRequest(r, limits_);
+  auto out = Checked(ToGenerateRequest(r, limits_));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_THAT(out->request.source, ElementsAre('a', 'b', 'c'));
   EXPECT_THAT(out->request.prompt, ElementsAre(1));
-  out = ToGenerateRequest(Prompt("abc"), limits_);
+  out = Checked(ToGenerateRequest(Prompt("abc"), limits_));
   ASSERT_TRUE(out.ok());
   EXPECT_TRUE(out->request.prompt.empty());  // the engine starts from decoder_start
 }
@@ -293,7 +345,7 @@ TEST_F(ConvertTest, EncodeConvertsInputsAndDefaults) {
   *r.add_inputs() = Ids({7});
   r.set_return_hidden_states(true);
   r.set_hidden_layer(0);
-  auto out = ToEncodeRequest(r, limits_);
+  auto out = Checked(ToEncodeRequest(r, limits_));
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->inputs.size(), 2u);
   EXPECT_THAT(out->inputs[0], ElementsAre(257, 'a', 'b'));  // special tokens by default
@@ -304,7 +356,7 @@ TEST_F(ConvertTest, EncodeConvertsInputsAndDefaults) {
 
   r.set_pooling(v1::POOLING_FIRST);
   r.clear_hidden_layer();
-  out = ToEncodeRequest(r, limits_);
+  out = Checked(ToEncodeRequest(r, limits_));
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(out->pooling, model::Pooling::kFirst);
   EXPECT_EQ(out->hidden_layer, -1);
@@ -312,36 +364,36 @@ TEST_F(ConvertTest, EncodeConvertsInputsAndDefaults) {
 
 TEST_F(ConvertTest, EncodeRejectsInvalidRequests) {
   v1::EncodeRequest empty;
-  ExpectInvalid(ToEncodeRequest(empty, limits_), {"inputs is empty"});
+  ExpectInvalid(Checked(ToEncodeRequest(empty, limits_)), {"inputs is empty"});
 
   v1::EncodeRequest many;
   for (int i = 0; i < 4; ++i) *many.add_inputs() = Text("a");
-  ExpectInvalid(ToEncodeRequest(many, limits_), {"inputs has 4 entries", "at most 3"});
+  ExpectInvalid(Checked(ToEncodeRequest(many, limits_)), {"inputs has 4 entries", "at most 3"});
   // The count is refused before any input is tokenized or checked: an
   // invalid first input does not change the error.
   v1::EncodeRequest many_bad;
   *many_bad.add_inputs() = Ids({300});
   for (int i = 0; i < 3; ++i) *many_bad.add_inputs() = Text("a");
-  ExpectInvalid(ToEncodeRequest(many_bad, limits_), {"inputs has 4 entries", "at most 3"});
+  ExpectInvalid(Checked(ToEncodeRequest(many_bad, limits_)), {"inputs has 4 entries", "at most 3"});
 
   v1::EncodeRequest r;
   *r.add_inputs() = Text("a");
   *r.add_inputs() = Ids({300});
-  ExpectInvalid(ToEncodeRequest(r, limits_), {"inputs[1][0] = 300"});
+  ExpectInvalid(Checked(ToEncodeRequest(r, limits_)), {"inputs[1][0] = 300"});
 
   r.mutable_inputs(1)->mutable_tokens()->set_ids(0, 3);
   r.set_hidden_layer(3);
-  ExpectInvalid(ToEncodeRequest(r, limits_), {"hidden_layer = 3", "1..2"});
+  ExpectInvalid(Checked(ToEncodeRequest(r, limits_)), {"hidden_layer = 3", "1..2"});
   r.set_hidden_layer(-2);
-  ExpectInvalid(ToEncodeRequest(r, limits_), {"hidden_layer = -2"});
+  ExpectInvalid(Checked(ToEncodeRequest(r, limits_)), {"hidden_layer = -2"});
   r.set_hidden_layer(2);
-  EXPECT_TRUE(ToEncodeRequest(r, limits_).ok());
+  EXPECT_TRUE(Checked(ToEncodeRequest(r, limits_)).ok());
 
   r.set_pooling(static_cast<v1::Pooling>(9));
-  ExpectInvalid(ToEncodeRequest(r, limits_), {"pooling", "9"});
+  ExpectInvalid(Checked(ToEncodeRequest(r, limits_)), {"pooling", "9"});
   r.set_pooling(v1::POOLING_MEAN);
   r.set_output_dtype(static_cast<v1::DType>(7));
-  ExpectInvalid(ToEncodeRequest(r, limits_), {"output_dtype", "7"});
+  ExpectInvalid(Checked(ToEncodeRequest(r, limits_)), {"output_dtype", "7"});
 }
 
 TEST_F(ConvertTest, EncodeResponseEchoesIdsAndPacksTensors) {
@@ -375,7 +427,7 @@ TEST_F(ConvertTest, AttentionDefaultsAndLabels) {
   r.add_layers(1);
   r.add_heads(3);
   r.set_aggregation(v1::HEAD_AGGREGATION_MAX);
-  auto out = ToAttentionRequest(r, limits_);
+  auto out = Checked(ToAttentionRequest(r, limits_));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->kind, AttentionKind::kSelf);
   EXPECT_EQ(out->aggregation, HeadAggregation::kMax);
@@ -388,7 +440,7 @@ TEST_F(ConvertTest, AttentionDefaultsAndLabels) {
   r.clear_layers();
   r.add_layers(2);  // the decoder has 3 layers
   *r.mutable_target() = Ids({5, 6, 7});
-  out = ToAttentionRequest(r, limits_);
+  out = Checked(ToAttentionRequest(r, limits_));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->kind, AttentionKind::kCross);
   EXPECT_THAT(out->target, ElementsAre(5, 6, 7));
@@ -412,7 +464,7 @@ TEST_F(ConvertTest, AttentionDefaultsAndLabels) {
   r.set_kind(v1::ATTENTION_KIND_UNSPECIFIED);
   r.clear_target();
   r.clear_layers();
-  out = ToAttentionRequest(r, limits_);
+  out = Checked(ToAttentionRequest(r, limits_));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->kind, AttentionKind::kEncoderSelf);
 }
@@ -421,36 +473,37 @@ TEST_F(ConvertTest, AttentionRejectsInvalidRequests) {
   v1::AttentionRequest r;
   *r.mutable_input() = Text("ab");
   r.add_layers(2);
-  ExpectInvalid(ToAttentionRequest(r, limits_), {"layers[0] = 2", "0..1"});
+  ExpectInvalid(Checked(ToAttentionRequest(r, limits_)), {"layers[0] = 2", "0..1"});
   r.set_layers(0, 1);
   r.add_layers(1);
-  ExpectInvalid(ToAttentionRequest(r, limits_), {"layers[1] = 1", "repeated"});
+  ExpectInvalid(Checked(ToAttentionRequest(r, limits_)), {"layers[1] = 1", "repeated"});
   r.clear_layers();
   r.add_heads(4);
-  ExpectInvalid(ToAttentionRequest(r, limits_), {"heads[0] = 4", "0..3"});
+  ExpectInvalid(Checked(ToAttentionRequest(r, limits_)), {"heads[0] = 4", "0..3"});
   r.clear_heads();
   r.set_kind(v1::ATTENTION_KIND_CROSS);
-  ExpectInvalid(ToAttentionRequest(r, limits_),
+  ExpectInvalid(Checked(ToAttentionRequest(r, limits_)),
                 {"ATTENTION_KIND_CROSS", "encoder-decoder", "decoder-only"});
   r.set_kind(static_cast<v1::AttentionKind>(11));
-  ExpectInvalid(ToAttentionRequest(r, limits_), {"kind", "11"});
+  ExpectInvalid(Checked(ToAttentionRequest(r, limits_)), {"kind", "11"});
   r.set_kind(v1::ATTENTION_KIND_SELF);
   *r.mutable_target() = Text("x");
-  ExpectInvalid(ToAttentionRequest(r, limits_), {"target", "ATTENTION_KIND_SELF"});
+  ExpectInvalid(Checked(ToAttentionRequest(r, limits_)), {"target", "ATTENTION_KIND_SELF"});
   r.clear_target();
   r.set_aggregation(static_cast<v1::HeadAggregation>(5));
-  ExpectInvalid(ToAttentionRequest(r, limits_), {"aggregation", "5"});
+  ExpectInvalid(Checked(ToAttentionRequest(r, limits_)), {"aggregation", "5"});
 
   Use(model::Architecture::kEncoderDecoder);
   v1::AttentionRequest e;
   *e.mutable_input() = Text("ab");
   e.set_kind(v1::ATTENTION_KIND_SELF);
-  ExpectInvalid(ToAttentionRequest(e, limits_), {"ATTENTION_KIND_SELF", "encoder-decoder"});
+  ExpectInvalid(Checked(ToAttentionRequest(e, limits_)),
+                {"ATTENTION_KIND_SELF", "encoder-decoder"});
   e.set_kind(v1::ATTENTION_KIND_DECODER_SELF);
-  ExpectInvalid(ToAttentionRequest(e, limits_), {"target is required"});
+  ExpectInvalid(Checked(ToAttentionRequest(e, limits_)), {"target is required"});
   e.set_kind(v1::ATTENTION_KIND_ENCODER_SELF);
   e.add_layers(2);  // the encoder has 2 layers
-  ExpectInvalid(ToAttentionRequest(e, limits_), {"layers[0] = 2"});
+  ExpectInvalid(Checked(ToAttentionRequest(e, limits_)), {"layers[0] = 2"});
 }
 
 // ---- tensors ----------------------------------------------------------------

@@ -4,6 +4,8 @@
 // Encode/Attention answer with scripted tensors. It records what it was
 // asked (requests, cancellations) so tests can check the service's side of
 // the contract: submit, cancel on client cancel/deadline, error mapping.
+// Like the real engine (server/engine_submit.cc), Submit* run the request
+// check (server/request_checks.h) first: the service leaves it to the engine.
 #ifndef DIKKAT_TESTS_SERVER_FAKE_ENGINE_H_
 #define DIKKAT_TESTS_SERVER_FAKE_ENGINE_H_
 
@@ -22,6 +24,7 @@
 #include "model/text/byte_tokenizer.h"
 #include "model/text/tokenizer.h"
 #include "server/engine.h"
+#include "server/request_checks.h"
 
 namespace dikkat::server::testing {
 
@@ -39,6 +42,7 @@ class ThreadNotingTokenizer final : public model::Tokenizer {
   const model::SpecialTokens& special_tokens() const override { return inner_->special_tokens(); }
   absl::StatusOr<model::Encoding> Encode(std::string_view text,
                                          bool add_special_tokens) const override {
+    ++encode_calls_;
     return inner_->Encode(text, add_special_tokens);
   }
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
@@ -52,6 +56,7 @@ class ThreadNotingTokenizer final : public model::Tokenizer {
   bool IsSpecial(int32_t id) const override { return inner_->IsSpecial(id); }
 
   int64_t token_text_calls() const { return token_text_calls_.load(); }
+  int64_t encode_calls() const { return encode_calls_.load(); }
   int64_t token_text_calls_on_engine_thread() const {
     return token_text_calls_on_engine_thread_.load();
   }
@@ -59,6 +64,7 @@ class ThreadNotingTokenizer final : public model::Tokenizer {
  private:
   std::unique_ptr<model::Tokenizer> inner_;
   mutable std::atomic<int64_t> token_text_calls_{0};
+  mutable std::atomic<int64_t> encode_calls_{0};
   mutable std::atomic<int64_t> token_text_calls_on_engine_thread_{0};
 };
 
@@ -169,6 +175,9 @@ class FakeEngine final : public Engine {
 
   absl::StatusOr<RequestId> SubmitGenerate(GenerateRequest request,
                                            std::shared_ptr<GenerateObserver> observer) override {
+    if (absl::Status s = CheckGenerateRequest(request, description_.config, options_); !s.ok()) {
+      return s;
+    }
     dikkat::MutexLock lock(&mu_);
     ++submits_;
     if (!submit_error_.ok()) return submit_error_;
@@ -185,6 +194,9 @@ class FakeEngine final : public Engine {
   }
 
   absl::StatusOr<RequestId> SubmitEncode(EncodeRequest request, EncodeCallback done) override {
+    if (absl::Status s = CheckEncodeRequest(request, description_.config, options_); !s.ok()) {
+      return s;
+    }
     dikkat::MutexLock lock(&mu_);
     ++submits_;
     if (!submit_error_.ok()) return submit_error_;
@@ -213,6 +225,9 @@ class FakeEngine final : public Engine {
 
   absl::StatusOr<RequestId> SubmitAttention(AttentionRequest request,
                                             AttentionCallback done) override {
+    if (absl::Status s = CheckAttentionRequest(request, description_.config, options_); !s.ok()) {
+      return s;
+    }
     dikkat::MutexLock lock(&mu_);
     ++submits_;
     if (!submit_error_.ok()) return submit_error_;

@@ -1,11 +1,14 @@
 // HealthService over a real in-process gRPC server (127.0.0.1:0): the state
 // before SetServing, Check of known and unknown services, Watch updates,
-// Shutdown ending watch streams, and a client leaving a watch.
+// Shutdown ending watch streams, a client leaving a watch, and the limits
+// (request size, names not echoed, unknown-service watches end, watchers
+// bounded).
 #include "server/health_service.h"
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -120,14 +123,104 @@ TEST_F(HealthServiceTest, WatchSendsEveryChangeAndEndsOnShutdown) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
-TEST_F(HealthServiceTest, WatchOfAnUnknownServiceSaysSoAndStaysOpen) {
+TEST_F(HealthServiceTest, WatchOfAnUnknownServiceSaysSoAndEnds) {
+  // The protocol keeps such a stream open in case the service becomes
+  // known; this server's services never change, so it ends the stream
+  // instead of holding the request (and its name) for as long as the client
+  // likes (it used to stay open until the client left).
   grpc::ClientContext context;
   auto reader = Watch("no.such.Service", &context, HealthCheckResponse::SERVICE_UNKNOWN);
   HealthCheckResponse r;
-  health_.SetServing(true);  // not this service's business: nothing sent
-  health_.Shutdown();
   EXPECT_FALSE(reader->Read(&r));
-  EXPECT_TRUE(reader->Finish().ok());
+  const grpc::Status end = reader->Finish();
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(end.error_message().find("no.such.Service"), std::string::npos) << end.error_message();
+}
+
+TEST_F(HealthServiceTest, OversizedRequestsAreRefusedAndNamesNotEchoed) {
+  health_.SetServing(true);
+  // A 4 KiB name: refused by size, whether Check or Watch.
+  const std::string huge(4096, 'n');
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  EXPECT_EQ(Check(huge, &code), -1);
+  EXPECT_EQ(code, grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    HealthCheckRequest request;
+    request.set_service(huge);
+    auto reader = stub_->Watch(&context, request);
+    HealthCheckResponse r;
+    EXPECT_FALSE(reader->Read(&r));
+    const grpc::Status end = reader->Finish();
+    EXPECT_EQ(end.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(end.error_message().find("at most 1024"), std::string::npos) << end.error_message();
+  }
+  // Unknown names are not echoed back (they used to be, whatever their size).
+  grpc::ClientContext context;
+  HealthCheckRequest request;
+  request.set_service("not-a-service-" + std::string(500, 'x'));
+  HealthCheckResponse response;
+  const grpc::Status s = stub_->Check(&context, request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message().find("not-a-service"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("'dikkat.v1.Dikkat'"), std::string::npos) << s.error_message();
+  // Known names still work.
+  EXPECT_EQ(Check("dikkat.v1.Dikkat"), HealthCheckResponse::SERVING);
+}
+
+TEST(HealthServiceLimitsTest, WatchStreamsAreBounded) {
+  HealthLimits limits;
+  limits.max_watchers = 2;
+  HealthService health({"dikkat.v1.Dikkat"}, limits);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&health);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = Health::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto open = [&](grpc::ClientContext* context) {
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    HealthCheckRequest request;
+    return stub->Watch(context, request);
+  };
+  grpc::ClientContext c1, c2, c3, c4;
+  auto w1 = open(&c1);
+  auto w2 = open(&c2);
+  HealthCheckResponse r;
+  ASSERT_TRUE(w1->Read(&r));
+  ASSERT_TRUE(w2->Read(&r));
+  auto w3 = open(&c3);
+  EXPECT_FALSE(w3->Read(&r));
+  EXPECT_EQ(w3->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // A watcher that leaves frees its place.
+  c1.TryCancel();
+  while (w1->Read(&r)) {
+  }
+  w1->Finish();
+  bool reopened = false;
+  for (int attempt = 0; attempt < 50 && !reopened; ++attempt) {
+    grpc::ClientContext context;
+    auto w = open(&context);
+    reopened = w->Read(&r);
+    context.TryCancel();
+    while (w->Read(&r)) {
+    }
+    w->Finish();
+    if (!reopened) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(reopened) << "a place freed by a watcher that left was not reused";
+  // Check is never limited by watchers.
+  grpc::ClientContext check;
+  HealthCheckRequest request;
+  EXPECT_TRUE(stub->Check(&check, request, &r).ok());
+  health.Shutdown();
+  while (w2->Read(&r)) {
+  }
+  EXPECT_TRUE(w2->Finish().ok());
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
 TEST_F(HealthServiceTest, ManyWatchersAndOnesThatLeave) {

@@ -43,6 +43,14 @@ class LimitsTest : public ::testing::Test {
     return r;
   }
 
+  // Conversion, then the request check the engine runs at Submit: the
+  // gRPC path (the stop limits are the engine's check).
+  absl::Status ConvertAndCheck(const v1::GenerateRequest& request) const {
+    absl::StatusOr<GenerateConversion> c = ToGenerateRequest(request, limits_);
+    if (!c.ok()) return c.status();
+    return CheckGenerateRequest(c->request, config_, options_);
+  }
+
   model::ModelConfig config_;
   std::unique_ptr<model::Tokenizer> tokenizer_;
   EngineOptions options_;
@@ -123,7 +131,7 @@ TEST_F(LimitsTest, StopConditionsAreBounded) {
   // The fuzzer's first byte chose the RPC (Generate) and the model.
   ASSERT_TRUE(fuzzed.ParseFromString(bytes.str().substr(1)));
   ASSERT_EQ(fuzzed.stop_token_ids_size(), 65);
-  absl::Status s = ToGenerateRequest(fuzzed, limits_).status();
+  absl::Status s = ConvertAndCheck(fuzzed);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()),
               AllOf(HasSubstr("stop_token_ids has 65 entries"), HasSubstr("at most 32")));
@@ -132,15 +140,73 @@ TEST_F(LimitsTest, StopConditionsAreBounded) {
   request.mutable_input()->set_text("hello");
   for (int i = 0; i < 32; ++i) request.add_stop_token_ids(i);
   for (int i = 0; i < 16; ++i) request.add_stop(std::string(256, 'a' + i % 26));
-  EXPECT_TRUE(ToGenerateRequest(request, limits_).ok());
+  EXPECT_TRUE(ConvertAndCheck(request).ok());
   v1::GenerateRequest more = request;
   more.add_stop("one too many");
-  EXPECT_THAT(std::string(ToGenerateRequest(more, limits_).status().message()),
+  EXPECT_THAT(std::string(ConvertAndCheck(more).message()),
               HasSubstr("stop has 17 strings; at most 16"));
   more = request;
   more.set_stop(3, std::string(257, 'x'));
-  EXPECT_THAT(std::string(ToGenerateRequest(more, limits_).status().message()),
+  EXPECT_THAT(std::string(ConvertAndCheck(more).message()),
               HasSubstr("stop[3] has 257 bytes; at most 256"));
+}
+
+// Counts Encode calls of the byte tokenizer it wraps.
+class CountingTokenizer final : public model::Tokenizer {
+ public:
+  CountingTokenizer() : inner_(model::MakeByteTokenizer()) {}
+  std::string kind() const override { return inner_->kind(); }
+  int32_t vocab_size() const override { return inner_->vocab_size(); }
+  const model::SpecialTokens& special_tokens() const override { return inner_->special_tokens(); }
+  absl::StatusOr<model::Encoding> Encode(std::string_view text, bool add_special) const override {
+    ++encodes_;
+    return inner_->Encode(text, add_special);
+  }
+  std::string Decode(const std::vector<int32_t>& ids, bool skip) const override {
+    return inner_->Decode(ids, skip);
+  }
+  std::string TokenText(int32_t id) const override { return inner_->TokenText(id); }
+  bool IsSpecial(int32_t id) const override { return inner_->IsSpecial(id); }
+  int encodes() const { return encodes_; }
+
+ private:
+  std::unique_ptr<model::Tokenizer> inner_;
+  mutable int encodes_ = 0;
+};
+
+TEST_F(LimitsTest, TextBytesAreRefusedBeforeTokenizing) {
+  CountingTokenizer counting;
+  ModelLimits limits = limits_;
+  limits.tokenizer = &counting;
+  // Default: max_positions=512 x 32 bytes per token = 16384 bytes per field.
+  EXPECT_EQ(TextByteLimit(limits), 512 * kTextBytesPerToken);
+  v1::GenerateRequest generate;
+  generate.mutable_input()->set_text(std::string(16385, 'a'));
+  absl::Status s = ToGenerateRequest(generate, limits).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("input.text has 16385 bytes"), HasSubstr("at most 16384"),
+                    HasSubstr("--max_text_bytes"), HasSubstr("max_positions=512 x 32"),
+                    HasSubstr("before tokenizing")));
+  EXPECT_EQ(counting.encodes(), 0);
+
+  // The operator's limit, on every text field.
+  limits.max_text_bytes = 100;
+  v1::EncodeRequest encode;
+  encode.add_inputs()->set_text("short");
+  encode.add_inputs()->set_text(std::string(101, 'b'));
+  s = ToEncodeRequest(encode, limits).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("inputs[1].text has 101 bytes"), HasSubstr("at most 100"),
+                    HasSubstr("(--max_text_bytes)")));
+  v1::AttentionRequest attention;
+  attention.mutable_input()->set_text(std::string(101, 'c'));
+  s = ToAttentionRequest(attention, limits).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("input.text has 101 bytes"));
+  EXPECT_EQ(counting.encodes(), 1) << "only the short Encode input may be tokenized";
+  EXPECT_TRUE(CheckTextBytes(100, "text", limits).ok());
+  EXPECT_FALSE(CheckTextBytes(101, "text", limits).ok());
 }
 
 }  // namespace

@@ -259,7 +259,10 @@ TEST_F(ServiceTest, OverloadMapsToResourceExhaustedWithRetryHint) {
   EXPECT_THAT(Scrape(), HasSubstr("dikkat_request_failures_total{model=\"lm\",reason=\"overloaded\"} 2"));
 }
 
-TEST_F(ServiceTest, InvalidRequestsNeverReachTheEngine) {
+// Invalid values are refused by the engine's Submit check, before anything
+// is queued (the fake engine checks like the real one and counts only what
+// it accepted).
+TEST_F(ServiceTest, InvalidRequestsAreNeverQueued) {
   v1::GenerateRequest request;
   request.set_model("lm");
   request.mutable_input()->mutable_tokens()->add_ids(1);
@@ -436,6 +439,37 @@ TEST_F(ServiceTest, ModelInfoTokenizeDetokenize) {
   bad = stub_->Detokenize(&c7, detok, &text);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad.error_message(), HasSubstr("ids[3] = -4"));
+}
+
+TEST_F(ServiceTest, TextIsBoundedBeforeTokenizing) {
+  // The fake model has max_positions=32: by default 32 x 32 = 1024 bytes of
+  // text per field. Past it, Tokenize and Generate refuse without running
+  // the tokenizer (Tokenize used to take anything up to the message limit
+  // and tokenize it on the gRPC thread; Generate refused only after).
+  const int64_t encodes = lm_->noting_tokenizer().encode_calls();
+  v1::TokenizeRequest tok;
+  tok.set_text(std::string(1025, 'x'));
+  v1::TokenizeResponse tokens;
+  grpc::ClientContext c1;
+  grpc::Status s = stub_->Tokenize(&c1, tok, &tokens);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("text has 1025 bytes"));
+  EXPECT_THAT(s.error_message(), HasSubstr("at most 1024 bytes"));
+  EXPECT_THAT(s.error_message(), HasSubstr("--max_text_bytes"));
+  EXPECT_EQ(tokens.ids_size(), 0);
+
+  grpc::ClientContext c2;
+  const StreamResult r = ReadAll(Prompt(std::string(1025, 'y')), &c2);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("input.text has 1025 bytes"));
+  EXPECT_EQ(lm_->noting_tokenizer().encode_calls(), encodes) << "tokenized before refusing";
+  EXPECT_EQ(lm_->submits(), 0);
+
+  // At the limit, Tokenize works (and may return more ids than a model input takes).
+  tok.set_text(std::string(1024, 'x'));
+  grpc::ClientContext c3;
+  ASSERT_TRUE(stub_->Tokenize(&c3, tok, &tokens).ok());
+  EXPECT_EQ(tokens.ids_size(), 1024);
 }
 
 }  // namespace
