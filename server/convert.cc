@@ -16,9 +16,6 @@ namespace dikkat::server {
 namespace {
 
 static_assert(sizeof(float) == 4, "float must be IEEE 754 binary32");
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "ToProtoTensor writes host-order bytes; the wire format is little-endian"
-#endif
 
 absl::Status Invalid(std::string message) {
   return absl::InvalidArgumentError(std::move(message));
