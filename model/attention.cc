@@ -2,7 +2,20 @@
 
 #include <cmath>
 
-#include <ATen/ATen.h>
+#include <ATen/ops/addmv.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cos.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/mv.h>
+#include <ATen/ops/outer.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/sin.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/TensorOperators.h>
+#include <limits>
 
 #include "model/cpu_kernels.h"
 #include "model/kv_cache.h"

@@ -1,6 +1,6 @@
 #include "model/forward_batch.h"
 
-#include <ATen/ATen.h>
+#include <ATen/ops/tensor.h>
 
 namespace dikkat::model {
 

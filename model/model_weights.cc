@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"

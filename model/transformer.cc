@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <utility>
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"

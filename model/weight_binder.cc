@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

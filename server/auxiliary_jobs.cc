@@ -1,6 +1,7 @@
 #include "server/auxiliary_jobs.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/tensor.h>
 
 #include <algorithm>
 #include <exception>

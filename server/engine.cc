@@ -15,7 +15,7 @@
 //     result (OnFinish / done), and never after.
 #include "server/engine.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>

@@ -108,6 +108,13 @@ ABSL_FLAG(ByteSize, max_message_bytes, ByteSize{64ll << 20},
 ABSL_FLAG(ByteSize, max_response_bytes, ByteSize{64ll << 20},
           "Largest response message sent. Encode and Attention calls whose answer would be "
           "larger fail with INVALID_ARGUMENT before any work is done.");
+ABSL_FLAG(ByteSize, max_stream_pending_bytes, ByteSize{4ll << 20},
+          "Generate output held for one stream whose client does not read (one write is in "
+          "flight; the rest waits). Past it the generation is cancelled and the call ended. "
+          "0 = no limit.");
+ABSL_FLAG(ByteSize, max_pending_output_bytes, ByteSize{256ll << 20},
+          "Generate output held for all such streams together; the stream that would pass it "
+          "is cut the same way. 0 = no limit.");
 ABSL_FLAG(int32_t, max_batch_entries, 64, "Most inputs one Encode call may carry.");
 ABSL_FLAG(int64_t, max_attention_values, 16ll << 20,
           "Most attention weights (layers x heads x queries x keys) one Attention call may "
@@ -423,6 +430,8 @@ int Run(int argc, char** argv) {
   service_options.auth = auth->get();
   service_options.max_response_bytes = max_response;
   service_options.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes).bytes;
+  service_options.max_stream_pending_bytes = absl::GetFlag(FLAGS_max_stream_pending_bytes).bytes;
+  service_options.max_pending_bytes = absl::GetFlag(FLAGS_max_pending_output_bytes).bytes;
   DikkatService service(&registry, &metrics, DIKKAT_VERSION, service_options);
   // Our own grpc.health.v1 service: NOT_SERVING from the moment the port
   // opens until the models are warm (gRPC's default one starts SERVING).

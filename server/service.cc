@@ -94,6 +94,16 @@ class CallRecord {
 
 class GenerateReactor;
 
+// What a chunk costs while it is held: its text, and per token the id, the
+// log-probability and the alternatives (as structs; the message is smaller).
+int64_t ChunkBytes(const GeneratedChunk& chunk) {
+  int64_t bytes = static_cast<int64_t>(sizeof(GeneratedChunk) + chunk.text.size());
+  for (const GeneratedToken& t : chunk.tokens) {
+    bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
+  }
+  return bytes;
+}
+
 // The engine's handle on one Generate call. The engine may keep its
 // shared_ptr after OnFinish; the reactor it points to stays alive until
 // OnFinish has returned (the engine holds one of the reactor's two owner
@@ -115,9 +125,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
  public:
   GenerateReactor(grpc::CallbackServerContext* context, const ModelRegistry* registry,
                   Metrics* metrics, const ServiceOptions& options,
-                  const v1::GenerateRequest& request, const absl::Status& authenticated)
+                  const v1::GenerateRequest& request, const absl::Status& authenticated,
+                  std::atomic<int64_t>* all_pending)
       : context_(context),
-        record_(metrics, std::string(registry->ResolveName(request.model())), Rpc::kGenerate) {
+        record_(metrics, std::string(registry->ResolveName(request.model())), Rpc::kGenerate),
+        max_stream_pending_(options.max_stream_pending_bytes),
+        max_all_pending_(options.max_pending_bytes),
+        all_pending_(all_pending) {
     if (!authenticated.ok()) {
       FinishNow(ToGrpcStatus(authenticated));
       return;
@@ -125,13 +139,36 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     Start(registry, options, request);
   }
 
-  // Engine thread: keep the chunk; a gRPC thread puts it in a message.
+  // Engine thread: keep the chunk; a gRPC thread puts it in a message. A
+  // client that does not read makes the kept output grow (one write is in
+  // flight at a time): past the stream's or the server's bound the stream is
+  // cut instead of holding more.
   void OnEngineChunk(GeneratedChunk chunk) {
     bool hop = false;
+    bool cut = false;
+    const int64_t bytes = ChunkBytes(chunk);
     {
       dikkat::MutexLock lock(&mu_);
-      chunks_.push_back(std::move(chunk));
-      hop = NeedsHopLocked();
+      if (slow_reader_) return;  // being cut; the engine stops soon
+      const int64_t all = all_pending_->fetch_add(bytes, std::memory_order_relaxed) + bytes;
+      pending_bytes_ += bytes;
+      if ((max_stream_pending_ > 0 && pending_bytes_ > max_stream_pending_) ||
+          (max_all_pending_ > 0 && all > max_all_pending_)) {
+        slow_reader_ = true;
+        cut = true;
+      } else {
+        chunks_.push_back(std::move(chunk));
+        hop = NeedsHopLocked();
+      }
+      if (cut) {
+        all_pending_->fetch_sub(bytes, std::memory_order_relaxed);
+        pending_bytes_ -= bytes;
+      }
+    }
+    if (cut) {
+      CancelEngineRequest();
+      context_->TryCancel();  // fails the write in flight: OnWriteDone(false), OnCancel
+      return;
     }
     if (hop) PumpOnGrpcThread();
   }
@@ -154,7 +191,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
           break;
         }
         case FinishReason::kCancelled:
-          if (cancel_requested_) {
+          if (slow_reader_) {
+            status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                  "the client did not read its stream: the output held for it "
+                                  "passed the server's bound");
+            final_message = false;  // nobody is reading
+          } else if (cancel_requested_) {
             status = ToGrpcStatus(CancelledByDeadline(absl::CancelledError("the call was cancelled"),
                                                       deadline_));
             final_message = false;  // nobody is listening
@@ -265,6 +307,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       chunks.swap(chunks_);
       summary.swap(summary_);
       if (write) echo_ids.swap(echo_ids_);
+      // Held until the write completes (OnWriteDone) or the call ends.
+      in_flight_bytes_ = pending_bytes_;
+      pending_bytes_ = 0;
       if (final_status_.has_value()) {  // this is the last operation
         finish = final_status_;
         finish_called_ = true;
@@ -309,6 +354,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       dikkat::MutexLock lock(&mu_);
       write_in_flight_ = false;
       if (!ok) write_failed_ = true;
+      all_pending_->fetch_sub(in_flight_bytes_, std::memory_order_relaxed);
+      in_flight_bytes_ = 0;
     }
     if (!ok) CancelEngineRequest();
     Pump();
@@ -317,7 +364,15 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Client cancel, disconnect, or the deadline passing.
   void OnCancel() override { CancelEngineRequest(); }
 
-  void OnDone() override { Release(); }
+  void OnDone() override {
+    {
+      dikkat::MutexLock lock(&mu_);
+      // Whatever is still held: a finished call writes nothing more.
+      all_pending_->fetch_sub(pending_bytes_ + in_flight_bytes_, std::memory_order_relaxed);
+      pending_bytes_ = in_flight_bytes_ = 0;
+    }
+    Release();
+  }
 
  public:
   // The reactor has two owners: gRPC (until OnDone) and the engine (until
@@ -338,6 +393,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   Engine* engine_ = nullptr;  // not owned; set before submitting
   bool want_logprobs_ = false;
   absl::Time deadline_ = absl::InfiniteFuture();
+  const int64_t max_stream_pending_;   // 0 = no limit
+  const int64_t max_all_pending_;      // 0 = no limit
+  std::atomic<int64_t>* const all_pending_;  // the service's; outlives every reactor
 
   // The message being written: built by the one Pump() that reserved the
   // write (write_in_flight_ or finish_called_), untouched until OnWriteDone.
@@ -355,6 +413,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(mu_);  // set once the engine is done
   bool submitted_ ABSL_GUARDED_BY(mu_) = false;
   bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool slow_reader_ ABSL_GUARDED_BY(mu_) = false;  // cut for not reading
+  // Output bytes held (estimates, ChunkBytes): in chunks_, and in the message
+  // being written. Counted in *all_pending_ too.
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   RequestId id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -572,7 +635,7 @@ grpc::ServerUnaryReactor* DikkatService::Encode(grpc::CallbackServerContext* con
 grpc::ServerWriteReactor<v1::GenerateResponse>* DikkatService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   return new GenerateReactor(context, registry_, metrics_, options_, *request,
-                             Authenticate(options_, context));
+                             Authenticate(options_, context), &pending_bytes_);
 }
 
 grpc::ServerUnaryReactor* DikkatService::Attention(grpc::CallbackServerContext* context,

@@ -45,6 +45,13 @@ struct ServiceOptions {
   // Largest text per request field, refused before tokenizing; 0 = per
   // model (ModelLimits::max_text_bytes).
   int64_t max_text_bytes = 0;
+  // Generate output the server holds for streams whose client is not reading
+  // (merged into the next message while one write is in flight): per stream
+  // and over all streams. A stream that would pass either is cut: its
+  // generation is cancelled and its call ended (the client sees CANCELLED;
+  // metrics and logs record RESOURCE_EXHAUSTED). 0 = no limit.
+  int64_t max_stream_pending_bytes = 4 << 20;
+  int64_t max_pending_bytes = int64_t{256} << 20;
 };
 
 class DikkatService final : public v1::Dikkat::CallbackService {
@@ -76,6 +83,11 @@ class DikkatService final : public v1::Dikkat::CallbackService {
   Metrics* metrics_;               // not owned; may be null
   std::string server_version_;
   ServiceOptions options_;
+  // Bytes of Generate output held for all streams (ServiceOptions).
+  std::atomic<int64_t> pending_bytes_{0};
+
+ public:
+  int64_t pending_bytes() const { return pending_bytes_.load(std::memory_order_relaxed); }
 };
 
 }  // namespace dikkat::server

@@ -36,7 +36,8 @@ class ServiceTest : public ::testing::Test {
     metrics_ = std::make_unique<Metrics>("test");
     metrics_->AddModel("lm");
     metrics_->AddModel("enc");
-    service_ = std::make_unique<DikkatService>(&registry_, metrics_.get(), "test-version");
+    service_ =
+        std::make_unique<DikkatService>(&registry_, metrics_.get(), "test-version", options_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -94,6 +95,7 @@ class ServiceTest : public ::testing::Test {
     return text;
   }
 
+  ServiceOptions options_;  // set before SetUp by fixtures that need other limits
   ModelRegistry registry_;
   FakeEngine* lm_ = nullptr;
   FakeEngine* enc_ = nullptr;
@@ -470,6 +472,90 @@ TEST_F(ServiceTest, TextIsBoundedBeforeTokenizing) {
   grpc::ClientContext c3;
   ASSERT_TRUE(stub_->Tokenize(&c3, tok, &tokens).ok());
   EXPECT_EQ(tokens.ids_size(), 1024);
+}
+
+// Issue "Hardening II" item 6: a client that stops reading left its stream's
+// output piling up in the server (one write in flight, the rest merged into
+// the next message) for as long as the generation ran, with no bound on how
+// many such streams there were. Now a stream past its bound (or the stream
+// that would take all streams' output past the server's) is cut: the
+// generation is cancelled, the call ends, and the held bytes are released.
+class SlowReaderTest : public ServiceTest {
+ protected:
+  SlowReaderTest() {
+    options_.max_stream_pending_bytes = 256 << 10;
+    options_.max_pending_bytes = 0;
+  }
+
+  // Starts a long generation, reads one message and then stops reading.
+  struct Stalled {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
+  };
+  std::unique_ptr<Stalled> Stall() {
+    auto s = std::make_unique<Stalled>();
+    s->reader = stub_->Generate(&s->context, Prompt("abc"));
+    v1::GenerateResponse first;
+    EXPECT_TRUE(s->reader->Read(&first));
+    return s;
+  }
+
+  static FakeEngine::GenerateScript Endless() {
+    // ~3.6 KB held per chunk (64 tokens with 2 alternatives each): 30000 of
+    // them are ~100 MB, far past any bound under test and any transport window.
+    return {std::vector<GeneratedChunk>(30000, TextChunk(std::string(64, 'z'))),
+            absl::Microseconds(50), FinishReason::kLength, {}};
+  }
+};
+
+TEST_F(SlowReaderTest, AStreamThatIsNotReadIsCutAtItsBound) {
+  lm_->set_script(Endless());
+  std::unique_ptr<Stalled> stalled = Stall();
+  // The server cancels the generation on its own: the client never cancels.
+  ASSERT_TRUE(lm_->WaitCancelled(lm_->last_id(), absl::Seconds(60)));
+  v1::GenerateResponse message;
+  while (stalled->reader->Read(&message)) {
+  }
+  EXPECT_EQ(stalled->reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  const std::string text = ScrapeUntilContains("code=\"RESOURCE_EXHAUSTED\"");
+  EXPECT_THAT(text, HasSubstr("code=\"RESOURCE_EXHAUSTED\""));
+  EXPECT_TRUE(lm_->WaitIdle(absl::Seconds(5)));
+  for (int i = 0; i < 500 && service_->pending_bytes() != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(service_->pending_bytes(), 0);
+}
+
+class SlowReadersTogetherTest : public SlowReaderTest {
+ protected:
+  SlowReadersTogetherTest() {
+    options_.max_stream_pending_bytes = 0;
+    options_.max_pending_bytes = 1 << 20;
+  }
+};
+
+TEST_F(SlowReadersTogetherTest, StreamsThatAreNotReadShareOneServerBound) {
+  lm_->set_script(Endless());
+  // Streams with no bound of their own: the server-wide one cuts them.
+  std::vector<std::unique_ptr<Stalled>> stalled;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 3; ++i) {
+    stalled.push_back(Stall());
+    ids.push_back(lm_->last_id());
+  }
+  // Every one is cut before any is read again.
+  for (RequestId id : ids) ASSERT_TRUE(lm_->WaitCancelled(id, absl::Seconds(60)));
+  for (auto& s : stalled) {
+    v1::GenerateResponse message;
+    while (s->reader->Read(&message)) {
+    }
+    EXPECT_EQ(s->reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_TRUE(lm_->WaitIdle(absl::Seconds(10)));
+  for (int i = 0; i < 500 && service_->pending_bytes() != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(service_->pending_bytes(), 0);
 }
 
 }  // namespace
