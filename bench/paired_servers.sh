@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Two dikkat-server binaries side by side (e.g. before and after a change):
+# same model, flags and client; the servers alternate round by round (the
+# order flips every round) so that drift on a noisy machine hits both alike.
+# Greedy Generate through gRPC with `dikkat bench`, 16-token prompt, 32 new
+# tokens, at 1, 8 and 32 concurrent streams. One line per run; take medians.
+#
+#   bench/paired_servers.sh SERVER_A SERVER_B MODEL_DIR [ROUNDS=3] [CLI=build/client/dikkat]
+set -euo pipefail
+A=$1 B=$2 MODEL=$3 ROUNDS=${4:-3} CLI=${5:-build/client/dikkat}
+THREADS=${BENCH_THREADS:-2}
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $THREADS threads"
+for round in $(seq 1 "$ROUNDS"); do
+  order="A B"; [ $((round % 2)) -eq 0 ] && order="B A"
+  for which in $order; do
+    bin=$A; [ "$which" = B ] && bin=$B
+    for c in 1 8 32; do
+      LOG=$(mktemp)
+      "$bin" --model="$MODEL" --listen=127.0.0.1:0 --metrics_listen= --threads="$THREADS" \
+        --kv_cache_bytes=512MiB > "$LOG" 2>&1 &
+      PID=$!
+      for _ in $(seq 1 600); do grep -q "serving" "$LOG" && break; sleep 0.1; done
+      ADDR=$(sed -n 's/^listening on //p' "$LOG")
+      tps=$("$CLI" --target="$ADDR" bench --concurrency=$c --requests=$((c * 4)) --max-tokens=32 \
+        --temperature=0 --ignore-eos --warmup=2 --prompt="The quick brown " |
+        sed -n 's/^throughput: \([0-9.]*\) generated tokens\/s.*/\1/p')
+      kill -TERM $PID; wait $PID 2>/dev/null || true; rm -f "$LOG"
+      echo "round=$round server=$which concurrency=$c tokens_per_s=${tps:-?}"
+    done
+  done
+done
