@@ -298,7 +298,12 @@ void BM_LinearRoutesPaired(benchmark::State& state) {
   at::Tensor x768 = at::randn({rows, 768}), x3072 = at::randn({rows, 3072});
   auto library = [&](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
     if (dtype == at::kHalf) return at::linear(x, w.to(at::kFloat), b);
-    if (dtype == at::kBFloat16) return at::linear(x.to(dtype), w).to(at::kFloat) + b;
+    // What Linear (model/attention.cc) does outside our kernel: oneDNN's
+    // bfloat16 GEMM where it is fast, else W widened to fp32 every call.
+    if (dtype == at::kBFloat16) {
+      return FastBFloat16Gemm() ? at::linear(x.to(dtype), w).to(at::kFloat) + b
+                                : at::linear(x, w.to(at::kFloat), b);
+    }
     if (rows == 1) return at::addmv(b, w, x.select(0, 0)).unsqueeze(0);
     return at::linear(x, w, b);
   };

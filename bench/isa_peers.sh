@@ -98,9 +98,11 @@ dikkat_e2e() {  # isa dtype out_prefix concurrency...
     local requests=$((c * 2)) tokens=128
     if [ "$c" -eq 1 ]; then requests=4; fi
     if [ "$c" -ge 32 ]; then tokens=32; elif [ "$c" -ge 8 ]; then tokens=64; fi
-    "$BUILD/client/dikkat" --target="$addr" bench --concurrency="$c" --requests="$requests" \
-      --max-tokens="$tokens" --temperature=0 --ignore-eos --warmup=2 --prompt="$PROMPT" \
-      > "${prefix}_c${c}.txt"
+    # A failed or too slow run is recorded as missing; the pass goes on.
+    "$BUILD/client/dikkat" --target="$addr" --timeout=300 bench --concurrency="$c" \
+      --requests="$requests" --max-tokens="$tokens" --temperature=0 --ignore-eos --warmup=2 \
+      --prompt="$PROMPT" > "${prefix}_c${c}.txt" ||
+      echo "isa_peers: dikkat $isa $dtype at $c streams failed (see ${prefix}_c${c}.txt)" >&2
   done
   kill -TERM $server
   wait $server || true

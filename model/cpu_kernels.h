@@ -74,10 +74,16 @@ inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{32, 8, 63}
 inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{32, 63, 63};
 // Generic (8-lane vector extensions, SSE2 on x86-64): float32 only at 2-8
 // rows (1.2-2.4x OpenBLAS's GEMM there; its GEMV is 2x ours at one row and
-// its GEMM from 16 rows); bfloat16 and float16 to the libraries (oneDNN was
-// level at one row and 2x ours above; the widened float16 GEMM 1.3-10x ours,
-// whose float16 loads convert lane by lane).
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsGeneric{8, 0, 0, 2};
+// its GEMM from 16 rows). bfloat16 and float16: the library route is W
+// widened to fp32 at every call (Linear: no fast bfloat16 GEMM without
+// AVX-512), which costs more than the product itself; measured 2026-11-24
+// (AMD EPYC family 26 forced to generic, a build running alongside, paired):
+// bfloat16 ours 28x at 1 row, 17x at 8, 2.5x at 63; float16 4.8x at 1 row,
+// 2.6x at 8, 0.34x at 63 (its lanes convert one by one). The earlier limits
+// (0, 0) were measured against oneDNN's bfloat16 GEMM, which forcing the ISA
+// does not take away on an AVX-512 machine: bfloat16 batch-1 decode then took
+// longer than a 30 s client deadline for 128 tokens.
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsGeneric{8, 63, 8, 2};
 
 SmallBatchLinearLimits SmallBatchLinearLimitsFor(CpuIsa isa);
 
