@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import torch
 
@@ -50,10 +51,17 @@ def safetensors(tensors, metadata=None):
     return struct.pack("<Q", len(h)) + h + b"".join(blobs)
 
 
-def torch_save(obj):
+def torch_save(obj, protocol=2):
     buf = io.BytesIO()
-    torch.save(obj, buf)
+    torch.save(obj, buf, pickle_protocol=protocol)
     return buf.getvalue()
+
+
+def data_pkl(obj, protocol=2):
+    """The data.pkl record of a torch.save zip: what the unpickler reads."""
+    with zipfile.ZipFile(io.BytesIO(torch_save(obj, protocol))) as z:
+        (name,) = [n for n in z.namelist() if n.endswith("/data.pkl")]
+        return z.read(name)
 
 
 def main():
@@ -77,6 +85,40 @@ def main():
     out("torch_checkpoint", "dtypes", torch_save(
         {"h": torch.ones(3, dtype=torch.float16), "i": torch.arange(4, dtype=torch.int32),
          "bf": torch.ones(2, dtype=torch.bfloat16), 0: torch.ones(1)}))
+
+    # ---- the unpickler alone (torch_pickle): data.pkl of torch.save zips ----
+    # Every storage holds 64 bytes, the size of each record the fuzzer serves.
+    out("torch_pickle", "state_dict", data_pkl({"w": torch.randn(4, 4, generator=g),
+                                                "b": torch.zeros(16)}))
+    lin = torch.nn.Sequential(torch.nn.Linear(4, 4, bias=False), torch.nn.Linear(4, 4, bias=False))
+    # A module's state_dict: an OrderedDict with _metadata (REDUCE, BUILD).
+    out("torch_pickle", "module_state_dict_proto4", data_pkl(lin.state_dict(), protocol=4))
+    out("torch_pickle", "parameters", data_pkl(
+        {"p": torch.nn.Parameter(torch.randn(16, generator=g)), "i": torch.arange(8)}))
+    base = torch.arange(16, dtype=torch.float32)
+    out("torch_pickle", "views_and_nesting", data_pkl({
+        "model": {"x": base, "row": base[4:8], "t": base.view(4, 4).t(), "e": base[:0]},
+        "optimizer": {"state": {0: {"step": 3, "exp_avg": torch.ones(32, dtype=torch.float16)}},
+                      "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0]}]},
+        "step": 7, "name": "run", "flag": True, "ratio": 0.5, "none": None,
+        -1: torch.ones(32, dtype=torch.bfloat16), 2**40: torch.ones(64, dtype=torch.bool)}))
+    # Hostile pickles from issue 15: a dict that contains itself (SETITEM
+    # of memo entry 0 into itself), and dicts / lists nested deep.
+    out("torch_pickle", "cyclic_dict", b"\x80\x02}q\x00X\x01\x00\x00\x00ah\x00s.")
+    out("torch_pickle", "deep_dicts",
+        b"\x80\x02" + b"}X\x01\x00\x00\x00a" * 400 + b"}" + b"s" * 400 + b".")
+    out("torch_pickle", "deep_lists", b"\x80\x02}X\x01\x00\x00\x00a" + b"]" * 1500 + b"a" * 1499
+        + b"s.")
+    # Found by this fuzzer (fixed; tests/io/weights_test.cc), minimized:
+    # a list appended to itself and popped, or passed to REDUCE (the cycle
+    # leaked); 60 levels of {"a": d, "b": d} through the memo (2^60 paths).
+    out("torch_pickle", "crash_leak_popped_cycle", b"\x80\x02]2a0}.")
+    out("torch_pickle", "crash_leak_reduced_cycle", b"\x80\x02cbuiltins\nlist\n]2a\x85R0}.")
+    shared = b"\x80\x02}q\x000"
+    for i in range(1, 61):
+        shared += (b"}(X\x01\x00\x00\x00ah" + bytes([i - 1]) + b"X\x01\x00\x00\x00bh"
+                   + bytes([i - 1]) + b"uq" + bytes([i]) + (b"0" if i < 60 else b""))
+    out("torch_pickle", "crash_timeout_shared_dicts", shared + b".")
 
     # ---- configs ----
     out("config", "dikkat_decoder", json.dumps({
