@@ -120,6 +120,21 @@ def main():
                    + bytes([i - 1]) + b"uq" + bytes([i]) + (b"0" if i < 60 else b""))
     out("torch_pickle", "crash_timeout_shared_dicts", shared + b".")
 
+    # ---- safetensors index (the fuzzer's sandbox has these shards) ----
+    def index(name, weight_map, **extra):
+        out("safetensors_index", name, json.dumps(dict(extra, weight_map=weight_map), indent=2))
+    index("two_shards", {"a": "model-00001-of-00002.safetensors",
+                         "b": "model-00001-of-00002.safetensors",
+                         "c": "model-00002-of-00002.safetensors"}, metadata={"total_size": 48})
+    index("nested_shard", {"d": "./nested/shard.safetensors", "c": "model-00002-of-00002.safetensors"})
+    index("escape_dotdot", {"outside_secret": "../outside.safetensors"})
+    index("escape_nested_dotdot", {"outside_secret": "nested/../../outside.safetensors"})
+    index("absolute", {"a": "/tmp/model-00001-of-00002.safetensors"})
+    index("missing_tensor", {"a": "model-00001-of-00002.safetensors",
+                             "zz": "model-00002-of-00002.safetensors"})
+    index("not_a_string", {"a": 1, "b": ""})
+    index("empty_map", {})
+
     # ---- configs ----
     out("config", "dikkat_decoder", json.dumps({
         "name": "lm", "architecture": "decoder-only", "vocab_size": 259, "d_model": 64,

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros.h>
@@ -229,6 +230,30 @@ TEST_F(WeightsTest, ShardedIndexMayNotNameAShardOutsideItsFolder) {
   EXPECT_EQ(tensors.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(tensors.status().message(),
               AllOf(HasSubstr("'../basic.safetensors'"), HasSubstr("no '..'")));
+}
+
+TEST_F(WeightsTest, SafetensorsIndexIsCheckedBeforeAnyShardIsRead) {
+  absl::StatusOr<std::map<std::string, std::vector<std::string>>> shards = ParseSafetensorsIndex(
+      R"({"metadata": {"total_size": 8}, "weight_map": {"b": "one.safetensors",
+          "a": "one.safetensors", "c": "sub/two.safetensors"}})",
+      "x/model.safetensors.index.json");
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  EXPECT_EQ(*shards, (std::map<std::string, std::vector<std::string>>{
+                         {"one.safetensors", {"a", "b"}}, {"sub/two.safetensors", {"c"}}}));
+  for (const char* shard : {"../one.safetensors", "sub/../../one.safetensors", "/abs.safetensors",
+                            "sub/.."}) {
+    absl::StatusOr<std::map<std::string, std::vector<std::string>>> bad = ParseSafetensorsIndex(
+        json{{"weight_map", {{"a", shard}}}}.dump(), "x/model.safetensors.index.json");
+    ASSERT_FALSE(bad.ok()) << shard;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(bad.status().message(), HasSubstr("must be a path inside the index's folder"));
+  }
+  for (const char* text : {"[]", "{}", R"({"weight_map": {}})", R"({"weight_map": {"a": 1}})",
+                           R"({"weight_map": {"a": ""}})", "{\"weight_map\": "}) {
+    EXPECT_EQ(ParseSafetensorsIndex(text, "i.json").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << text;
+  }
 }
 
 // ---- torch checkpoints -----------------------------------------------------
