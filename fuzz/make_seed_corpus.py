@@ -135,6 +135,102 @@ def main():
     index("not_a_string", {"a": 1, "b": ""})
     index("empty_map", {})
 
+    # ---- tokenizer files (tokenizer_files; first byte: 0 tokenizer.json,
+    # 1 / 28 vocab.txt cased / uncased, 2 vocab.json NUL merges.txt) ----
+    def tok(name, selector, data):
+        out("tokenizer_files", name, bytes([selector]) + (data.encode() if isinstance(data, str)
+                                                           else data))
+
+    def byte_chars():
+        # GPT-2's byte -> printable character map (printable Latin-1 bytes
+        # stand for themselves, the others shift to U+0100 onwards).
+        keep = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD))
+                + list(range(0xAE, 0x100)))
+        chars, extra = {}, 0
+        for b in range(256):
+            if b in keep:
+                chars[b] = chr(b)
+            else:
+                chars[b] = chr(256 + extra)
+                extra += 1
+        return chars
+
+    bc = byte_chars()
+    gpt2_vocab = {bc[b]: b for b in range(256)}
+    sp = bc[ord(" ")]
+    gpt2_merges = [sp + " t", "h e", sp + "t he", "l l", "o r", sp + " w"]
+    for m in gpt2_merges:
+        gpt2_vocab["".join(m.split(" "))] = len(gpt2_vocab)
+    gpt2_vocab["<|endoftext|>"] = len(gpt2_vocab)
+    gpt2_json = {
+        "version": "1.0",
+        "added_tokens": [{"id": gpt2_vocab["<|endoftext|>"], "content": "<|endoftext|>",
+                          "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True},
+        "post_processor": {"type": "ByteLevel"},
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": gpt2_vocab, "merges": gpt2_merges},
+    }
+    compact = {"separators": (",", ":"), "ensure_ascii": False}
+    tok("gpt2_tokenizer_json", 0, json.dumps(gpt2_json, **compact))
+    eot = gpt2_vocab["<|endoftext|>"]
+    roberta = dict(gpt2_json, pre_tokenizer={"type": "ByteLevel", "add_prefix_space": True},
+                   post_processor={"type": "RobertaProcessing", "sep": ["<|endoftext|>", eot],
+                                   "cls": ["<|endoftext|>", eot]})
+    tok("roberta_tokenizer_json", 3, json.dumps(roberta, **compact))
+    tok("gpt2_vocab_json_merges_txt", 2, json.dumps(gpt2_vocab, **compact) + "\0#version: 0.2\n"
+        + "\n".join(gpt2_merges) + "\n")
+
+    mark = "\u2581"
+    llama_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        llama_vocab["<0x%02X>" % b] = len(llama_vocab)
+    llama_merges = [mark + " t", "h e", mark + "t he", "l l", "o r"]
+    for piece in [mark, "t", "h", "e", "l", "o", "r", "w", "d"] + ["".join(m.split(" "))
+                                                                   for m in llama_merges]:
+        llama_vocab.setdefault(piece, len(llama_vocab))
+    llama_model = {"type": "BPE", "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True,
+                   "vocab": llama_vocab,
+                   "merges": llama_merges}
+    bos_template = {"type": "TemplateProcessing",
+                    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                               {"Sequence": {"id": "A", "type_id": 0}}],
+                    "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    added = [{"id": i, "content": c, "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])]
+    tok("llama_legacy_tokenizer_json", 6, json.dumps({
+        "version": "1.0", "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": mark},
+            {"type": "Replace", "pattern": {"String": " "}, "content": mark}]},
+        "pre_tokenizer": None, "post_processor": bos_template,
+        "model": llama_model}, **compact))
+    tok("llama_metaspace_tokenizer_json", 9, json.dumps({
+        "version": "1.0", "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": mark, "prepend_scheme": "first",
+                          "split": False},
+        "post_processor": bos_template, "model": llama_model}, **compact))
+
+    bert_vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "hello", "world", "un",
+                  "##aff", "##able", "##ing", "##s", "caf\u00e9", "\u4e2d", "\u6587", ",", "!",
+                  "."] + list("abcdefghijklmnopqrstuvwxyz") + ["##" + c for c in "aeinost"]
+    tok("bert_vocab_txt_uncased", 28, "\n".join(bert_vocab) + "\n")
+    tok("bert_vocab_txt_cased", 1, "\r\n".join(["Hello"] + bert_vocab) + "\r\n")
+    tok("bert_tokenizer_json", 12, json.dumps({
+        "version": "1.0",
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                       "strip_accents": None, "lowercase": True},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}},
+                                      {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+                           "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2]},
+                                              "[SEP]": {"id": "[SEP]", "ids": [3]}}},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100,
+                  "vocab": {t: i for i, t in enumerate(bert_vocab)}}}, **compact))
+
     # ---- configs ----
     out("config", "dikkat_decoder", json.dumps({
         "name": "lm", "architecture": "decoder-only", "vocab_size": 259, "d_model": 64,
