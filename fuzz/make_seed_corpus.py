@@ -231,6 +231,29 @@ def main():
                   "max_input_chars_per_word": 100,
                   "vocab": {t: i for i, t in enumerate(bert_vocab)}}}, **compact))
 
+    # ---- metrics port request heads (metrics_http_request) ----
+    heads = {
+        "prometheus_scrape": "GET /metrics HTTP/1.1\r\nHost: 10.0.0.7:9090\r\n"
+        "User-Agent: Prometheus/2.45.0\r\nAccept: application/openmetrics-text;version=1.0.0,"
+        "text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\nAccept-Encoding: gzip\r\n"
+        "X-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n",
+        "kubelet_probe": "GET /healthz HTTP/1.1\r\nHost: 10.0.0.7:9090\r\n"
+        "User-Agent: kube-probe/1.28\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        "head_http10_lf": "HEAD /healthz HTTP/1.0\n\n",
+        "post_with_body": "POST /metrics HTTP/1.1\r\nHost: localhost\r\n"
+        "Content-Length: 838860800\r\n\r\nxxxxxxxx",
+        "get_chunked": "GET /metrics HTTP/1.1\r\nHost: l\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "100\r\n",
+        "pipelined": "GET /metrics HTTP/1.1\r\nHost: l\r\nContent-Length: 0\r\n\r\n"
+        "GET /healthz HTTP/1.1\r\n\r\n",
+        "malformed_headers": "GET /metrics HTTP/1.1\r\nHost: l\r\n folded\r\nBad Header\r\n\r\n",
+        "http2_preface": "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        "unterminated_headers": "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Pad: "
+        + "p" * 3000 + "\r\n",
+    }
+    for name, head in heads.items():
+        out("metrics_http_request", name, head)
+
     # ---- configs ----
     out("config", "dikkat_decoder", json.dumps({
         "name": "lm", "architecture": "decoder-only", "vocab_size": 259, "d_model": 64,
