@@ -109,9 +109,10 @@ def main():
         b"\x80\x02" + b"}X\x01\x00\x00\x00a" * 400 + b"}" + b"s" * 400 + b".")
     out("torch_pickle", "deep_lists", b"\x80\x02}X\x01\x00\x00\x00a" + b"]" * 1500 + b"a" * 1499
         + b"s.")
-    # Found by this fuzzer (fixed; tests/io/weights_test.cc), minimized:
-    # a list appended to itself and popped, or passed to REDUCE (the cycle
-    # leaked); 60 levels of {"a": d, "b": d} through the memo (2^60 paths).
+    # Fixed problems (tests/io/weights_test.cc): a list appended to itself
+    # and popped, or passed to REDUCE (the cycle leaked; this fuzzer found
+    # it, minimized here); 60 levels of {"a": d, "b": d} through the memo
+    # (2^60 paths to flatten; seen in review, a timeout here).
     out("torch_pickle", "crash_leak_popped_cycle", b"\x80\x02]2a0}.")
     out("torch_pickle", "crash_leak_reduced_cycle", b"\x80\x02cbuiltins\nlist\n]2a\x85R0}.")
     shared = b"\x80\x02}q\x000"

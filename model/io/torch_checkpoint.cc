@@ -604,8 +604,9 @@ constexpr int kMaxDictNesting = 64;
 
 // Flattening visits a value once for every path to it, and the memo lets a
 // pickle refer to one dict many times: 60 levels of dicts that each hold the
-// previous level twice are a 1.3 KB data.pkl with 2^60 paths (found by
-// fuzz/torch_pickle_fuzzer.cc: the load never ended). Every visit is
+// previous level twice are a 1.3 KB data.pkl with 2^60 paths (seen while
+// writing fuzz/torch_pickle_fuzzer.cc, which reports it as a timeout: the
+// load never ended). Every visit is
 // therefore paid from a budget of one per byte of data.pkl, plus the
 // nesting limit (so that a short pickle whose dict contains itself is still
 // reported as such). A checkpoint without shared dicts needs one visit per

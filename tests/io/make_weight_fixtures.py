@@ -156,8 +156,8 @@ def make(out):
     depth = 200000
     deep = (b"\x80\x02" + b"}X\x01\x00\x00\x00a" * depth + b"}" + b"s" * depth + b".")
     # 60 levels of dicts, each holding the previous level twice through the
-    # memo ({"a": d, "b": d}): 1.3 KB, 2^60 paths to flatten (found by
-    # fuzz/torch_pickle_fuzzer.cc; the load never ended).
+    # memo ({"a": d, "b": d}): 1.3 KB, 2^60 paths to flatten (the load
+    # never ended; fuzz/torch_pickle_fuzzer.cc reports it as a timeout).
     shared = b"\x80\x02}q\x000"
     for i in range(1, 61):
         shared += (b"}(X\x01\x00\x00\x00ah" + bytes([i - 1]) + b"X\x01\x00\x00\x00bh"

@@ -338,7 +338,7 @@ TEST_F(WeightsTest, UnpicklerAloneReadsWhatTheArchiveReaderReads) {
 
 TEST_F(WeightsTest, SharedDictsCannotMultiplyTheWorkOfFlattening) {
   // 60 levels of {"a": d, "b": d} through the memo: 1.3 KB with 2^60 paths,
-  // whose flattening never ended (fuzz/torch_pickle_fuzzer.cc found it).
+  // whose flattening never ended (fuzz/torch_pickle_fuzzer.cc: a timeout).
   absl::StatusOr<TensorMap> tensors = ReadTorchCheckpoint(Path("shared_dicts.pt"));
   ASSERT_FALSE(tensors.ok());
   EXPECT_EQ(tensors.status().code(), absl::StatusCode::kInvalidArgument);
