@@ -212,6 +212,17 @@ def main():
                           "split": False},
         "post_processor": bos_template, "model": llama_model}, **compact))
 
+    # Fixed problems (tests/text/tokenizer_test.cc; seen in review, crashes
+    # of this fuzzer): a piece id of INT32_MAX (max_id + 1 overflowed, and
+    # large ids asked for gigabytes), and ids that are not 32-bit integers
+    # (1e30 was a float cast out of range).
+    for name, bad in (("crash_llama_id_int32_max", 2147483647), ("crash_llama_id_1e30", "1e30")):
+        v = dict(llama_vocab)
+        v["<0x00>"] = "@ID@"
+        doc = json.dumps({"pre_tokenizer": {"type": "Metaspace"},
+                          "model": dict(llama_model, vocab=v)}, **compact)
+        tok(name, 0, doc.replace('"@ID@"', str(bad)))
+
     bert_vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "hello", "world", "un",
                   "##aff", "##able", "##ing", "##s", "caf\u00e9", "\u4e2d", "\u6587", ",", "!",
                   "."] + list("abcdefghijklmnopqrstuvwxyz") + ["##" + c for c in "aeinost"]
