@@ -8,8 +8,9 @@
 # Each target runs RUNS[target] x SCALE inputs (-runs=N, the table below).
 # The counts are CI's: chosen so that all targets together take about a
 # minute or a little more on CI's 2-core machine (docs/hardening.md has
-# the measurement); a fixed count makes the stage's length independent of
-# the machine's load, and every target gets its share. Longer runs:
+# the measurement); a fixed count makes the work done, and every target's
+# share of it, the same however busy the machine is (the wall time still
+# grows with the load). Longer runs:
 # `fuzz/run.sh build-fuzz 20 request` (20x), or FUZZ_SECONDS=300 to run
 # each target for a time instead of a count.
 #
