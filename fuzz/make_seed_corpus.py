@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import torch
 
@@ -50,10 +51,17 @@ def safetensors(tensors, metadata=None):
     return struct.pack("<Q", len(h)) + h + b"".join(blobs)
 
 
-def torch_save(obj):
+def torch_save(obj, protocol=2):
     buf = io.BytesIO()
-    torch.save(obj, buf)
+    torch.save(obj, buf, pickle_protocol=protocol)
     return buf.getvalue()
+
+
+def data_pkl(obj, protocol=2):
+    """The data.pkl record of a torch.save zip: what the unpickler reads."""
+    with zipfile.ZipFile(io.BytesIO(torch_save(obj, protocol))) as z:
+        (name,) = [n for n in z.namelist() if n.endswith("/data.pkl")]
+        return z.read(name)
 
 
 def main():
@@ -77,6 +85,186 @@ def main():
     out("torch_checkpoint", "dtypes", torch_save(
         {"h": torch.ones(3, dtype=torch.float16), "i": torch.arange(4, dtype=torch.int32),
          "bf": torch.ones(2, dtype=torch.bfloat16), 0: torch.ones(1)}))
+
+    # ---- the unpickler alone (torch_pickle): data.pkl of torch.save zips ----
+    # Every storage holds 64 bytes, the size of each record the fuzzer serves.
+    out("torch_pickle", "state_dict", data_pkl({"w": torch.randn(4, 4, generator=g),
+                                                "b": torch.zeros(16)}))
+    lin = torch.nn.Sequential(torch.nn.Linear(4, 4, bias=False), torch.nn.Linear(4, 4, bias=False))
+    # A module's state_dict: an OrderedDict with _metadata (REDUCE, BUILD).
+    out("torch_pickle", "module_state_dict_proto4", data_pkl(lin.state_dict(), protocol=4))
+    out("torch_pickle", "parameters", data_pkl(
+        {"p": torch.nn.Parameter(torch.randn(16, generator=g)), "i": torch.arange(8)}))
+    base = torch.arange(16, dtype=torch.float32)
+    out("torch_pickle", "views_and_nesting", data_pkl({
+        "model": {"x": base, "row": base[4:8], "t": base.view(4, 4).t(), "e": base[:0]},
+        "optimizer": {"state": {0: {"step": 3, "exp_avg": torch.ones(32, dtype=torch.float16)}},
+                      "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0]}]},
+        "step": 7, "name": "run", "flag": True, "ratio": 0.5, "none": None,
+        -1: torch.ones(32, dtype=torch.bfloat16), 2**40: torch.ones(64, dtype=torch.bool)}))
+    # Hostile pickles from issue 15: a dict that contains itself (SETITEM
+    # of memo entry 0 into itself), and dicts / lists nested deep.
+    out("torch_pickle", "cyclic_dict", b"\x80\x02}q\x00X\x01\x00\x00\x00ah\x00s.")
+    out("torch_pickle", "deep_dicts",
+        b"\x80\x02" + b"}X\x01\x00\x00\x00a" * 400 + b"}" + b"s" * 400 + b".")
+    out("torch_pickle", "deep_lists", b"\x80\x02}X\x01\x00\x00\x00a" + b"]" * 1500 + b"a" * 1499
+        + b"s.")
+    # Fixed problems (tests/io/weights_test.cc): a list appended to itself
+    # and popped, or passed to REDUCE (the cycle leaked; this fuzzer found
+    # it, minimized here); 60 levels of {"a": d, "b": d} through the memo
+    # (2^60 paths to flatten; seen in review, a timeout here).
+    out("torch_pickle", "crash_leak_popped_cycle", b"\x80\x02]2a0}.")
+    out("torch_pickle", "crash_leak_reduced_cycle", b"\x80\x02cbuiltins\nlist\n]2a\x85R0}.")
+    shared = b"\x80\x02}q\x000"
+    for i in range(1, 61):
+        shared += (b"}(X\x01\x00\x00\x00ah" + bytes([i - 1]) + b"X\x01\x00\x00\x00bh"
+                   + bytes([i - 1]) + b"uq" + bytes([i]) + (b"0" if i < 60 else b""))
+    out("torch_pickle", "crash_timeout_shared_dicts", shared + b".")
+
+    # ---- safetensors index (the fuzzer's sandbox has these shards) ----
+    def index(name, weight_map, **extra):
+        out("safetensors_index", name, json.dumps(dict(extra, weight_map=weight_map), indent=2))
+    index("two_shards", {"a": "model-00001-of-00002.safetensors",
+                         "b": "model-00001-of-00002.safetensors",
+                         "c": "model-00002-of-00002.safetensors"}, metadata={"total_size": 48})
+    index("nested_shard", {"d": "./nested/shard.safetensors", "c": "model-00002-of-00002.safetensors"})
+    index("escape_dotdot", {"outside_secret": "../outside.safetensors"})
+    index("escape_nested_dotdot", {"outside_secret": "nested/../../outside.safetensors"})
+    index("absolute", {"a": "/tmp/model-00001-of-00002.safetensors"})
+    index("missing_tensor", {"a": "model-00001-of-00002.safetensors",
+                             "zz": "model-00002-of-00002.safetensors"})
+    index("not_a_string", {"a": 1, "b": ""})
+    index("empty_map", {})
+
+    # ---- tokenizer files (tokenizer_files; first byte: 0 tokenizer.json,
+    # 1 / 28 vocab.txt cased / uncased, 2 vocab.json NUL merges.txt) ----
+    def tok(name, selector, data):
+        out("tokenizer_files", name, bytes([selector]) + (data.encode() if isinstance(data, str)
+                                                           else data))
+
+    def byte_chars():
+        # GPT-2's byte -> printable character map (printable Latin-1 bytes
+        # stand for themselves, the others shift to U+0100 onwards).
+        keep = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD))
+                + list(range(0xAE, 0x100)))
+        chars, extra = {}, 0
+        for b in range(256):
+            if b in keep:
+                chars[b] = chr(b)
+            else:
+                chars[b] = chr(256 + extra)
+                extra += 1
+        return chars
+
+    bc = byte_chars()
+    gpt2_vocab = {bc[b]: b for b in range(256)}
+    sp = bc[ord(" ")]
+    gpt2_merges = [sp + " t", "h e", sp + "t he", "l l", "o r", sp + " w"]
+    for m in gpt2_merges:
+        gpt2_vocab["".join(m.split(" "))] = len(gpt2_vocab)
+    gpt2_vocab["<|endoftext|>"] = len(gpt2_vocab)
+    gpt2_json = {
+        "version": "1.0",
+        "added_tokens": [{"id": gpt2_vocab["<|endoftext|>"], "content": "<|endoftext|>",
+                          "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True},
+        "post_processor": {"type": "ByteLevel"},
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": gpt2_vocab, "merges": gpt2_merges},
+    }
+    compact = {"separators": (",", ":"), "ensure_ascii": False}
+    tok("gpt2_tokenizer_json", 0, json.dumps(gpt2_json, **compact))
+    eot = gpt2_vocab["<|endoftext|>"]
+    roberta = dict(gpt2_json, pre_tokenizer={"type": "ByteLevel", "add_prefix_space": True},
+                   post_processor={"type": "RobertaProcessing", "sep": ["<|endoftext|>", eot],
+                                   "cls": ["<|endoftext|>", eot]})
+    tok("roberta_tokenizer_json", 3, json.dumps(roberta, **compact))
+    tok("gpt2_vocab_json_merges_txt", 2, json.dumps(gpt2_vocab, **compact) + "\0#version: 0.2\n"
+        + "\n".join(gpt2_merges) + "\n")
+
+    mark = "\u2581"
+    llama_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        llama_vocab["<0x%02X>" % b] = len(llama_vocab)
+    llama_merges = [mark + " t", "h e", mark + "t he", "l l", "o r"]
+    for piece in [mark, "t", "h", "e", "l", "o", "r", "w", "d"] + ["".join(m.split(" "))
+                                                                   for m in llama_merges]:
+        llama_vocab.setdefault(piece, len(llama_vocab))
+    llama_model = {"type": "BPE", "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True,
+                   "vocab": llama_vocab,
+                   "merges": llama_merges}
+    bos_template = {"type": "TemplateProcessing",
+                    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                               {"Sequence": {"id": "A", "type_id": 0}}],
+                    "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    added = [{"id": i, "content": c, "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])]
+    tok("llama_legacy_tokenizer_json", 6, json.dumps({
+        "version": "1.0", "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": mark},
+            {"type": "Replace", "pattern": {"String": " "}, "content": mark}]},
+        "pre_tokenizer": None, "post_processor": bos_template,
+        "model": llama_model}, **compact))
+    tok("llama_metaspace_tokenizer_json", 9, json.dumps({
+        "version": "1.0", "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": mark, "prepend_scheme": "first",
+                          "split": False},
+        "post_processor": bos_template, "model": llama_model}, **compact))
+
+    # Fixed problems (tests/text/tokenizer_test.cc; seen in review, crashes
+    # of this fuzzer): a piece id of INT32_MAX (max_id + 1 overflowed, and
+    # large ids asked for gigabytes), and ids that are not 32-bit integers
+    # (1e30 was a float cast out of range).
+    for name, bad in (("crash_llama_id_int32_max", 2147483647), ("crash_llama_id_1e30", "1e30")):
+        v = dict(llama_vocab)
+        v["<0x00>"] = "@ID@"
+        doc = json.dumps({"pre_tokenizer": {"type": "Metaspace"},
+                          "model": dict(llama_model, vocab=v)}, **compact)
+        tok(name, 0, doc.replace('"@ID@"', str(bad)))
+
+    bert_vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "hello", "world", "un",
+                  "##aff", "##able", "##ing", "##s", "caf\u00e9", "\u4e2d", "\u6587", ",", "!",
+                  "."] + list("abcdefghijklmnopqrstuvwxyz") + ["##" + c for c in "aeinost"]
+    tok("bert_vocab_txt_uncased", 28, "\n".join(bert_vocab) + "\n")
+    tok("bert_vocab_txt_cased", 1, "\r\n".join(["Hello"] + bert_vocab) + "\r\n")
+    tok("bert_tokenizer_json", 12, json.dumps({
+        "version": "1.0",
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                       "strip_accents": None, "lowercase": True},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}},
+                                      {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+                           "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2]},
+                                              "[SEP]": {"id": "[SEP]", "ids": [3]}}},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100,
+                  "vocab": {t: i for i, t in enumerate(bert_vocab)}}}, **compact))
+
+    # ---- metrics port request heads (metrics_http_request) ----
+    heads = {
+        "prometheus_scrape": "GET /metrics HTTP/1.1\r\nHost: 10.0.0.7:9090\r\n"
+        "User-Agent: Prometheus/2.45.0\r\nAccept: application/openmetrics-text;version=1.0.0,"
+        "text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\nAccept-Encoding: gzip\r\n"
+        "X-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n",
+        "kubelet_probe": "GET /healthz HTTP/1.1\r\nHost: 10.0.0.7:9090\r\n"
+        "User-Agent: kube-probe/1.28\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        "head_http10_lf": "HEAD /healthz HTTP/1.0\n\n",
+        "post_with_body": "POST /metrics HTTP/1.1\r\nHost: localhost\r\n"
+        "Content-Length: 838860800\r\n\r\nxxxxxxxx",
+        "get_chunked": "GET /metrics HTTP/1.1\r\nHost: l\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "100\r\n",
+        "pipelined": "GET /metrics HTTP/1.1\r\nHost: l\r\nContent-Length: 0\r\n\r\n"
+        "GET /healthz HTTP/1.1\r\n\r\n",
+        "malformed_headers": "GET /metrics HTTP/1.1\r\nHost: l\r\n folded\r\nBad Header\r\n\r\n",
+        "http2_preface": "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        "unterminated_headers": "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Pad: "
+        + "p" * 3000 + "\r\n",
+    }
+    for name, head in heads.items():
+        out("metrics_http_request", name, head)
 
     # ---- configs ----
     out("config", "dikkat_decoder", json.dumps({

@@ -13,12 +13,14 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/sync.h"
+#include "server/metrics_http_request.h"
 
 namespace dikkat::server {
 
@@ -138,11 +140,41 @@ class ConnectionStream final : public httplib::Stream {
         options_(options),
         read_deadline_(absl::Now() + options.request_timeout) {}
 
-  bool is_readable() const override { return pos_ < len_ || Wait(POLLIN, read_deadline_); }
+  bool is_readable() const override {
+    return head_pos_ < head_.size() || pos_ < len_ || Wait(POLLIN, read_deadline_);
+  }
+
+  // Reads until CheckRequestHead decides on what has arrived, or the
+  // deadline passes, the budget is spent, the client is gone or the server
+  // stops (then kIncomplete). What it read is what read() returns first, so
+  // httplib parses the same bytes.
+  RequestHeadCheck ReadHead() {
+    while (true) {
+      RequestHeadCheck check =
+          CheckRequestHead(head_, static_cast<size_t>(std::max<int64_t>(
+                                      options_.max_request_bytes, 0)));
+      if (check.verdict != RequestHeadCheck::Verdict::kIncomplete) return check;
+      const int64_t budget = options_.max_request_bytes - received_;
+      if (budget <= 0 || !Wait(POLLIN, read_deadline_)) return check;
+      ssize_t n;
+      do {
+        n = recv(fd_, buffer_, std::min<size_t>(sizeof(buffer_), static_cast<size_t>(budget)), 0);
+      } while (n < 0 && errno == EINTR);
+      if (n <= 0) return check;
+      received_ += n;
+      head_.append(buffer_, static_cast<size_t>(n));
+    }
+  }
 
   bool is_writable() const override { return Wait(POLLOUT, WriteDeadline()); }
 
   ssize_t read(char* ptr, size_t size) override {
+    if (head_pos_ < head_.size()) {
+      const size_t n = std::min(size, head_.size() - head_pos_);
+      std::memcpy(ptr, head_.data() + head_pos_, n);
+      head_pos_ += n;
+      return static_cast<ssize_t>(n);
+    }
     if (pos_ == len_) {
       const int64_t budget = options_.max_request_bytes - received_;
       if (budget <= 0 || !Wait(POLLIN, read_deadline_)) return -1;
@@ -226,6 +258,8 @@ class ConnectionStream final : public httplib::Stream {
   const absl::Time read_deadline_;
   mutable absl::Time write_deadline_ = absl::InfiniteFuture();
   int64_t received_ = 0;
+  std::string head_;  // what ReadHead() received, for read() to return first
+  size_t head_pos_ = 0;
   char buffer_[4096];
   size_t pos_ = 0;
   size_t len_ = 0;
@@ -280,13 +314,39 @@ class MetricsHttpServer::BoundedServer final : public httplib::Server {
       }
     } else {
       ConnectionStream stream(sock, stop_fd_, options_);
-      bool connection_closed = false;
-      served = process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+      // dikkat's own check of the request head first (bounded by the
+      // request deadline and bytes): what the port never serves is refused
+      // with a status of its own, before httplib parses anything. A head
+      // that never completes is closed without an answer.
+      const RequestHeadCheck head = stream.ReadHead();
+      if (head.verdict == RequestHeadCheck::Verdict::kServe) {
+        bool connection_closed = false;
+        served = process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+      } else if (head.verdict == RequestHeadCheck::Verdict::kRefuse) {
+        WriteRefusal(stream, head);
+      }
       LingeringClose(sock);
     }
     shutdown(sock, SHUT_RDWR);
     close(sock);
     return served;
+  }
+
+  // The answer to a refused head: its status, why, and Connection: close
+  // (405 says which methods are served). No body for HEAD.
+  static void WriteRefusal(ConnectionStream& stream, const RequestHeadCheck& head) {
+    const std::string body = head.reason + "\n";
+    std::string response = absl::StrCat(
+        "HTTP/1.1 ", head.status, " ", RequestHeadStatusText(head.status),
+        "\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ", body.size(),
+        "\r\n", head.status == 405 ? "Allow: GET, HEAD\r\n" : "", "\r\n");
+    if (head.method != "HEAD") response += body;
+    size_t sent = 0;
+    while (sent < response.size()) {
+      const ssize_t n = stream.write(response.data() + sent, response.size() - sent);
+      if (n < 0) return;
+      sent += static_cast<size_t>(n);
+    }
   }
 
   // After the response: stop sending, then read what the client still

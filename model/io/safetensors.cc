@@ -368,15 +368,11 @@ absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path) {
   }
 }
 
-absl::StatusOr<TensorMap> ReadSafetensorsIndex(const std::string& index_path) {
+absl::StatusOr<std::map<std::string, std::vector<std::string>>> ParseSafetensorsIndex(
+    absl::string_view index_json, const std::string& index_path) {
   namespace fs = std::filesystem;
-  std::FILE* f = std::fopen(index_path.c_str(), "rb");
-  if (f == nullptr) {
-    return absl::ErrnoToStatus(errno,
-                               absl::StrCat("cannot open safetensors index '", index_path, "'"));
-  }
-  json index = json::parse(f, /*cb=*/nullptr, /*allow_exceptions=*/false);
-  std::fclose(f);
+  json index = json::parse(index_json.begin(), index_json.end(), /*cb=*/nullptr,
+                           /*allow_exceptions=*/false);
   if (index.is_discarded() || !index.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("safetensors index '", index_path, "' is not a JSON object"));
@@ -406,6 +402,22 @@ absl::StatusOr<TensorMap> ReadSafetensorsIndex(const std::string& index_path) {
     }
     names_by_shard[shard].push_back(it.key());
   }
+  return names_by_shard;
+}
+
+absl::StatusOr<TensorMap> ReadSafetensorsIndex(const std::string& index_path) {
+  namespace fs = std::filesystem;
+  std::FILE* f = std::fopen(index_path.c_str(), "rb");
+  if (f == nullptr) {
+    return absl::ErrnoToStatus(errno,
+                               absl::StrCat("cannot open safetensors index '", index_path, "'"));
+  }
+  std::string text;
+  char buffer[1 << 16];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) text.append(buffer, n);
+  std::fclose(f);
+  DIKKAT_ASSIGN_OR_RETURN(auto names_by_shard, ParseSafetensorsIndex(text, index_path));
 
   const fs::path dir = fs::path(index_path).parent_path();
   TensorMap tensors;

@@ -6,9 +6,11 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "model/io/weights.h"
 
 namespace dikkat::model {
@@ -30,6 +32,17 @@ absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path);
 // is read once; the result holds exactly the tensors the index names, and a
 // name its shard lacks is INVALID_ARGUMENT.
 absl::StatusOr<TensorMap> ReadSafetensorsIndex(const std::string& index_path);
+
+// The index's checks without reading any shard: parses the text of an
+// `*.safetensors.index.json` and returns shard file (relative to the
+// index's folder) -> the tensor names it holds, in name order. A
+// weight_map that is missing, empty or not an object, an entry that is not
+// a non-empty string, and a shard path that is absolute or has a ".."
+// component are INVALID_ARGUMENT; `index_path` names the index in errors.
+// ReadSafetensorsIndex runs this first; exposed for the fuzzer
+// (fuzz/safetensors_index_fuzzer.cc) and tests.
+absl::StatusOr<std::map<std::string, std::vector<std::string>>> ParseSafetensorsIndex(
+    absl::string_view index_json, const std::string& index_path);
 
 // Writes tensors (any device, contiguous or not) to a .safetensors file with
 // an optional `__metadata__` string map. Used by tools and tests. Tensors are

@@ -20,7 +20,6 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -145,36 +144,24 @@ enum Op : uint8_t {
 // Runs data.pkl of one archive. Not thread-safe; one instance per load.
 class CheckpointUnpickler {
  public:
-  CheckpointUnpickler(std::string path, caffe2::serialize::PyTorchStreamReader& reader,
-                      const char* data, size_t size)
-      : path_(std::move(path)), reader_(reader), data_(data), size_(size) {}
+  CheckpointUnpickler(std::string path, const CheckpointRecordReader& records, const char* data,
+                      size_t size)
+      : path_(std::move(path)), records_(records), data_(data), size_(size) {}
 
-  // The memo lets a pickle build containers that hold themselves; shared
-  // references never free such a cycle. Every value still reachable from the
-  // stack and the memo is emptied here, which frees them all. Call sites use
-  // the result of Run() (and the tensors taken from it) before this runs.
+  // A pickle can build containers that hold themselves: through the memo,
+  // and without it (DUP a list, then APPEND it to itself). Shared references
+  // never free such a cycle, and it need not stay reachable from the stack
+  // or the memo (POP it, or pass it to REDUCE), so every container this
+  // unpickler made is emptied here, which frees them all. (Found by
+  // fuzz/torch_pickle_fuzzer.cc: walking from the stack and the memo leaked
+  // the cycles left behind.) Call sites use the result of Run() (and the
+  // tensors taken from it) before this runs.
   ~CheckpointUnpickler() {
-    std::vector<Value*> todo, seen_list;
-    std::unordered_set<Value*> seen;
-    auto visit = [&](const ValuePtr& v) {
-      if (v != nullptr && seen.insert(v.get()).second) todo.push_back(v.get());
-    };
-    for (const ValuePtr& v : stack_) visit(v);
-    for (const auto& [index, v] : memo_) visit(v);
-    while (!todo.empty()) {
-      Value* v = todo.back();
-      todo.pop_back();
-      seen_list.push_back(v);
-      for (const ValuePtr& item : v->items) visit(item);
-      for (const auto& [key, value] : v->entries) {
-        visit(key);
-        visit(value);
-      }
-    }
     // Move the children out first, then drop them: clearing one value must
-    // not free another that is still in seen_list.
+    // not free another that is still to be cleared. Once all are empty,
+    // dropping them recurses nowhere.
     std::vector<ValuePtr> children;
-    for (Value* v : seen_list) {
+    for (const ValuePtr& v : containers_) {
       for (ValuePtr& item : v->items) children.push_back(std::move(item));
       for (auto& [key, value] : v->entries) {
         children.push_back(std::move(key));
@@ -254,6 +241,14 @@ class CheckpointUnpickler {
 
   void Push(ValuePtr v) { stack_.push_back(std::move(v)); }
 
+  // A tuple, list or dict, remembered so that the destructor can break the
+  // cycles it may end up in.
+  ValuePtr Container(Value::Kind kind) {
+    ValuePtr v = Make(kind);
+    containers_.push_back(v);
+    return v;
+  }
+
   void PushInt(int64_t v, Value::Kind kind = Value::Kind::kInt) {
     ValuePtr value = Make(kind);
     value->int_value = v;
@@ -281,7 +276,7 @@ class CheckpointUnpickler {
   }
 
   absl::Status PushTuple(std::vector<ValuePtr> items) {
-    ValuePtr tuple = Make(Value::Kind::kTuple);
+    ValuePtr tuple = Container(Value::Kind::kTuple);
     tuple->items = std::move(items);
     Push(std::move(tuple));
     return absl::OkStatus();
@@ -371,10 +366,10 @@ class CheckpointUnpickler {
         DIKKAT_ASSIGN_OR_RETURN(std::vector<ValuePtr> items, PopToMark());
         return PushTuple(std::move(items));
       }
-      case kEmptyList: case kEmptySet: Push(Make(Value::Kind::kList)); return absl::OkStatus();
+      case kEmptyList: case kEmptySet: Push(Container(Value::Kind::kList)); return absl::OkStatus();
       case kListOp: case kFrozenSet: {
         DIKKAT_ASSIGN_OR_RETURN(std::vector<ValuePtr> items, PopToMark());
-        ValuePtr list = Make(Value::Kind::kList);
+        ValuePtr list = Container(Value::Kind::kList);
         list->items = std::move(items);
         Push(std::move(list));
         return absl::OkStatus();
@@ -391,10 +386,10 @@ class CheckpointUnpickler {
         for (ValuePtr& v : items) list->items.push_back(std::move(v));
         return absl::OkStatus();
       }
-      case kEmptyDict: Push(Make(Value::Kind::kDict)); return absl::OkStatus();
+      case kEmptyDict: Push(Container(Value::Kind::kDict)); return absl::OkStatus();
       case kDictOp: {
         DIKKAT_ASSIGN_OR_RETURN(std::vector<ValuePtr> flat, PopToMark());
-        ValuePtr dict = Make(Value::Kind::kDict);
+        ValuePtr dict = Container(Value::Kind::kDict);
         DIKKAT_RETURN_IF_ERROR(AddEntries(dict, std::move(flat)));
         Push(std::move(dict));
         return absl::OkStatus();
@@ -460,7 +455,7 @@ class CheckpointUnpickler {
     }
     const std::string& f = callable.text;
     if (f == "collections.OrderedDict") {
-      ValuePtr dict = Make(Value::Kind::kDict);
+      ValuePtr dict = Container(Value::Kind::kDict);
       // OrderedDict([(k, v), ...]); torch.save itself passes no arguments.
       if (!args.items.empty() && args.items[0]->kind == Value::Kind::kList) {
         for (const ValuePtr& pair : args.items[0]->items) {
@@ -499,10 +494,14 @@ class CheckpointUnpickler {
       return Error(absl::StrCat("storage '", key, "' has unsupported type ", pid.items[1]->text));
     }
     const std::string record = "data/" + key;
-    if (!reader_.hasRecord(record)) {
-      return Error(absl::StrCat("archive has no record '", record, "'"));
+    absl::StatusOr<std::pair<at::DataPtr, size_t>> found = records_(record);
+    if (!found.ok()) {
+      if (found.status().code() == absl::StatusCode::kNotFound) {
+        return Error(absl::StrCat("archive has no record '", record, "'"));
+      }
+      return found.status();
     }
-    auto [bytes, nbytes] = reader_.getRecord(record);
+    auto& [bytes, nbytes] = *found;
     const size_t itemsize = c10::elementSize(value->storage.dtype);
     const int64_t numel = pid.items[4]->int_value;
     if (numel < 0 || nbytes != static_cast<uint64_t>(numel) * itemsize) {
@@ -565,7 +564,7 @@ class CheckpointUnpickler {
   }
 
   const std::string path_;
-  caffe2::serialize::PyTorchStreamReader& reader_;
+  const CheckpointRecordReader& records_;
   const char* const data_;
   const size_t size_;
   size_t pos_ = 0;
@@ -574,6 +573,7 @@ class CheckpointUnpickler {
   std::vector<size_t> marks_;  // stack sizes at each MARK
   std::unordered_map<uint64_t, ValuePtr> memo_;
   std::map<std::string, ValuePtr> storages_;
+  std::vector<ValuePtr> containers_;  // every tuple, list and dict made
 };
 
 absl::Status CheckZipSignature(const std::string& path) {
@@ -602,15 +602,34 @@ absl::Status CheckZipSignature(const std::string& path) {
 // lets a pickle build one) would otherwise recurse until the stack overflows.
 constexpr int kMaxDictNesting = 64;
 
+// Flattening visits a value once for every path to it, and the memo lets a
+// pickle refer to one dict many times: 60 levels of dicts that each hold the
+// previous level twice are a 1.3 KB data.pkl with 2^60 paths (seen while
+// writing fuzz/torch_pickle_fuzzer.cc, which reports it as a timeout: the
+// load never ended). Every visit is
+// therefore paid from a budget of one per byte of data.pkl, plus the
+// nesting limit (so that a short pickle whose dict contains itself is still
+// reported as such). A checkpoint without shared dicts needs one visit per
+// dict entry, and every entry takes several bytes; saving one dict twice
+// ({"model": sd, "ema": sd}) doubles that and still fits.
+struct FlattenBudget {
+  int64_t visits_left;
+};
+
 // Collects the tensors of a (possibly nested) dict; keys of nested dicts are
 // joined with ".". Integer keys (e.g. optimizer state) are spelled in decimal.
 absl::Status Flatten(const std::string& path, const std::string& prefix, const Value& value,
-                     TensorMap& out, int depth = 0) {
+                     TensorMap& out, FlattenBudget& budget, int depth = 0) {
   if (depth > kMaxDictNesting) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint '", path, "' nests dicts more than ", kMaxDictNesting,
         " levels deep (or holds a dict that contains itself); a state_dict is a flat or "
         "shallow dict of tensors"));
+  }
+  if (--budget.visits_left < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", path, "' refers to the same dicts so often that flattening it would "
+        "visit more entries than data.pkl has bytes; a state_dict holds each dict once"));
   }
   if (value.kind == Value::Kind::kTensor) {
     if (!out.emplace(prefix, value.tensor).second) {
@@ -629,10 +648,30 @@ absl::Status Flatten(const std::string& path, const std::string& prefix, const V
     } else {
       continue;  // keys of other types cannot name a weight
     }
-    DIKKAT_RETURN_IF_ERROR(Flatten(
-        path, prefix.empty() ? name : absl::StrCat(prefix, ".", name), *child, out, depth + 1));
+    DIKKAT_RETURN_IF_ERROR(Flatten(path, prefix.empty() ? name : absl::StrCat(prefix, ".", name),
+                                   *child, out, budget, depth + 1));
   }
   return absl::OkStatus();
+}
+
+// The unpickler and Flatten over one data.pkl (ParseTorchCheckpointPickle
+// without the exception guard).
+absl::StatusOr<TensorMap> ParsePickle(absl::string_view data_pkl, const std::string& path,
+                                      const CheckpointRecordReader& records) {
+  CheckpointUnpickler unpickler(path, records, data_pkl.data(), data_pkl.size());
+  DIKKAT_ASSIGN_OR_RETURN(ValuePtr root, unpickler.Run());
+  if (root->kind != Value::Kind::kDict) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", path, "' does not hold a dict; save a state_dict, not a module"));
+  }
+  TensorMap tensors;
+  FlattenBudget budget{static_cast<int64_t>(data_pkl.size()) + kMaxDictNesting + 1};
+  DIKKAT_RETURN_IF_ERROR(Flatten(path, "", *root, tensors, budget));
+  if (tensors.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", path, "' holds a dict without any tensors"));
+  }
+  return tensors;
 }
 
 absl::StatusOr<TensorMap> ReadCheckpointArchive(const std::string& path) {
@@ -649,23 +688,31 @@ absl::StatusOr<TensorMap> ReadCheckpointArchive(const std::string& path) {
         "checkpoint '", path, "' has no data.pkl (a TorchScript archive is not a state_dict)"));
   }
   auto [pickle, pickle_size] = reader.getRecord("data.pkl");
-  CheckpointUnpickler unpickler(path, reader, static_cast<const char*>(pickle.get()),
-                                pickle_size);
-  DIKKAT_ASSIGN_OR_RETURN(ValuePtr root, unpickler.Run());
-  if (root->kind != Value::Kind::kDict) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint '", path, "' does not hold a dict; save a state_dict, not a module"));
-  }
-  TensorMap tensors;
-  DIKKAT_RETURN_IF_ERROR(Flatten(path, "", *root, tensors));
-  if (tensors.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint '", path, "' holds a dict without any tensors"));
-  }
-  return tensors;
+  const CheckpointRecordReader records =
+      [&reader](const std::string& name) -> absl::StatusOr<std::pair<at::DataPtr, size_t>> {
+    if (!reader.hasRecord(name)) return absl::NotFoundError(name);
+    auto [bytes, nbytes] = reader.getRecord(name);
+    return std::make_pair(std::move(bytes), nbytes);
+  };
+  return ParsePickle(absl::string_view(static_cast<const char*>(pickle.get()), pickle_size),
+                     path, records);
 }
 
 }  // namespace
+
+absl::StatusOr<TensorMap> ParseTorchCheckpointPickle(absl::string_view data_pkl,
+                                                     const std::string& name,
+                                                     const CheckpointRecordReader& records) {
+  try {
+    return ParsePickle(data_pkl, name, records);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint '", name, "' cannot be read: ",
+                                                   e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", name, "' cannot be read: ", e.what()));
+  }
+}
 
 absl::StatusOr<TensorMap> ReadTorchCheckpoint(const std::string& path) {
   DIKKAT_RETURN_IF_ERROR(CheckZipSignature(path));

@@ -2,9 +2,15 @@
 #ifndef DIKKAT_MODEL_IO_TORCH_CHECKPOINT_H_
 #define DIKKAT_MODEL_IO_TORCH_CHECKPOINT_H_
 
+#include <cstddef>
+#include <functional>
 #include <string>
+#include <utility>
+
+#include <c10/core/Allocator.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "model/io/weights.h"
 
 namespace dikkat::model {
@@ -19,6 +25,22 @@ namespace dikkat::model {
 // i.e. every `model.state_dict()`, into None). Errors are INVALID_ARGUMENT
 // (NOT_FOUND for a missing file).
 absl::StatusOr<TensorMap> ReadTorchCheckpoint(const std::string& path);
+
+// The records of a checkpoint archive that its data.pkl names as storages
+// ("data/<key>"): the record's bytes and their count, or NOT_FOUND when
+// there is no such record.
+using CheckpointRecordReader =
+    std::function<absl::StatusOr<std::pair<at::DataPtr, size_t>>(const std::string& record)>;
+
+// The unpickler alone, as ReadTorchCheckpoint runs it on the archive's
+// data.pkl: runs `data_pkl`, reads the storages it names through `records`
+// and flattens the dict it holds, with the same results and errors
+// (`name` stands for the checkpoint's path in them). ReadTorchCheckpoint is
+// this over the zip archive's records; it is exposed for the unpickler's
+// fuzzer (fuzz/torch_pickle_fuzzer.cc) and tests.
+absl::StatusOr<TensorMap> ParseTorchCheckpointPickle(absl::string_view data_pkl,
+                                                     const std::string& name,
+                                                     const CheckpointRecordReader& records);
 
 }  // namespace dikkat::model
 

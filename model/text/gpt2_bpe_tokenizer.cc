@@ -2,6 +2,7 @@
 // merges.txt (one "a b" merge per line in rank order, a.k.a. vocab.bpe).
 #include "model/text/gpt2_bpe_tokenizer.h"
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -55,9 +56,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2Bpe(const std::string& vocab_
         absl::StrCat(vocab_json, ": expected a JSON object of token -> id"));
   }
   for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(vocab_json, ": id of \"", token, "\" is ", id.dump(), ", not an integer"));
+    // get<int32_t>() would wrap a larger integer to another id.
+    if (!id.is_number_integer() || (id.is_number_unsigned() && id.get<uint64_t>() > INT32_MAX) ||
+        (!id.is_number_unsigned() &&
+         (id.get<int64_t>() < INT32_MIN || id.get<int64_t>() > INT32_MAX))) {
+      return absl::InvalidArgumentError(absl::StrCat(vocab_json, ": id of \"", token, "\" is ",
+                                                     id.dump(), ", not a 32-bit integer"));
     }
     spec.vocab.emplace(token, id.get<int32_t>());
   }

@@ -169,6 +169,14 @@ class LlamaBpeTokenizer final : public Tokenizer {
       max_id = std::max(max_id, added.id);
     }
     if (max_id < 0) return absl::InvalidArgumentError("bpe: empty vocabulary");
+    // The id tables are dense: an id of INT32_MAX overflowed max_id + 1, and
+    // a large one asked for gigabytes before anything was checked (a 4 KB
+    // tokenizer.json could do either; seen while writing
+    // fuzz/tokenizer_files_fuzzer.cc).
+    if (max_id >= kMaxLlamaBpeId) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bpe: token id ", max_id, " is out of range; ids must be below ", kMaxLlamaBpeId));
+    }
     pieces_.assign(max_id + 1, "");
     decoded_.assign(max_id + 1, "");
     byte_value_.assign(max_id + 1, -1);

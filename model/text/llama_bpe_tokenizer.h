@@ -39,8 +39,12 @@ struct LlamaBpeSpec {
   std::vector<std::string> fingerprints;
 };
 
+// Piece and added-token ids must be below this: the tables are dense, one
+// entry per id up to the largest (real vocabularies have ~256k pieces).
+inline constexpr int32_t kMaxLlamaBpeId = 1 << 24;
+
 // INVALID_ARGUMENT if a merge names a piece that is not in the vocabulary or
-// an id is negative. A character with neither a piece nor (with
+// an id is negative or not below kMaxLlamaBpeId. A character with neither a piece nor (with
 // byte_fallback) all of its <0xNN> pieces encodes as unk_token, as in
 // Hugging Face tokenizers.
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeLlamaBpe(LlamaBpeSpec spec);

@@ -2,6 +2,8 @@
 // the rest by name, so an unsupported pipeline never yields wrong ids quietly.
 #include "model/text/tokenizer_json.h"
 
+#include <cstdint>
+#include <stdexcept>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -18,6 +20,24 @@ namespace dikkat::model {
 namespace {
 
 using Json = nlohmann::json;
+
+// A number in a tokenizer.json that is not a 32-bit integer where one is
+// needed (a token id, a length).
+class NotAnInt32 : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// nlohmann's get<int32_t>() converts any number: a float outside int32's
+// range is undefined behaviour (UBSan aborts), a larger integer wraps to
+// another id. Seen while writing fuzz/tokenizer_files_fuzzer.cc.
+int32_t Int32Of(const Json& j) {
+  const bool fits = (j.is_number_unsigned() && j.get<uint64_t>() <= INT32_MAX) ||
+                    (j.is_number_integer() && !j.is_number_unsigned() &&
+                     j.get<int64_t>() >= INT32_MIN && j.get<int64_t>() <= INT32_MAX);
+  if (!fits) throw NotAnInt32(absl::StrCat(j.dump(), " is not a 32-bit integer"));
+  return static_cast<int32_t>(j.get<int64_t>());
+}
 
 std::string TypeOf(const Json& j) {
   if (j.is_null()) return "null";
@@ -46,8 +66,8 @@ absl::StatusOr<SpecialFrame> ParsePostProcessor(const std::string& path, const J
   const std::string type = TypeOf(post);
   if (type == "null" || type == "ByteLevel") return frame;
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    frame.prefix.push_back(post.at("cls").at(1).get<int32_t>());
-    frame.suffix.push_back(post.at("sep").at(1).get<int32_t>());
+    frame.prefix.push_back(Int32Of(post.at("cls").at(1)));
+    frame.suffix.push_back(Int32Of(post.at("sep").at(1)));
     return frame;
   }
   if (type == "TemplateProcessing") {
@@ -59,7 +79,7 @@ absl::StatusOr<SpecialFrame> ParsePostProcessor(const std::string& path, const J
       }
       const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
       for (const Json& id : post.at("special_tokens").at(name).at("ids")) {
-        (seen_sequence ? frame.suffix : frame.prefix).push_back(id.get<int32_t>());
+        (seen_sequence ? frame.suffix : frame.prefix).push_back(Int32Of(id));
       }
     }
     return frame;
@@ -92,7 +112,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMerges(
 std::vector<AddedToken> ParseAddedTokens(const Json& j) {
   std::vector<AddedToken> added_tokens;
   for (const Json& added : j.value("added_tokens", Json::array())) {
-    added_tokens.push_back({added.at("id").get<int32_t>(), added.at("content").get<std::string>(),
+    added_tokens.push_back({Int32Of(added.at("id")), added.at("content").get<std::string>(),
                             added.value("special", false)});
   }
   return added_tokens;
@@ -180,7 +200,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadLlamaBpeJson(const std::string& p
   spec.fuse_unk = model.value("fuse_unk", false);
   const Json unk = model.value("unk_token", Json());
   if (unk.is_string()) spec.unk_token = unk.get<std::string>();
-  for (const auto& [piece, id] : model.at("vocab").items()) spec.vocab.emplace(piece, id.get<int32_t>());
+  for (const auto& [piece, id] : model.at("vocab").items()) spec.vocab.emplace(piece, Int32Of(id));
   DIKKAT_ASSIGN_OR_RETURN(spec.merges, ParseMerges(path, model));
   spec.added_tokens = ParseAddedTokens(j);
   DIKKAT_ASSIGN_OR_RETURN(SpecialFrame frame,
@@ -208,7 +228,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadByteLevelBpeJson(const std::strin
   const Json& model = j.at("model");
   ByteLevelBpeSpec spec;
   spec.add_prefix_space = byte_level->value("add_prefix_space", false);
-  for (const auto& [token, id] : model.at("vocab").items()) spec.vocab.emplace(token, id.get<int32_t>());
+  for (const auto& [token, id] : model.at("vocab").items()) spec.vocab.emplace(token, Int32Of(id));
   DIKKAT_ASSIGN_OR_RETURN(spec.merges, ParseMerges(path, model));
   spec.added_tokens = ParseAddedTokens(j);
   DIKKAT_ASSIGN_OR_RETURN(SpecialFrame frame,
@@ -241,10 +261,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadWordPieceJson(const std::string& 
   options.tokenize_chinese_chars = norm.value("handle_chinese_chars", true);
   options.unk_token = model.value("unk_token", std::string("[UNK]"));
   options.continuing_subword_prefix = model.value("continuing_subword_prefix", std::string("##"));
-  options.max_input_chars_per_word = model.value("max_input_chars_per_word", 100);
+  options.max_input_chars_per_word =
+      model.contains("max_input_chars_per_word") ? Int32Of(model["max_input_chars_per_word"]) : 100;
   std::vector<std::string> vocab;
   for (const auto& [token, id_json] : model.at("vocab").items()) {
-    const int32_t id = id_json.get<int32_t>();
+    const int32_t id = Int32Of(id_json);
     if (id < 0 || id > 10'000'000) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": token \"", token, "\" has id ", id, "; allowed 0..10000000"));
@@ -282,6 +303,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerJson(const std::string& 
     return tok;
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": malformed ", type, " model: ", e.what()));
+  } catch (const NotAnInt32& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": malformed ", type, " model: ", e.what()));
   }
 }
 

@@ -145,6 +145,9 @@ def make(out):
     nested = {"model." + k: describe(v) for k, v in sd.items()}
     nested["optimizer.state.0.momentum"] = describe(torch.ones(2))
     expected["nested"] = nested
+    # One dict saved twice: the pickle refers to it again through the memo.
+    torch.save({"model": sd, "ema": sd}, os.path.join(out, "twice.pt"))
+    expected["twice"] = {p + k: describe(v) for p in ("model.", "ema.") for k, v in sd.items()}
     torch.save(sd, os.path.join(out, "legacy.pt"), _use_new_zipfile_serialization=False)
     # Hostile pickles (zip archives as torch.save writes them, data.pkl by
     # hand): a dict that contains itself (PROTO 2, EMPTY_DICT, BINPUT 0,
@@ -152,8 +155,16 @@ def make(out):
     # 200000 deep ({"a": {"a": ...}}: ~1.6 MB).
     depth = 200000
     deep = (b"\x80\x02" + b"}X\x01\x00\x00\x00a" * depth + b"}" + b"s" * depth + b".")
+    # 60 levels of dicts, each holding the previous level twice through the
+    # memo ({"a": d, "b": d}): 1.3 KB, 2^60 paths to flatten (the load
+    # never ended; fuzz/torch_pickle_fuzzer.cc reports it as a timeout).
+    shared = b"\x80\x02}q\x000"
+    for i in range(1, 61):
+        shared += (b"}(X\x01\x00\x00\x00ah" + bytes([i - 1]) + b"X\x01\x00\x00\x00bh"
+                   + bytes([i - 1]) + b"uq" + bytes([i]) + (b"0" if i < 60 else b""))
+    shared += b"."
     for name, pkl in (("cyclic.pt", b"\x80\x02}q\x00X\x01\x00\x00\x00ah\x00s."),
-                      ("deep.pt", deep)):
+                      ("deep.pt", deep), ("shared_dicts.pt", shared)):
         with zipfile.ZipFile(os.path.join(out, name), "w", zipfile.ZIP_STORED) as z:
             z.writestr("archive/data.pkl", pkl)
             z.writestr("archive/version", "3\n")

@@ -15,9 +15,12 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros.h>
+#include <caffe2/serialize/inline_container.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -102,6 +105,11 @@ std::string ReadAll(const std::string& path) {
 void WriteAll(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Checkpoint records for the unpickler alone: none.
+absl::StatusOr<std::pair<at::DataPtr, size_t>> NoRecords(const std::string& name) {
+  return absl::NotFoundError(name);
 }
 
 class WeightsTest : public ::testing::Test {
@@ -224,6 +232,30 @@ TEST_F(WeightsTest, ShardedIndexMayNotNameAShardOutsideItsFolder) {
               AllOf(HasSubstr("'../basic.safetensors'"), HasSubstr("no '..'")));
 }
 
+TEST_F(WeightsTest, SafetensorsIndexIsCheckedBeforeAnyShardIsRead) {
+  absl::StatusOr<std::map<std::string, std::vector<std::string>>> shards = ParseSafetensorsIndex(
+      R"({"metadata": {"total_size": 8}, "weight_map": {"b": "one.safetensors",
+          "a": "one.safetensors", "c": "sub/two.safetensors"}})",
+      "x/model.safetensors.index.json");
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  EXPECT_EQ(*shards, (std::map<std::string, std::vector<std::string>>{
+                         {"one.safetensors", {"a", "b"}}, {"sub/two.safetensors", {"c"}}}));
+  for (const char* shard : {"../one.safetensors", "sub/../../one.safetensors", "/abs.safetensors",
+                            "sub/.."}) {
+    absl::StatusOr<std::map<std::string, std::vector<std::string>>> bad = ParseSafetensorsIndex(
+        json{{"weight_map", {{"a", shard}}}}.dump(), "x/model.safetensors.index.json");
+    ASSERT_FALSE(bad.ok()) << shard;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(bad.status().message(), HasSubstr("must be a path inside the index's folder"));
+  }
+  for (const char* text : {"[]", "{}", R"({"weight_map": {}})", R"({"weight_map": {"a": 1}})",
+                           R"({"weight_map": {"a": ""}})", "{\"weight_map\": "}) {
+    EXPECT_EQ(ParseSafetensorsIndex(text, "i.json").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << text;
+  }
+}
+
 // ---- torch checkpoints -----------------------------------------------------
 
 TEST_F(WeightsTest, TorchCheckpointReadsAStateDict) {
@@ -268,6 +300,79 @@ TEST_F(WeightsTest, HostilePicklesAreRefusedWithoutCrashing) {
     EXPECT_THAT(tensors.status().message(),
                 AllOf(HasSubstr(name), HasSubstr("nests dicts more than 64 levels")))
         << name;
+  }
+}
+
+TEST_F(WeightsTest, UnpicklerAloneReadsWhatTheArchiveReaderReads) {
+  // ParseTorchCheckpointPickle over the archive's own data.pkl and records.
+  for (const char* name : {"ckpt.pt", "ckpt_proto4.pt", "params.pt", "nested.pt"}) {
+    SCOPED_TRACE(name);
+    caffe2::serialize::PyTorchStreamReader reader(Path(name));
+    auto [pickle, size] = reader.getRecord("data.pkl");
+    absl::StatusOr<TensorMap> alone = ParseTorchCheckpointPickle(
+        std::string(static_cast<const char*>(pickle.get()), size), Path(name),
+        [&reader](const std::string& record) -> absl::StatusOr<std::pair<at::DataPtr, size_t>> {
+          if (!reader.hasRecord(record)) return absl::NotFoundError(record);
+          auto [bytes, n] = reader.getRecord(record);
+          return std::make_pair(std::move(bytes), n);
+        });
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    absl::StatusOr<TensorMap> archive = ReadTorchCheckpoint(Path(name));
+    ASSERT_TRUE(archive.ok()) << archive.status();
+    ASSERT_EQ(alone->size(), archive->size());
+    for (const auto& [key, tensor] : *archive) {
+      ASSERT_EQ(alone->count(key), 1u) << key;
+      EXPECT_EQ(Hex(alone->at(key)), Hex(tensor)) << key;
+      EXPECT_EQ(alone->at(key).strides().vec(), tensor.strides().vec()) << key;
+    }
+  }
+  // A storage the records lack is named.
+  caffe2::serialize::PyTorchStreamReader reader(Path("ckpt.pt"));
+  auto [pickle, size] = reader.getRecord("data.pkl");
+  absl::StatusOr<TensorMap> none = ParseTorchCheckpointPickle(
+      std::string(static_cast<const char*>(pickle.get()), size), "ckpt.pt", NoRecords);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr("archive has no record 'data/"));
+}
+
+TEST_F(WeightsTest, SharedDictsCannotMultiplyTheWorkOfFlattening) {
+  // 60 levels of {"a": d, "b": d} through the memo: 1.3 KB with 2^60 paths,
+  // whose flattening never ended (fuzz/torch_pickle_fuzzer.cc: a timeout).
+  absl::StatusOr<TensorMap> tensors = ReadTorchCheckpoint(Path("shared_dicts.pt"));
+  ASSERT_FALSE(tensors.ok());
+  EXPECT_EQ(tensors.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tensors.status().message(),
+              AllOf(HasSubstr("shared_dicts.pt"), HasSubstr("refers to the same dicts")));
+  // The unpickler alone says the same.
+  std::string pickle = std::string("\x80\x02}q") + '\0' + '0';
+  for (int i = 1; i <= 60; ++i) {
+    const char prev = static_cast<char>(i - 1);
+    pickle += std::string("}(X\x01") + '\0' + '\0' + '\0' + "ah" + prev;
+    pickle += std::string("X\x01") + '\0' + '\0' + '\0' + "bh" + prev + "uq" + static_cast<char>(i);
+    if (i < 60) pickle += '0';
+  }
+  pickle += '.';
+  absl::StatusOr<TensorMap> alone = ParseTorchCheckpointPickle(pickle, "x.pt", NoRecords);
+  EXPECT_THAT(alone.status().message(), HasSubstr("refers to the same dicts"));
+  // A dict saved twice ({"model": sd, "ema": sd}) is still read, under both names.
+  absl::StatusOr<TensorMap> twice = ReadTorchCheckpoint(Path("twice.pt"));
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  ExpectTensorsAre(*twice, Expected("twice"));
+}
+
+TEST_F(WeightsTest, CyclesLeftOffTheStackAreFreed) {
+  // A list appended to itself (DUP, APPEND) and then popped, or passed to
+  // REDUCE, is reachable from neither the stack nor the memo; the unpickler
+  // used to free only what was, and leaked these (fuzz/torch_pickle_fuzzer.cc
+  // found it). LeakSanitizer checks this process at exit in the sanitizer
+  // build (scripts/hardening.sh).
+  const std::string popped = "\x80\x02]2a0}.";
+  const std::string reduced = "\x80\x02" "cbuiltins\nlist\n]2a\x85R0}.";
+  for (const std::string& pickle : {popped, reduced}) {
+    absl::StatusOr<TensorMap> tensors = ParseTorchCheckpointPickle(pickle, "c.pt", NoRecords);
+    ASSERT_FALSE(tensors.ok());
+    EXPECT_THAT(tensors.status().message(), HasSubstr("without any tensors"));
   }
 }
 

@@ -263,6 +263,44 @@ TEST_F(MetricsHttpLimitsTest, OversizedHeadersAreRefused) {
   EXPECT_THAT(Get(port_, "/healthz").text, StartsWith("HTTP/1.1 200"));
 }
 
+TEST_F(MetricsHttpLimitsTest, RefusedHeadsGetTheirOwnStatusBeforeHttplibParsesThem) {
+  // server/metrics_http_request.h reads the head first.
+  StartServer();
+  // 17 KiB of headers at once, past the 16 KiB budget: 431.
+  std::string big = "GET /healthz HTTP/1.1\r\nHost: l\r\nX-Pad: " + std::string(17 << 10, 'p');
+  Reply r = Exchange(port_, big + "\r\n\r\n");
+  EXPECT_THAT(r.text, StartsWith("HTTP/1.1 431 Request Header Fields Too Large")) << r.text;
+  EXPECT_TRUE(r.closed);
+  // 101 header lines: 431; a malformed request line or header line: 400.
+  std::string many = "GET /healthz HTTP/1.1\r\n";
+  for (int i = 0; i < 101; ++i) absl::StrAppend(&many, "X-", i, ": y\r\n");
+  EXPECT_THAT(Exchange(port_, many + "\r\n").text, StartsWith("HTTP/1.1 431"));
+  for (const char* bad : {"GET /healthz HTTP/9.9\r\n\r\n", "GET  /healthz HTTP/1.1\r\n\r\n",
+                          "GET /healthz HTTP/1.1\r\nNo colon here\r\n\r\n",
+                          "GET /healthz HTTP/1.1\r\nHost: l\r\n folded\r\n\r\n"}) {
+    r = Exchange(port_, bad);
+    EXPECT_THAT(r.text, StartsWith("HTTP/1.1 400 Bad Request")) << bad;
+    EXPECT_TRUE(r.closed) << bad;
+  }
+  // HEAD with a body: 413 without a response body.
+  r = Exchange(port_, "HEAD /healthz HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_THAT(r.text, StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(r.text, Not(HasSubstr("take no body")));
+  // A head that arrives in pieces is served as a whole.
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  const std::string part1 = "GET /healthz HTTP/1.1\r\nHo", part2 = "st: l\r\n\r\n";
+  ASSERT_EQ(send(fd, part1.data(), part1.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(part1.size()));
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(send(fd, part2.data(), part2.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(part2.size()));
+  r = ReadReply(fd, absl::Now(), absl::Seconds(3));
+  close(fd);
+  EXPECT_THAT(r.text, StartsWith("HTTP/1.1 200")) << r.text;
+  EXPECT_THAT(r.text, HasSubstr("ok"));
+}
+
 TEST_F(MetricsHttpLimitsTest, StopEndsConnectionsBeingServed) {
   MetricsHttpOptions options;
   options.request_timeout = absl::Seconds(30);

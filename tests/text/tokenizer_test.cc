@@ -2,8 +2,11 @@
 // model-folder dispatch of LoadTokenizer.
 #include "model/text/byte_level_bpe.h"
 #include "model/text/byte_tokenizer.h"
+#include "model/text/gpt2_bpe_tokenizer.h"
 #include "model/text/incremental_decoder.h"
+#include "model/text/llama_bpe_tokenizer.h"
 #include "model/text/tokenizer.h"
+#include "model/text/tokenizer_json.h"
 #include "model/text/tokenizer_loader.h"
 
 #include <limits>
@@ -112,6 +115,74 @@ TEST(ByteLevelBpeTest, RefusesIdsTheDenseTableCannotHold) {
     ASSERT_FALSE(t.ok()) << id;
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(t.status().message(), ::testing::HasSubstr("out of range")) << id;
+  }
+}
+
+TEST(LlamaBpeTest, RefusesIdsTheDenseTablesCannotHold) {
+  // INT32_MAX overflowed max_id + 1; 2^30 asked for ~70 GB of tables (an
+  // uncaught std::bad_alloc or length_error ended the process).
+  for (int32_t id : {std::numeric_limits<int32_t>::max(), int32_t{1} << 30, kMaxLlamaBpeId}) {
+    for (bool added : {false, true}) {
+      LlamaBpeSpec spec;
+      spec.vocab = {{"a", 0}, {"\xE2\x96\x81", 1}};
+      if (added) {
+        spec.added_tokens.push_back({id, "<big>", true});
+      } else {
+        spec.vocab.emplace("b", id);
+      }
+      absl::StatusOr<std::unique_ptr<Tokenizer>> t = MakeLlamaBpe(std::move(spec));
+      ASSERT_FALSE(t.ok()) << id;
+      EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(t.status().message(), HasSubstr("out of range")) << id;
+    }
+  }
+  // The same through tokenizer.json.
+  ScratchDir dir;
+  WriteFile(dir.File("tokenizer.json"), R"({"model": {"type": "BPE", "byte_fallback": true,
+      "vocab": {"a": 0, "<0x00>": 2147483647}, "merges": []},
+      "pre_tokenizer": {"type": "Metaspace"}})");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadTokenizerJson(dir.File("tokenizer.json"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), HasSubstr("out of range"));
+}
+
+TEST(TokenizerJsonTest, NumbersThatMustBeIdsAre32BitIntegers) {
+  // nlohmann's get<int32_t>() took any number: 1e30 was undefined behaviour
+  // (a float cast out of range; UBSan aborts), 4294967296 wrapped to id 0.
+  ScratchDir dir;
+  const std::string llama = R"({"pre_tokenizer": {"type": "Metaspace"}, "model": {"type": "BPE",
+      "byte_fallback": true, "merges": [], "vocab": {"a": 0, "\u2581": 1, "b": ID}}})";
+  const std::string wordpiece = R"({"normalizer": {"type": "BertNormalizer"},
+      "pre_tokenizer": {"type": "BertPreTokenizer"},
+      "model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": ID}}})";
+  const std::string gpt2 = R"({"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE",
+      "merges": [], "vocab": {"a": 0}}, "added_tokens": [{"id": ID, "content": "<x>"}]})";
+  for (const std::string& doc : {llama, wordpiece, gpt2}) {
+    for (const char* id : {"1e30", "-1e30", "4294967296", "2.5", "\"7\""}) {
+      std::string text = doc;
+      text.replace(text.find("ID"), 2, id);
+      WriteFile(dir.File("tokenizer.json"), text);
+      absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadTokenizerJson(dir.File("tokenizer.json"));
+      ASSERT_FALSE(t.ok()) << text;
+      EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << text;
+      EXPECT_THAT(t.status().message(), HasSubstr("not a 32-bit integer")) << text;
+    }
+  }
+  WriteFile(dir.File("tokenizer.json"),
+            R"({"normalizer": {"type": "BertNormalizer"},
+      "pre_tokenizer": {"type": "BertPreTokenizer"},
+      "model": {"type": "WordPiece", "max_input_chars_per_word": 1e30, "vocab": {"[UNK]": 0}}})");
+  EXPECT_THAT(LoadTokenizerJson(dir.File("tokenizer.json")).status().message(),
+              HasSubstr("not a 32-bit integer"));
+  // vocab.json + merges.txt: the same for vocab.json's ids.
+  WriteFile(dir.File("merges.txt"), "#version: 0.2\n");
+  for (const char* id : {"4294967296", "-2147483649", "1e30"}) {
+    WriteFile(dir.File("vocab.json"), std::string(R"({"a": 0, "b": )") + id + "}");
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t =
+        LoadGpt2Bpe(dir.File("vocab.json"), dir.File("merges.txt"));
+    ASSERT_FALSE(t.ok()) << id;
+    EXPECT_THAT(t.status().message(), HasSubstr("not a 32-bit integer")) << id;
   }
 }
 
