@@ -73,6 +73,23 @@ GenerateRequest Greedy(const std::string& prompt, int max_new) {
   return r;
 }
 
+// Records the engine's steps (the metrics' view of them).
+class StepRecorder : public EngineListener {
+ public:
+  void OnStep(const StepTiming& step) override {
+    dikkat::MutexLock lock(&mu_);
+    steps_.push_back(step);
+  }
+  std::vector<StepTiming> steps() {
+    dikkat::MutexLock lock(&mu_);
+    return steps_;
+  }
+
+ private:
+  dikkat::Mutex mu_;
+  std::vector<StepTiming> steps_;
+};
+
 class EngineTest : public ::testing::Test {
  protected:
   std::unique_ptr<Engine> Make(const std::string& model, EngineOptions options = {}) {
@@ -312,21 +329,6 @@ TEST_F(EngineTest, AttentionMapsAreDistributions) {
 // docs/metrics.md: Encode and Attention work counts in the step histograms
 // (phase prefill). Only failed jobs used to reach OnStep.
 TEST_F(EngineTest, EncodeAndAttentionStepsReachTheListener) {
-  class StepRecorder : public EngineListener {
-   public:
-    void OnStep(const StepTiming& step) override {
-      dikkat::MutexLock lock(&mu_);
-      steps_.push_back(step);
-    }
-    std::vector<StepTiming> steps() {
-      dikkat::MutexLock lock(&mu_);
-      return steps_;
-    }
-
-   private:
-    dikkat::Mutex mu_;
-    std::vector<StepTiming> steps_;
-  };
   StepRecorder recorder;  // outlives the engine
   EngineOptions options;
   options.kv_cache_bytes = 8 << 20;
@@ -373,21 +375,6 @@ TEST_F(EngineTest, EncodeAndAttentionStepsReachTheListener) {
 // of inputs within the budget (one input always runs); results are the same
 // as inputs encoded one by one.
 TEST_F(EngineTest, EncodeRunsInGroupsUnderTheStepBudget) {
-  class StepRecorder : public EngineListener {
-   public:
-    void OnStep(const StepTiming& step) override {
-      dikkat::MutexLock lock(&mu_);
-      steps_.push_back(step);
-    }
-    std::vector<StepTiming> steps() {
-      dikkat::MutexLock lock(&mu_);
-      return steps_;
-    }
-
-   private:
-    dikkat::Mutex mu_;
-    std::vector<StepTiming> steps_;
-  };
   StepRecorder recorder;  // outlives the engine
   EngineOptions options;
   options.kv_cache_bytes = 8 << 20;
