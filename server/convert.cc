@@ -220,6 +220,7 @@ void FillFinish(const GenerateSummary& summary, v1::GenerateResponse* response) 
   v1::GenerateStats* stats = response->mutable_stats();
   stats->set_prompt_tokens(summary.prompt_tokens);
   stats->set_generated_tokens(summary.generated_tokens);
+  stats->set_cached_prompt_tokens(summary.cached_prompt_tokens);
   stats->set_queue_seconds(absl::ToDoubleSeconds(summary.queue_time));
   stats->set_time_to_first_token_seconds(absl::ToDoubleSeconds(summary.time_to_first_token));
   stats->set_total_seconds(absl::ToDoubleSeconds(summary.total_time));

@@ -208,6 +208,10 @@ absl::Status EngineImpl::Admit(Request* r) {
     r->text = std::make_unique<TextStream>(tokenizer_.get(), r->gen.stop_strings,
                                            r->gen.include_stop_text);
     r->prompt_len = static_cast<int32_t>(r->tokens.size());
+    r->cached_prompt_tokens = static_cast<int32_t>(r->num_matched);
+    stat_prefix_hit_tokens_.fetch_add(r->num_matched);
+    stat_prefix_query_tokens_.fetch_add(r->prompt_len);
+    if (listener_ != nullptr) listener_->OnPrefixLookup(r->prompt_len, r->num_matched);
     r->sampler->ObserveAll(r->tokens);
     const int32_t requested =
         r->gen.max_new_tokens > 0 ? r->gen.max_new_tokens : options_.default_max_new_tokens;
@@ -371,6 +375,7 @@ void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status st
       static_cast<int32_t>(r->gen.source.size()) +
       (r->prompt_len > 0 ? r->prompt_len : static_cast<int32_t>(r->gen.prompt.size()));
   summary.generated_tokens = r->generated;
+  summary.cached_prompt_tokens = r->cached_prompt_tokens;
   summary.seed = r->sampler ? r->sampler->seed() : r->gen.sampling.seed.value_or(0);
   summary.queue_time = (r->scheduled_at ? *r->scheduled_at : now) - r->submitted;
   summary.time_to_first_token =
@@ -410,6 +415,7 @@ void EngineImpl::PublishStats() {
   stat_running_.store(static_cast<int32_t>(scheduler_.running().size()));
   stat_waiting_.store(static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size()));
   stat_blocks_used_.store(cache_->allocator().num_used());
+  stat_blocks_cached_.store(cache_->allocator().num_cached());
 }
 
 }  // namespace engine_internal

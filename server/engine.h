@@ -72,6 +72,7 @@ struct GenerateSummary {
   absl::Status status;                  // non-OK only with kError
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;
+  int32_t cached_prompt_tokens = 0;     // prompt tokens whose K/V came from the prefix cache
   uint64_t seed = 0;                    // the seed actually used (reproduce with it)
   absl::Duration queue_time;            // submit -> first scheduled
   absl::Duration time_to_first_token;   // submit -> first token produced
@@ -164,6 +165,9 @@ struct EngineOptions {
   int32_t max_batch_tokens = 2048;      // tokens per forward (prefill budget)
   int64_t kv_cache_bytes = 256ll << 20; // KV cache budget
   int32_t kv_block_size = 16;           // tokens per KV block
+  // Reuse the K/V of full blocks across requests that share a prefix
+  // (decoder-only models; model/kv_block_allocator.h).
+  bool prefix_caching = true;
   int32_t max_queue = 256;              // waiting requests before RESOURCE_EXHAUSTED
   int32_t max_new_tokens_cap = 4096;    // upper bound a request may ask for
   int32_t default_max_new_tokens = 64;
@@ -180,7 +184,10 @@ struct EngineStats {
   int32_t running = 0;        // sequences in the running batch
   int32_t waiting = 0;        // queued, not yet admitted
   int32_t kv_blocks_total = 0;
-  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_used = 0;     // held by sequences
+  int32_t kv_blocks_cached = 0;   // prefix cache: kept for reuse, evictable
+  int64_t prefix_cache_hit_tokens = 0;    // prompt tokens mapped from the prefix cache
+  int64_t prefix_cache_query_tokens = 0;  // prompt tokens looked up (first admissions)
   int32_t kv_block_size = 0;
   int64_t kv_cache_bytes = 0;
   int64_t weights_bytes = 0;
@@ -204,6 +211,12 @@ class EngineListener {
   virtual void OnGenerateFinished(const GenerateSummary& summary) { (void)summary; }
   virtual void OnTokenEmitted(absl::Duration since_previous) { (void)since_previous; }
   virtual void OnPreemption() {}
+  // A Generate request's first admission looked up `prompt_tokens` tokens in
+  // the prefix cache and mapped `cached_tokens` of them.
+  virtual void OnPrefixLookup(int64_t prompt_tokens, int64_t cached_tokens) {
+    (void)prompt_tokens;
+    (void)cached_tokens;
+  }
 };
 
 // What GetModelInfo reports.

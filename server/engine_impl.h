@@ -62,6 +62,7 @@ struct Request : Sequence {
   GenerateRequest gen;
   std::shared_ptr<GenerateObserver> observer;
   int32_t prompt_len = 0;  // set at the first admission
+  int32_t cached_prompt_tokens = 0;  // mapped from the prefix cache at the first admission
   std::unique_ptr<model::Sampler> sampler;
   std::unique_ptr<model::CrossAttentionCache> cross;
   std::unique_ptr<TextStream> text;
@@ -158,7 +159,9 @@ class EngineImpl final : public Engine {
   std::mt19937_64 seed_source_{std::random_device{}()};
 
   // Published snapshot.
-  std::atomic<int32_t> stat_running_{0}, stat_waiting_{0}, stat_blocks_used_{0};
+  std::atomic<int32_t> stat_running_{0}, stat_waiting_{0}, stat_blocks_used_{0},
+      stat_blocks_cached_{0};
+  std::atomic<int64_t> stat_prefix_hit_tokens_{0}, stat_prefix_query_tokens_{0};
   std::atomic<int64_t> stat_finished_{0}, stat_preemptions_{0};
 };
 

@@ -33,7 +33,11 @@ EngineImpl::EngineImpl(ModelDescription description, model::ModelConfig config,
       cache_(std::move(cache)),
       options_(std::move(options)),
       listener_(listener),
-      scheduler_(SchedulerOptions{options_.max_batch_size, options_.max_batch_tokens},
+      scheduler_(SchedulerOptions{options_.max_batch_size, options_.max_batch_tokens,
+                                  // An encoder-decoder's decoder K/V depend on the
+                                  // source too, which block keys do not name.
+                                  options_.prefix_caching &&
+                                      config_.architecture != Architecture::kEncoderDecoder},
                  &cache_->allocator()) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -126,6 +130,9 @@ EngineStats EngineImpl::stats() const {
   s.waiting = stat_waiting_.load();
   s.kv_blocks_total = cache_->allocator().num_blocks();
   s.kv_blocks_used = stat_blocks_used_.load();
+  s.kv_blocks_cached = stat_blocks_cached_.load();
+  s.prefix_cache_hit_tokens = stat_prefix_hit_tokens_.load();
+  s.prefix_cache_query_tokens = stat_prefix_query_tokens_.load();
   s.kv_block_size = cache_->block_size();
   s.kv_cache_bytes = cache_->total_bytes();
   s.weights_bytes = description_.weights_bytes;

@@ -237,6 +237,21 @@ struct Families {
                      .Name("dikkat_kv_cache_blocks_total")
                      .Help("KV cache blocks allocated at start.")
                      .Register(r)),
+        kv_cached(prometheus::BuildGauge()
+                      .Name("dikkat_kv_cache_blocks_cached")
+                      .Help("KV cache blocks no request holds, kept for prefix reuse "
+                            "(evicted, least recently used first, when blocks run out).")
+                      .Register(r)),
+        prefix_query_tokens(prometheus::BuildCounter()
+                                .Name("dikkat_prefix_cache_query_tokens_total")
+                                .Help("Generate prompt tokens looked up in the prefix cache "
+                                      "(each request once, at its first admission).")
+                                .Register(r)),
+        prefix_hit_tokens(prometheus::BuildCounter()
+                              .Name("dikkat_prefix_cache_hit_tokens_total")
+                              .Help("Generate prompt tokens whose K/V came from the prefix "
+                                    "cache; the hit ratio is this over the query tokens.")
+                              .Register(r)),
         preemptions(prometheus::BuildCounter()
                         .Name("dikkat_preemptions_total")
                         .Help("Sequences preempted (KV blocks freed, recomputed later).")
@@ -293,6 +308,9 @@ struct Families {
   Family<Gauge>& kv_usage;
   Family<Gauge>& kv_used;
   Family<Gauge>& kv_total;
+  Family<Gauge>& kv_cached;
+  Family<Counter>& prefix_query_tokens;
+  Family<Counter>& prefix_hit_tokens;
   Family<Counter>& preemptions;
   Family<Gauge>& load_seconds;
   Family<Gauge>& model_info;
@@ -330,6 +348,9 @@ class ModelMetrics final : public EngineListener {
         kv_usage_(f.kv_usage.Add({{"model", model}})),
         kv_used_(f.kv_used.Add({{"model", model}})),
         kv_total_(f.kv_total.Add({{"model", model}})),
+        kv_cached_(f.kv_cached.Add({{"model", model}})),
+        prefix_query_tokens_(f.prefix_query_tokens.Add({{"model", model}})),
+        prefix_hit_tokens_(f.prefix_hit_tokens.Add({{"model", model}})),
         preemptions_(f.preemptions.Add({{"model", model}})),
         load_seconds_(f.load_seconds.Add({{"model", model}})) {
     for (int r = 0; r < kNumRpcs; ++r) {
@@ -385,6 +406,11 @@ class ModelMetrics final : public EngineListener {
   void OnPreemption() override {
     if (!warming_up()) preemptions_.Increment();
   }
+  void OnPrefixLookup(int64_t prompt_tokens, int64_t cached_tokens) override {
+    if (warming_up()) return;
+    prefix_query_tokens_.Increment(static_cast<double>(prompt_tokens));
+    prefix_hit_tokens_.Increment(static_cast<double>(cached_tokens));
+  }
 
   // ---- service / scrape ----
   void RecordRpc(Rpc rpc, absl::StatusCode code, absl::Duration latency) {
@@ -428,6 +454,7 @@ class ModelMetrics final : public EngineListener {
     waiting_.Set(s.waiting);
     kv_used_.Set(s.kv_blocks_used);
     kv_total_.Set(s.kv_blocks_total);
+    kv_cached_.Set(s.kv_blocks_cached);
     kv_usage_.Set(s.kv_blocks_total > 0
                       ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total
                       : 0.0);
@@ -454,6 +481,9 @@ class ModelMetrics final : public EngineListener {
   Gauge& kv_usage_;
   Gauge& kv_used_;
   Gauge& kv_total_;
+  Gauge& kv_cached_;
+  Counter& prefix_query_tokens_;
+  Counter& prefix_hit_tokens_;
   Counter& preemptions_;
   Gauge& load_seconds_;
   std::array<Histogram*, kNumRpcs> duration_{};

@@ -21,7 +21,36 @@ void Scheduler::RemoveAndFree(Sequence* sequence) {
     auto wit = std::find(waiting_.begin(), waiting_.end(), sequence);
     if (wit != waiting_.end()) waiting_.erase(wit);
   }
+  Free(sequence);
+}
+
+bool Scheduler::SharerInPrefill(const Sequence& r, int64_t matched_tokens) const {
+  const int64_t block = allocator_->block_size();
+  const int64_t limit = static_cast<int64_t>(r.tokens.size()) - 1;  // the last token always runs
+  if (matched_tokens + block > limit) return false;
+  for (const Sequence* s : running_) {
+    const int64_t len = static_cast<int64_t>(s->tokens.size());
+    // Decoding (one token left to run) or already past the blocks in question.
+    if (len - s->num_cached <= 1 || s->num_cached >= matched_tokens + block) continue;
+    if (len < matched_tokens + block) continue;
+    if (std::equal(r.tokens.begin() + matched_tokens, r.tokens.begin() + matched_tokens + block,
+                   s->tokens.begin() + matched_tokens)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Scheduler::Register(Sequence* sequence) {
+  if (!options_.prefix_caching) return;
+  allocator_->RegisterFullBlocks(sequence->tokens, sequence->num_cached, sequence->blocks,
+                                 &sequence->num_registered);
+}
+
+void Scheduler::Free(Sequence* sequence) {
+  Register(sequence);
   allocator_->Release(&sequence->blocks);
+  sequence->num_registered = 0;
 }
 
 void Scheduler::Expire(absl::Time now, ScheduleResult* result) {
@@ -39,8 +68,8 @@ bool Scheduler::PreemptNewest(ScheduleResult* result) {
   if (running_.size() <= 1) return false;
   Sequence* victim = running_.back();
   running_.pop_back();
-  allocator_->Release(&victim->blocks);
-  victim->num_cached = 0;  // recomputed when readmitted
+  Free(victim);
+  victim->num_cached = 0;  // recomputed when readmitted (or mapped from the prefix cache)
   waiting_.push_front(victim);
   result->preempted.push_back(victim);
   return true;
@@ -50,6 +79,7 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
   ScheduleResult result;
   Expire(now, &result);
   int64_t budget = options_.max_batch_tokens;
+  for (Sequence* r : running_) Register(r);
   // Running sequences, oldest first: decode (1 token) or continue a chunked
   // prefill. A decode always runs (budget floor 1) so a long prefill never
   // starves the batch. Preemption takes the newest, so `r` itself may go.
@@ -77,12 +107,25 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
          static_cast<int32_t>(running_.size()) < options_.max_batch_size) {
     Sequence* r = waiting_.front();
     const int64_t len = static_cast<int64_t>(r->tokens.size());
-    if (allocator_->BlocksFor(len + 1) > allocator_->num_free()) break;
+    if (options_.prefix_caching) {
+      // The block holding the last token is never mapped: it must run.
+      r->num_registered = allocator_->MatchPrefix(r->tokens, len - 1, &r->blocks);
+    }
+    const int64_t matched = static_cast<int64_t>(r->blocks.size()) * allocator_->block_size();
+    if ((options_.prefix_caching && SharerInPrefill(*r, matched)) ||
+        allocator_->BlocksFor(len + 1) - static_cast<int32_t>(r->blocks.size()) >
+            allocator_->num_available()) {
+      Free(r);
+      break;
+    }
     waiting_.pop_front();
     running_.push_back(r);
-    const int64_t chunk = std::min<int64_t>(len, budget);
-    allocator_->EnsureCapacity(&r->blocks, chunk);
+    r->num_cached = matched;
+    r->num_matched = matched;
+    const int64_t chunk = std::min<int64_t>(len - matched, budget);
+    allocator_->EnsureCapacity(&r->blocks, matched + chunk);
     result.admitted.push_back(r);
+    result.matched_tokens.push_back(matched);
     result.batch.push_back(r);
     result.chunk_lens.push_back(chunk);
     budget -= chunk;

@@ -14,6 +14,15 @@
 //      rejected;
 //   3. admits waiting sequences in order while the token budget, the batch
 //      size and the free blocks allow (a whole prompt must fit in free blocks).
+// With prefix caching on, a sequence being admitted first maps the longest
+// chain of cached full blocks that matches its tokens (never the block that
+// holds its last token, which must run to produce logits) and computes only
+// the rest; full blocks a sequence has computed are registered for reuse
+// before each step and when it leaves (model/kv_block_allocator.h). When a
+// running sequence is still computing full blocks that the next waiting
+// sequence shares beyond what the cache holds (requests with one system
+// prompt arriving together), admission pauses until those blocks are cached,
+// so the prefix is computed once instead of once per request.
 // Nothing here knows about tensors: the engine runs the forward over the
 // returned batch and then advances each sequence's num_cached.
 //
@@ -42,11 +51,14 @@ struct Sequence {
   std::vector<int32_t> tokens;
   int64_t num_cached = 0;       // tokens whose K/V are in the cache
   std::vector<int32_t> blocks;  // block table: covers num_cached tokens between steps
+  int32_t num_registered = 0;   // leading blocks offered to the prefix cache
+  int64_t num_matched = 0;      // tokens mapped from the prefix cache at the last admission
 };
 
 struct SchedulerOptions {
   int32_t max_batch_size = 64;      // running sequences
   int32_t max_batch_tokens = 2048;  // tokens per step (decode tokens count too)
+  bool prefix_caching = false;      // reuse cached full blocks across sequences
 };
 
 // One step's plan. `batch[i]` runs its tokens [num_cached, num_cached +
@@ -57,6 +69,8 @@ struct ScheduleResult {
   std::vector<Sequence*> admitted;   // moved from waiting to running this step (also in batch)
   std::vector<Sequence*> preempted;  // back in the waiting queue, blocks freed
   std::vector<Sequence*> rejected;   // out of the queues: cannot fit in the KV cache even alone
+  // admitted[i] mapped matched_tokens[i] tokens from the prefix cache.
+  std::vector<int64_t> matched_tokens;
   std::vector<Sequence*> expired;    // out of the queues: cancelled or past their deadline
 };
 
@@ -83,6 +97,13 @@ class Scheduler {
 
  private:
   void Expire(absl::Time now, ScheduleResult* result);
+  // True when a running sequence still in its prefill shares with `r` full
+  // blocks past the first `matched_tokens`.
+  bool SharerInPrefill(const Sequence& r, int64_t matched_tokens) const;
+  // Offers `sequence`'s computed full blocks to the prefix cache.
+  void Register(Sequence* sequence);
+  // Register, then release every block of `sequence`.
+  void Free(Sequence* sequence);
   bool IsRunning(const Sequence* sequence) const;
   // Frees the newest running sequence's blocks and requeues it at the front
   // of the waiting queue. False when at most one sequence runs.

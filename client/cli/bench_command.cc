@@ -44,8 +44,12 @@ struct StreamTiming {
 // Shared with the calls' callbacks, which may run after Run() returned.
 class BenchRun : public std::enable_shared_from_this<BenchRun> {
  public:
-  BenchRun(Client* client, v1::GenerateRequest request, CallOptions call, int total)
-      : client_(client), request_(std::move(request)), call_(std::move(call)), total_(total) {}
+  // With `unique_suffix` > 0, request i's text is the prompt followed by a
+  // suffix of that many bytes that no other request has.
+  BenchRun(Client* client, v1::GenerateRequest request, CallOptions call, int total,
+           int unique_suffix = 0)
+      : client_(client), request_(std::move(request)), call_(std::move(call)), total_(total),
+        unique_suffix_(unique_suffix) {}
 
   // Runs every request with `concurrency` in flight; blocks until all ended.
   void Run(int concurrency) {
@@ -94,17 +98,29 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
                            Percentile(values, 90), Percentile(values, 99), Mean(values));
   }
 
+  static std::string Suffix(int index, int bytes) {
+    std::string s;
+    while (static_cast<int>(s.size()) < bytes) s += absl::StrFormat(" #%d.", index);
+    s.resize(static_cast<size_t>(bytes));
+    return s;
+  }
+
   void StartNext() {
+    int index;
     {
       dikkat::MutexLock lock(&mu_);
       if (started_ == total_ || stop_ || (call_.cancel && call_.cancel->cancelled())) return;
-      ++started_;
+      index = started_++;
+    }
+    v1::GenerateRequest request = request_;
+    if (unique_suffix_ > 0) {
+      *request.mutable_input()->mutable_text() += Suffix(index, unique_suffix_);
     }
     // Not under mu_: starting a call may run reactions on this thread.
     auto timing = std::make_shared<StreamTiming>();
     timing->start = absl::Now();
     client_->GenerateAsync(
-        request_,
+        request,
         [timing](const v1::GenerateResponse& chunk) {
           if (chunk.tokens_size() == 0) return true;
           const absl::Time now = absl::Now();
@@ -154,6 +170,7 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
   const v1::GenerateRequest request_;
   const CallOptions call_;
   const int total_;
+  const int unique_suffix_;
   absl::Time start_;
 
   mutable dikkat::Mutex mu_;
@@ -195,6 +212,9 @@ class BenchCommand : public Command {
     f->Bool("ignore-eos", &ignore_eos_,
             "generate --max-tokens every time, past EOS (--no-ignore-eos to stop at EOS)");
     f->Int("warmup", &warmup_, "requests run before measuring");
+    f->Int("unique-suffix", &unique_suffix_,
+           "append to each request's prompt a suffix of this many bytes that no other request "
+           "has (a shared prefix with distinct endings, as with one system prompt)");
   }
 
   int Run(const CommandContext& context, const std::vector<std::string>& args) override {
@@ -202,6 +222,7 @@ class BenchCommand : public Command {
     if (concurrency_ < 1) return UsageError(name(), "--concurrency must be >= 1");
     if (requests_ < 1) return UsageError(name(), "--requests must be >= 1");
     if (max_tokens_ < 1) return UsageError(name(), "--max-tokens must be >= 1");
+    if (unique_suffix_ < 0) return UsageError(name(), "--unique-suffix must be >= 0");
     v1::GenerateRequest request;
     *request.mutable_input() = TextInput(prompt_);
     request.set_max_new_tokens(max_tokens_);
@@ -216,7 +237,8 @@ class BenchCommand : public Command {
     std::cout << absl::StrFormat(
         "bench: %d requests, concurrency %d, max tokens %d, prompt %d bytes, target %s\n",
         requests_, concurrency_, max_tokens_, prompt_.size(), context.client->channel_target());
-    auto run = std::make_shared<BenchRun>(context.client, request, context.Call(), requests_);
+    auto run = std::make_shared<BenchRun>(context.client, request, context.Call(), requests_,
+                                          unique_suffix_);
     run->Run(concurrency_);
     run->Report(std::cout);
     if (context.interrupt->cancelled()) return kExitInterrupted;
@@ -232,6 +254,7 @@ class BenchCommand : public Command {
   std::optional<uint64_t> seed_;
   bool ignore_eos_ = true;
   int warmup_ = 1;
+  int unique_suffix_ = 0;
 };
 
 }  // namespace

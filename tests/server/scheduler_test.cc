@@ -19,10 +19,17 @@ constexpr int32_t kBlockSize = 4;
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  void Make(int32_t num_blocks, int32_t max_batch_size, int32_t max_batch_tokens) {
+  void Make(int32_t num_blocks, int32_t max_batch_size, int32_t max_batch_tokens,
+            bool prefix_caching = false) {
     allocator_ = std::make_unique<model::KvBlockAllocator>(num_blocks, kBlockSize);
-    scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{max_batch_size, max_batch_tokens},
-                                             allocator_.get());
+    scheduler_ = std::make_unique<Scheduler>(
+        SchedulerOptions{max_batch_size, max_batch_tokens, prefix_caching}, allocator_.get());
+  }
+
+  Sequence* AddTokens(std::vector<int32_t> tokens) {
+    Sequence* s = Add(1);
+    s->tokens = std::move(tokens);
+    return s;
   }
 
   Sequence* Add(int32_t prompt_len) {
@@ -195,6 +202,115 @@ TEST_F(SchedulerTest, RemoveAndFreeTakesFromEitherQueue) {
   EXPECT_EQ(allocator_->num_free(), 2);
   scheduler_->RemoveAndFree(a);  // already gone: nothing happens
   EXPECT_EQ(allocator_->num_free(), 2);
+}
+
+// ---- prefix caching -------------------------------------------------------
+
+std::vector<int32_t> Prompt(int n, int32_t salt = 0) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = 10 + i + salt;
+  return t;
+}
+
+TEST_F(SchedulerTest, AdmissionMapsCachedBlocksAndRunsOnlyTheRest) {
+  Make(/*num_blocks=*/32, 8, 100, /*prefix_caching=*/true);
+  Sequence* a = AddTokens(Prompt(10));
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.matched_tokens, ElementsAre(0));
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(10));
+  Ran(plan);
+  scheduler_->RemoveAndFree(a);  // registers a's 2 full blocks, keeps them cached
+  EXPECT_EQ(allocator_->num_cached(), 2);
+  EXPECT_EQ(allocator_->num_used(), 0);
+
+  // Shares both full blocks: computes tokens 8.. only.
+  std::vector<int32_t> tokens = Prompt(8);
+  tokens.insert(tokens.end(), {1, 2, 3, 4, 5});
+  Sequence* b = AddTokens(tokens);
+  plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.matched_tokens, ElementsAre(8));
+  EXPECT_EQ(b->num_cached, 8);
+  EXPECT_EQ(b->num_matched, 8);
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(5));
+  EXPECT_EQ(b->blocks.size(), 4u);  // 13 tokens + room for the next one
+  Ran(plan);
+  scheduler_->RemoveAndFree(b);
+
+  // The whole prompt cached (exactly 2 blocks): the block holding the last
+  // token runs again, so logits come out of a forward.
+  Sequence* c = AddTokens(Prompt(8));
+  plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.matched_tokens, ElementsAre(4));
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(4));
+  Ran(plan);
+  scheduler_->RemoveAndFree(c);
+
+  // Sharing part of a block only: nothing is mapped.
+  std::vector<int32_t> partial = Prompt(3);
+  partial.insert(partial.end(), {0, 0, 0, 0});
+  AddTokens(partial);
+  plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.matched_tokens, ElementsAre(0));
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(7));
+}
+
+TEST_F(SchedulerTest, GeneratedBlocksAreRegisteredWhileRunning) {
+  Make(32, 8, 100, true);
+  Sequence* a = AddTokens(Prompt(3));
+  for (int step = 0; step < 6; ++step) Ran(scheduler_->Schedule(now_));
+  // 3 prompt + 6 generated tokens, 8 computed: two full blocks, registered
+  // at the start of the next Schedule even though a still runs.
+  ASSERT_EQ(a->num_cached, 8);
+  scheduler_->Schedule(now_);
+  EXPECT_EQ(a->num_registered, 2);
+  EXPECT_TRUE(allocator_->is_registered(a->blocks[0]));
+  EXPECT_TRUE(allocator_->is_registered(a->blocks[1]));
+  // A second sequence with a's tokens so far shares both blocks while a runs.
+  std::vector<int32_t> same(a->tokens.begin(), a->tokens.begin() + 9);
+  Sequence* b = AddTokens(same);
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.admitted, ElementsAre(b));
+  EXPECT_THAT(plan.matched_tokens, ElementsAre(8));
+  EXPECT_EQ(b->blocks[0], a->blocks[0]);
+  EXPECT_EQ(allocator_->ref_count(a->blocks[1]), 2);
+}
+
+TEST_F(SchedulerTest, APreemptedSequenceMapsItsOwnBlocksBack) {
+  // 5 blocks of 4: a (prompt 6) and b (prompt 6) take 2 each; b's growth
+  // preempts... the newest, b; on readmission b maps its full block back.
+  Make(/*num_blocks=*/5, 8, 100, true);
+  Sequence* a = AddTokens(Prompt(6));
+  Sequence* b = AddTokens(Prompt(6, 50));
+  Ran(scheduler_->Schedule(now_));  // both prefill: 6 + 1 sampled each
+  for (int i = 0; i < 4 && scheduler_->waiting().empty(); ++i) Ran(scheduler_->Schedule(now_));
+  ASSERT_THAT(scheduler_->waiting(), ElementsAre(b));
+  EXPECT_EQ(b->num_cached, 0);
+  EXPECT_EQ(allocator_->num_cached(), 2);  // b's full blocks, kept
+  scheduler_->RemoveAndFree(a);            // room for b again
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  ASSERT_THAT(plan.admitted, ElementsAre(b));
+  EXPECT_EQ(plan.matched_tokens[0], 8);
+  EXPECT_EQ(b->num_cached, 8);
+}
+
+TEST_F(SchedulerTest, CachedBlocksNeverBlockAdmission) {
+  // Cached blocks count as available: a prompt that needs them evicts them.
+  Make(/*num_blocks=*/4, 8, 100, true);
+  Sequence* a = AddTokens(Prompt(12));
+  Ran(scheduler_->Schedule(now_));
+  scheduler_->RemoveAndFree(a);
+  EXPECT_EQ(allocator_->num_cached(), 3);
+  Sequence* b = AddTokens(Prompt(12, 100));  // shares nothing, needs all 4 blocks
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.admitted, ElementsAre(b));
+  EXPECT_EQ(allocator_->num_used(), 3);    // the free block and 2 evicted ones
+  EXPECT_EQ(allocator_->num_cached(), 1);  // a's first block, released last, goes last
+  Ran(plan);
+  plan = scheduler_->Schedule(now_);  // b's 13th token needs the 4th block
+  EXPECT_THAT(plan.batch, ElementsAre(b));
+  EXPECT_EQ(allocator_->num_used(), 4);
+  EXPECT_EQ(allocator_->num_cached(), 0);
+  EXPECT_THAT(plan.preempted, IsEmpty());
 }
 
 }  // namespace
