@@ -293,6 +293,29 @@ TEST_F(SchedulerTest, APreemptedSequenceMapsItsOwnBlocksBack) {
   EXPECT_EQ(b->num_cached, 8);
 }
 
+TEST_F(SchedulerTest, ASharedPrefixArrivingTogetherIsComputedOnce) {
+  // Three requests with one 10-token prefix arrive in the same step: the first
+  // computes it; the others wait until its 2 full blocks are cached and then
+  // map them. A request sharing nothing behind them waits too (FIFO).
+  Make(32, 8, /*max_batch_tokens=*/100, true);
+  std::vector<int32_t> p1 = Prompt(10), p2 = Prompt(10), p3 = Prompt(10);
+  p1.push_back(1);
+  p2.push_back(2);
+  p3.push_back(3);
+  Sequence* a = AddTokens(p1);
+  Sequence* b = AddTokens(p2);
+  Sequence* c = AddTokens(p3);
+  Sequence* d = AddTokens(Prompt(5, 500));
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.admitted, ElementsAre(a));
+  Ran(plan);
+  plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.admitted, ElementsAre(b, c, d));
+  EXPECT_THAT(plan.matched_tokens, ElementsAre(8, 8, 0));
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(1, 3, 3, 5));  // a decodes; b, c run 3 tokens
+  EXPECT_EQ(b->blocks[1], a->blocks[1]);
+}
+
 TEST_F(SchedulerTest, CachedBlocksNeverBlockAdmission) {
   // Cached blocks count as available: a prompt that needs them evicts them.
   Make(/*num_blocks=*/4, 8, 100, true);
