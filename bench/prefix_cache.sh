@@ -36,9 +36,14 @@ run_one() {  # $1: on|off -> "ttft_mean_ms ttft_p50_ms tokens_per_s"
   local addr
   addr=$(sed -n 's/^listening on //p' "$log")
   local report
-  report=$("$BUILD/client/dikkat" --target="$addr" bench --concurrency=32 --requests=32 \
+  report=$("$BUILD/client/dikkat" --target="$addr" --timeout=600 bench --concurrency=32 --requests=32 \
     --max-tokens=16 --temperature=0 --ignore-eos --warmup=0 --prompt="$PREFIX" --unique-suffix=16)
   kill -TERM $server; wait $server || true; rm -f "$log"
+  if ! grep -q '^completed: 32 ok, 0 failed' <<< "$report"; then
+    echo "prefix_cache.sh: a request failed with caching $1:" >&2
+    echo "$report" >&2
+    exit 1
+  fi
   local tps ttft_p50 ttft_mean
   tps=$(sed -n 's/^throughput: \([0-9.]*\) generated tokens\/s.*/\1/p' <<< "$report")
   read -r ttft_p50 ttft_mean < <(awk '/^time to first token/ {print $5, $8}' <<< "$report")
@@ -48,7 +53,8 @@ run_one() {  # $1: on|off -> "ttft_mean_ms ttft_p50_ms tokens_per_s"
 : > "$OUT/prefix_cache.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
   for mode in on off; do
-    read -r mean p50 tps < <(run_one $mode)
+    result=$(run_one $mode) || exit 1
+    read -r mean p50 tps <<< "$result"
     echo "{\"round\": $round, \"caching\": \"$mode\", \"ttft_mean_ms\": $mean, \"ttft_p50_ms\": $p50, \"tokens_per_s\": $tps}" \
       | tee -a "$OUT/prefix_cache.jsonl"
   done
