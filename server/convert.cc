@@ -177,6 +177,7 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
   r.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   r.ignore_eos = request.ignore_eos();
   r.include_stop_text = request.include_stop_text();
+  r.priority = request.priority();
   return out;
 }
 

@@ -416,6 +416,10 @@ void EngineImpl::PublishStats() {
   stat_waiting_.store(static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size()));
   stat_blocks_used_.store(cache_->allocator().num_used());
   stat_blocks_cached_.store(cache_->allocator().num_cached());
+  std::map<int32_t, int32_t> by_priority;
+  for (const Sequence* s : scheduler_.waiting()) ++by_priority[s->priority];
+  dikkat::MutexLock lock(&stats_mu_);
+  waiting_by_priority_ = std::move(by_priority);
 }
 
 }  // namespace engine_internal

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,8 +103,11 @@ struct GenerateRequest {
   std::vector<std::string> stop_strings;  // finish (kStop) when the text contains one
   bool ignore_eos = false;              // keep going past the EOS token
   bool include_stop_text = false;       // keep the matched stop string in the text
+  int32_t priority = 0;                 // [kMinPriority, kMaxPriority]; larger runs first
   absl::Time deadline = absl::InfiniteFuture();
 };
+inline constexpr int32_t kMinPriority = -100;
+inline constexpr int32_t kMaxPriority = 100;
 
 struct EncodeRequest {
   std::vector<std::vector<int32_t>> inputs;    // one token sequence per input
@@ -168,6 +172,9 @@ struct EngineOptions {
   // Reuse the K/V of full blocks across requests that share a prefix
   // (decoder-only models; model/kv_block_allocator.h).
   bool prefix_caching = true;
+  // A waiting Generate request's priority rises by one per this much time in
+  // the queue (bounds starvation); zero or less: priorities never age.
+  absl::Duration priority_aging = absl::Seconds(10);
   int32_t max_queue = 256;              // waiting requests before RESOURCE_EXHAUSTED
   int32_t max_new_tokens_cap = 4096;    // upper bound a request may ask for
   int32_t default_max_new_tokens = 64;
@@ -193,6 +200,9 @@ struct EngineStats {
   int64_t weights_bytes = 0;
   int64_t requests_finished = 0;
   int64_t preemptions = 0;
+  // Generate requests waiting (queued or preempted), by priority; only
+  // priorities with at least one.
+  std::map<int32_t, int32_t> waiting_by_priority;
 };
 
 // Timings of one engine step, for metrics.

@@ -162,6 +162,8 @@ class EngineImpl final : public Engine {
   std::atomic<int32_t> stat_running_{0}, stat_waiting_{0}, stat_blocks_used_{0},
       stat_blocks_cached_{0};
   std::atomic<int64_t> stat_prefix_hit_tokens_{0}, stat_prefix_query_tokens_{0};
+  mutable dikkat::Mutex stats_mu_;
+  std::map<int32_t, int32_t> waiting_by_priority_ ABSL_GUARDED_BY(stats_mu_);
   std::atomic<int64_t> stat_finished_{0}, stat_preemptions_{0};
 };
 

@@ -37,7 +37,8 @@ EngineImpl::EngineImpl(ModelDescription description, model::ModelConfig config,
                                   // An encoder-decoder's decoder K/V depend on the
                                   // source too, which block keys do not name.
                                   options_.prefix_caching &&
-                                      config_.architecture != Architecture::kEncoderDecoder},
+                                      config_.architecture != Architecture::kEncoderDecoder,
+                                  options_.priority_aging},
                  &cache_->allocator()) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -67,6 +68,7 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
 absl::StatusOr<RequestId> EngineImpl::Enqueue(std::unique_ptr<Request> request) {
   request->id = next_id_.fetch_add(1);
   request->submitted = absl::Now();
+  request->arrived = request->submitted;
   const RequestId id = request->id;
   dikkat::MutexLock lock(&mu_);
   if (draining_ || stop_) {
@@ -87,6 +89,7 @@ absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
   auto r = std::make_unique<Request>();
   r->kind = RequestKind::kGenerate;
   r->deadline = request.deadline;
+  r->priority = request.priority;
   if (config_.architecture == Architecture::kEncoderDecoder) {
     r->tokens.push_back(static_cast<int32_t>(config_.decoder_start_token_id >= 0
                                                  ? config_.decoder_start_token_id
@@ -138,6 +141,10 @@ EngineStats EngineImpl::stats() const {
   s.weights_bytes = description_.weights_bytes;
   s.requests_finished = stat_finished_.load();
   s.preemptions = stat_preemptions_.load();
+  {
+    dikkat::MutexLock lock(&stats_mu_);
+    s.waiting_by_priority = waiting_by_priority_;
+  }
   return s;
 }
 

@@ -69,6 +69,9 @@ ABSL_FLAG(int32_t, max_batch_tokens, 2048,
 ABSL_FLAG(ByteSize, kv_cache_bytes, ByteSize{256ll << 20},
           "KV cache memory per model, e.g. 256MiB, 2GiB or a plain number of bytes.");
 ABSL_FLAG(int32_t, kv_block_size, 16, "Tokens per KV cache block.");
+ABSL_FLAG(absl::Duration, priority_aging, absl::Seconds(10),
+          "A waiting Generate request's priority rises by one per this much time queued, so "
+          "lower priorities are delayed, never starved; 0 turns ageing off.");
 ABSL_FLAG(bool, prefix_caching, true,
           "Reuse the KV cache of full blocks across Generate requests that share a prompt "
           "prefix (decoder-only models); --noprefix_caching turns it off.");
@@ -173,6 +176,7 @@ EngineOptions OptionsFromFlags() {
   o.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
   o.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
   o.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  o.priority_aging = absl::GetFlag(FLAGS_priority_aging);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   o.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);

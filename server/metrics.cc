@@ -225,6 +225,11 @@ struct Families {
                     .Name("dikkat_requests_waiting")
                     .Help("Requests queued, not yet admitted.")
                     .Register(r)),
+        waiting_by_priority(prometheus::BuildGauge()
+                                .Name("dikkat_requests_waiting_by_priority")
+                                .Help("Generate requests queued or preempted, not running, by "
+                                      "request priority (-100..100).")
+                                .Register(r)),
         kv_usage(prometheus::BuildGauge()
                      .Name("dikkat_kv_cache_usage_ratio")
                      .Help("Fraction of KV cache blocks in use (0..1).")
@@ -305,6 +310,7 @@ struct Families {
   Family<Histogram>& request_generated_tokens;
   Family<Gauge>& running;
   Family<Gauge>& waiting;
+  Family<Gauge>& waiting_by_priority;
   Family<Gauge>& kv_usage;
   Family<Gauge>& kv_used;
   Family<Gauge>& kv_total;
@@ -455,6 +461,17 @@ class ModelMetrics final : public EngineListener {
     kv_used_.Set(s.kv_blocks_used);
     kv_total_.Set(s.kv_blocks_total);
     kv_cached_.Set(s.kv_blocks_cached);
+    // Series of priorities seen before stay, at 0, so rate() and alerts see the drop.
+    dikkat::MutexLock lock(&priority_mu_);  // scrapes run on several threads
+    for (auto& [priority, gauge] : waiting_by_priority_) gauge->Set(0);
+    for (const auto& [priority, count] : s.waiting_by_priority) {
+      Gauge*& gauge = waiting_by_priority_[priority];
+      if (gauge == nullptr) {
+        gauge = &families_.waiting_by_priority.Add(
+            {{"model", model_}, {"priority", std::to_string(priority)}});
+      }
+      gauge->Set(count);
+    }
     kv_usage_.Set(s.kv_blocks_total > 0
                       ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total
                       : 0.0);
@@ -482,6 +499,8 @@ class ModelMetrics final : public EngineListener {
   Gauge& kv_used_;
   Gauge& kv_total_;
   Gauge& kv_cached_;
+  dikkat::Mutex priority_mu_;
+  std::map<int32_t, Gauge*> waiting_by_priority_ ABSL_GUARDED_BY(priority_mu_);
   Counter& prefix_query_tokens_;
   Counter& prefix_hit_tokens_;
   Counter& preemptions_;

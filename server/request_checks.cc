@@ -159,6 +159,10 @@ absl::Status CheckGenerateRequest(const GenerateRequest& r, const model::ModelCo
   }
   if (r.max_new_tokens != 0) DIKKAT_RETURN_IF_ERROR(CheckMaxNewTokens(r.max_new_tokens, options));
   DIKKAT_RETURN_IF_ERROR(model::Validate(r.sampling));  // names the field (sampling.top_p, ...)
+  if (r.priority < kMinPriority || r.priority > kMaxPriority) {
+    return Invalid(absl::StrCat("priority = ", r.priority, " is out of range: allowed ",
+                                kMinPriority, "..", kMaxPriority));
+  }
   return CheckStops(r, config, options);
 }
 

@@ -66,13 +66,71 @@ void Scheduler::Expire(absl::Time now, ScheduleResult* result) {
 
 bool Scheduler::PreemptNewest(ScheduleResult* result) {
   if (running_.size() <= 1) return false;
+  PreemptBack(result);
+  return true;
+}
+
+void Scheduler::PreemptBack(ScheduleResult* result) {
   Sequence* victim = running_.back();
   running_.pop_back();
   Free(victim);
   victim->num_cached = 0;  // recomputed when readmitted (or mapped from the prefix cache)
-  waiting_.push_front(victim);
+  // Its place: before every waiting sequence it outranks (it arrived before
+  // those of its priority that wait, since admission goes in queue order).
+  auto it = waiting_.begin();
+  while (it != waiting_.end() && (*it)->priority > victim->priority) ++it;
+  waiting_.insert(it, victim);
   result->preempted.push_back(victim);
-  return true;
+}
+
+int64_t Scheduler::EffectivePriority(const Sequence& s, absl::Time now) const {
+  if (options_.priority_aging <= absl::ZeroDuration() || now <= s.arrived) return s.priority;
+  absl::Duration remainder;  // IDivDuration writes it; nullptr is not allowed
+  return s.priority + absl::IDivDuration(now - s.arrived, options_.priority_aging, &remainder);
+}
+
+void Scheduler::SortWaiting(absl::Time now) {
+  if (waiting_.size() < 2) return;
+  std::vector<std::pair<int64_t, Sequence*>> keyed;
+  keyed.reserve(waiting_.size());
+  for (Sequence* s : waiting_) keyed.emplace_back(EffectivePriority(*s, now), s);
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first > b.first;
+    if (a.second->arrived != b.second->arrived) return a.second->arrived < b.second->arrived;
+    return a.second->id < b.second->id;
+  });
+  for (size_t i = 0; i < keyed.size(); ++i) waiting_[i] = keyed[i].second;
+}
+
+void Scheduler::InsertRunning(Sequence* sequence) {
+  sequence->admitted_order = ++admissions_;
+  auto it = std::upper_bound(
+      running_.begin(), running_.end(), sequence,
+      [](const Sequence* a, const Sequence* b) { return a->priority > b->priority; });
+  running_.insert(it, sequence);
+}
+
+void Scheduler::PreemptForPriority(ScheduleResult* result) {
+  if (waiting_.empty() || running_.empty()) return;
+  const Sequence& head = *waiting_.front();
+  // Only base priorities preempt: ageing orders the queue but never evicts a
+  // running sequence (two aged sequences would otherwise take turns).
+  auto lower = [&head](const Sequence* r) { return r->priority < head.priority; };
+  const int32_t needed = allocator_->BlocksFor(static_cast<int64_t>(head.tokens.size()) + 1);
+  int32_t reclaimable = 0;  // blocks that preempting every lower sequence would free
+  for (const Sequence* r : running_) {
+    if (!lower(r)) continue;
+    for (int32_t b : r->blocks) reclaimable += allocator_->ref_count(b) == 1 ? 1 : 0;
+  }
+  const bool batch_full = static_cast<int32_t>(running_.size()) >= options_.max_batch_size;
+  const bool no_room = needed > allocator_->num_available();
+  if (!batch_full && !no_room) return;
+  if (no_room && needed > allocator_->num_available() + reclaimable) return;
+  while ((static_cast<int32_t>(running_.size()) >= options_.max_batch_size ||
+          needed > allocator_->num_available()) &&
+         !running_.empty() && lower(running_.back())) {
+    PreemptBack(result);  // even the last runner: it is outranked
+  }
 }
 
 ScheduleResult Scheduler::Schedule(absl::Time now) {
@@ -80,6 +138,8 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
   Expire(now, &result);
   int64_t budget = options_.max_batch_tokens;
   for (Sequence* r : running_) Register(r);
+  SortWaiting(now);
+  PreemptForPriority(&result);
   // Running sequences, oldest first: decode (1 token) or continue a chunked
   // prefill. A decode always runs (budget floor 1) so a long prefill never
   // starves the batch. Preemption takes the newest, so `r` itself may go.
@@ -119,7 +179,7 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
       break;
     }
     waiting_.pop_front();
-    running_.push_back(r);
+    InsertRunning(r);
     r->num_cached = matched;
     r->num_matched = matched;
     const int64_t chunk = std::min<int64_t>(len - matched, budget);

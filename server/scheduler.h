@@ -1,9 +1,16 @@
 // Scheduler: which Generate sequences run in the next engine step, and how
 // many of their tokens.
 //
-// Owns the waiting queue (FIFO, preempted sequences at its front) and the
-// running batch (admission order), and every change to the sequences' KV
-// block tables. Each Schedule():
+// Owns the waiting queue and the running batch, and every change to the
+// sequences' KV block tables. Priorities: the waiting queue is ordered by
+// effective priority (the sequence's priority plus one per
+// `priority_aging` waited), then by arrival, so equal priorities are first
+// come, first served and a long wait eventually beats any newer arrival; the
+// running batch is ordered by priority, then admission, and preemption takes
+// its back: the lowest priority, newest sequence. Each Schedule():
+//   0. when the first waiting sequence cannot be admitted (no room in the KV
+//      cache or the batch) and running sequences of a lower priority would
+//      make room, preempts them (lowest first);
 //   1. expires: sequences cancelled or past their deadline leave the queues
 //      and free their blocks;
 //   2. runs the running batch: each sequence decodes one token or continues
@@ -50,6 +57,9 @@ struct Sequence {
   // encoder-decoder models), then the generated ones. Not empty once added.
   std::vector<int32_t> tokens;
   int64_t num_cached = 0;       // tokens whose K/V are in the cache
+  int32_t priority = 0;         // larger is admitted first and preempted last
+  absl::Time arrived = absl::InfiniteFuture();  // ages the priority while waiting; future: no ageing
+  uint64_t admitted_order = 0;  // set at each admission (orders equal priorities in the batch)
   std::vector<int32_t> blocks;  // block table: covers num_cached tokens between steps
   int32_t num_registered = 0;   // leading blocks offered to the prefix cache
   int64_t num_matched = 0;      // tokens mapped from the prefix cache at the last admission
@@ -59,6 +69,9 @@ struct SchedulerOptions {
   int32_t max_batch_size = 64;      // running sequences
   int32_t max_batch_tokens = 2048;  // tokens per step (decode tokens count too)
   bool prefix_caching = false;      // reuse cached full blocks across sequences
+  // A waiting sequence's priority rises by one per this much waited;
+  // zero or less: priorities never age.
+  absl::Duration priority_aging = absl::ZeroDuration();
 };
 
 // One step's plan. `batch[i]` runs its tokens [num_cached, num_cached +
@@ -105,14 +118,23 @@ class Scheduler {
   // Register, then release every block of `sequence`.
   void Free(Sequence* sequence);
   bool IsRunning(const Sequence* sequence) const;
-  // Frees the newest running sequence's blocks and requeues it at the front
-  // of the waiting queue. False when at most one sequence runs.
+  // Frees the blocks of the running batch's last sequence (lowest priority,
+  // newest) and requeues it. False when at most one sequence runs.
   bool PreemptNewest(ScheduleResult* result);
+  void PreemptBack(ScheduleResult* result);
+  // Orders the waiting queue (see the file comment) as of `now`.
+  void SortWaiting(absl::Time now);
+  int64_t EffectivePriority(const Sequence& s, absl::Time now) const;
+  // Step 0 of Schedule().
+  void PreemptForPriority(ScheduleResult* result);
+  // Puts an admitted sequence at its place in the running batch.
+  void InsertRunning(Sequence* sequence);
 
   const SchedulerOptions options_;
   model::KvBlockAllocator* allocator_;  // not owned
-  std::deque<Sequence*> waiting_;       // FIFO; preempted ones at the front
-  std::vector<Sequence*> running_;      // admission order: the back is preempted first
+  std::deque<Sequence*> waiting_;       // by effective priority, then arrival
+  std::vector<Sequence*> running_;      // by priority, then admission: the back is preempted first
+  uint64_t admissions_ = 0;
 };
 
 }  // namespace dikkat::server

@@ -49,6 +49,8 @@ class GenerateCommand : public Command {
                    "print each token's log-probability and this many alternatives (0..20) "
                    "to stderr");
     f->Bool("echo-prompt", &echo_prompt_, "print the prompt's token ids to stderr");
+    f->Int("priority", &priority_,
+           "scheduling priority -100..100; larger is admitted first and preempted last");
     f->Bool("show-stats", &show_stats_,
             "print finish reason, token counts, time to first token and speed to stderr");
   }
@@ -79,6 +81,7 @@ class GenerateCommand : public Command {
     request.set_include_stop_text(include_stop_text_);
     if (logprobs_) request.set_top_logprobs(*logprobs_);
     request.set_echo_prompt_tokens(echo_prompt_);
+    request.set_priority(priority_);
 
     GenerateResult result;
     bool ends_with_newline = true;
@@ -138,9 +141,10 @@ class GenerateCommand : public Command {
     const v1::GenerateStats& s = r.stats;
     const double decode_seconds = s.total_seconds() - s.time_to_first_token_seconds();
     std::cerr << absl::StrFormat(
-        "finish: %s  prompt tokens: %d  generated tokens: %d  chunks: %d  seed: %d\n",
-        FinishReasonName(r.finish_reason), s.prompt_tokens(), s.generated_tokens(), r.chunks,
-        s.seed());
+        "finish: %s  prompt tokens: %d (%d from the prefix cache)  generated tokens: %d  "
+        "chunks: %d  seed: %d\n",
+        FinishReasonName(r.finish_reason), s.prompt_tokens(), s.cached_prompt_tokens(),
+        s.generated_tokens(), r.chunks, s.seed());
     std::cerr << absl::StrFormat(
         "server: queue %.3f s  time to first token %.3f s  total %.3f s", s.queue_seconds(),
         s.time_to_first_token_seconds(), s.total_seconds());
@@ -164,6 +168,7 @@ class GenerateCommand : public Command {
   std::optional<int> max_tokens_;
   std::optional<double> temperature_;
   int top_k_ = 0;
+  int priority_ = 0;
   std::optional<double> top_p_;
   double min_p_ = 0;
   std::optional<double> repetition_penalty_;

@@ -154,6 +154,38 @@ TEST_F(EngineTest, ConcurrentGreedyStreamsMatchEachAlone) {
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }
 
+TEST_F(EngineTest, AHighPriorityRequestOvertakesAFullBatch) {
+  EngineOptions options;
+  options.max_batch_size = 2;
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest low = Greedy("low priority, long", 480);
+  GenerateRequest high = Greedy("urgent", 8);
+  high.priority = 5;
+  const std::vector<int32_t> high_alone = RunAlone(*engine, high);
+  const std::vector<int32_t> low_alone = RunAlone(*engine, low);
+  auto low1 = std::make_shared<Collector>(), low2 = std::make_shared<Collector>();
+  ASSERT_TRUE(engine->SubmitGenerate(low, low1).ok());
+  ASSERT_TRUE(engine->SubmitGenerate(low, low2).ok());
+  while (low2->ids().size() < 5) absl::SleepFor(absl::Milliseconds(1));  // both run
+  auto urgent = std::make_shared<Collector>();
+  const bool raced = low1->ids().size() > 400;  // this thread slept through most of it
+  ASSERT_TRUE(engine->SubmitGenerate(high, urgent).ok());
+  ASSERT_TRUE(urgent->Wait());
+  // The batch was full of lower priorities: one was preempted to make room,
+  // so the urgent request finished while both long ones were still going.
+  if (!raced) {
+    EXPECT_LT(low1->ids().size(), 480u);
+    EXPECT_LT(low2->ids().size(), 480u);
+  }
+  EXPECT_EQ(urgent->ids(), high_alone);
+  ASSERT_TRUE(low1->Wait());
+  ASSERT_TRUE(low2->Wait());
+  EXPECT_EQ(low1->ids(), low_alone);
+  EXPECT_EQ(low2->ids(), low_alone);  // recomputed after its preemption, same tokens
+  if (!raced) EXPECT_GE(engine->stats().preemptions, 1);
+}
+
 TEST_F(EngineTest, CancelStopsGenerationAndFreesBlocks) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);

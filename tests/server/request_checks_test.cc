@@ -94,6 +94,12 @@ TEST_F(RequestChecksTest, GenerateLimitsSamplingAndStops) {
   ExpectInvalid(CheckGenerateRequest(r, lm_, options_), {"sampling", "top_p"});
 
   r = Prompt(3);
+  r.priority = 100;
+  EXPECT_TRUE(CheckGenerateRequest(r, lm_, options_).ok());
+  r.priority = -101;
+  ExpectInvalid(CheckGenerateRequest(r, lm_, options_), {"priority = -101", "-100..100"});
+
+  r = Prompt(3);
   r.stop_strings = {"ok", ""};
   ExpectInvalid(CheckGenerateRequest(r, lm_, options_), {"stop[1]", "empty"});
   r.stop_strings = {"\xff"};

@@ -336,5 +336,96 @@ TEST_F(SchedulerTest, CachedBlocksNeverBlockAdmission) {
   EXPECT_THAT(plan.preempted, IsEmpty());
 }
 
+// ---- priorities ---------------------------------------------------------------
+
+TEST_F(SchedulerTest, HigherPriorityIsAdmittedFirstEqualOnesInArrivalOrder) {
+  Make(64, /*max_batch_size=*/8, /*max_batch_tokens=*/8);
+  Sequence* low = Add(4);
+  Sequence* normal1 = Add(4);
+  Sequence* high = Add(4);
+  Sequence* normal2 = Add(4);
+  low->priority = -5;
+  high->priority = 7;
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.admitted, ElementsAre(high, normal1));  // 8 tokens of budget
+  EXPECT_THAT(scheduler_->waiting(), ElementsAre(normal2, low));
+  Ran(plan);
+  plan = scheduler_->Schedule(now_);  // 2 decodes + 4 + (2 of low's 4)
+  EXPECT_THAT(plan.admitted, ElementsAre(normal2, low));
+  EXPECT_THAT(scheduler_->running(), ElementsAre(high, normal1, normal2, low));
+}
+
+TEST_F(SchedulerTest, AFullCachePreemptsTheLowestPriorityNewest) {
+  // 6 blocks of 4. Three sequences of 7 tokens hold 2 blocks each; when they
+  // grow past 8 tokens the batch's back goes first: the lowest priority,
+  // then among equals the newest.
+  Make(/*num_blocks=*/6, 8, 100);
+  Sequence* a = Add(7);
+  Sequence* b = Add(7);
+  Sequence* c = Add(7);
+  a->priority = 1;
+  b->priority = 0;
+  c->priority = 1;
+  Ran(scheduler_->Schedule(now_));
+  EXPECT_THAT(scheduler_->running(), ElementsAre(a, c, b));
+  Ran(scheduler_->Schedule(now_));                   // the 8th tokens fit
+  ScheduleResult plan = scheduler_->Schedule(now_);  // 9th token: a needs a 3rd block
+  EXPECT_THAT(plan.preempted, ElementsAre(b));
+  EXPECT_THAT(plan.batch, ElementsAre(a, c));
+}
+
+TEST_F(SchedulerTest, AHigherPriorityArrivalPreemptsLowerOnesToGetIn) {
+  Make(/*num_blocks=*/4, 8, 100);
+  Sequence* low1 = Add(7);
+  Sequence* low2 = Add(7);
+  Ran(scheduler_->Schedule(now_));
+  ASSERT_EQ(allocator_->num_available(), 0);
+  // A same-priority arrival waits for room...
+  Sequence* same = Add(3);
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.preempted, IsEmpty());
+  EXPECT_THAT(scheduler_->waiting(), ElementsAre(same));
+  scheduler_->RemoveAndFree(same);
+  // ...a higher one preempts the newest lower one and runs at once.
+  Sequence* urgent = Add(3);
+  urgent->priority = 10;
+  plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.preempted, ElementsAre(low2));
+  EXPECT_THAT(plan.admitted, ElementsAre(urgent));
+  EXPECT_THAT(scheduler_->running(), ElementsAre(urgent, low1));
+  EXPECT_THAT(scheduler_->waiting(), ElementsAre(low2));
+  // Preemption that would not make room does not happen: 13 tokens need 4
+  // blocks, and only low1's 2 could be freed.
+  Sequence* big = Add(13);
+  big->priority = 10;
+  plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.preempted, IsEmpty());
+}
+
+TEST_F(SchedulerTest, AgeingBoundsTheWaitOfLowPriorities) {
+  Make(64, /*max_batch_size=*/1, 100);
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerOptions{1, 100, false, /*priority_aging=*/absl::Seconds(10)}, allocator_.get());
+  Sequence* runner = Add(2);
+  Ran(scheduler_->Schedule(now_));
+  Sequence* low = Add(2);
+  low->priority = -3;
+  low->arrived = now_;
+  Sequence* high = Add(2);
+  high->priority = 0;
+  high->arrived = now_ + absl::Seconds(25);
+  scheduler_->RemoveAndFree(runner);
+  // At +25 s low is at -3 + 2 = -1 < 0: high first.
+  scheduler_->Schedule(now_ + absl::Seconds(25));
+  EXPECT_THAT(scheduler_->running(), ElementsAre(high));
+  scheduler_->RemoveAndFree(high);
+  Sequence* newer = Add(2);
+  newer->arrived = now_ + absl::Seconds(40);
+  // At +40 s low is at -3 + 4 = 1 > 0: it passes the newer priority-0 arrival.
+  scheduler_->Schedule(now_ + absl::Seconds(40));
+  EXPECT_THAT(scheduler_->running(), ElementsAre(low));
+  EXPECT_THAT(scheduler_->waiting(), ElementsAre(newer));
+}
+
 }  // namespace
 }  // namespace dikkat::server
