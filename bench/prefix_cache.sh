@@ -32,13 +32,16 @@ run_one() {  # $1: on|off -> "ttft_mean_ms ttft_p50_ms tokens_per_s"
   "$BUILD/server/dikkat-server" --model="$MODEL" --listen=127.0.0.1:0 --metrics_listen= \
     --threads="$THREADS" --kv_cache_bytes=512MiB $flag > "$log" 2>&1 &
   local server=$!
+  # shellcheck disable=SC2064  # the pid is meant to be fixed now
+  trap "kill -TERM $server 2>/dev/null || true" EXIT
   for _ in $(seq 1 600); do grep -q "serving" "$log" && break; sleep 0.1; done
   local addr
   addr=$(sed -n 's/^listening on //p' "$log")
   local report
   report=$("$BUILD/client/dikkat" --target="$addr" --timeout=600 bench --concurrency=32 --requests=32 \
-    --max-tokens=16 --temperature=0 --ignore-eos --warmup=0 --prompt="$PREFIX" --unique-suffix=16)
+    --max-tokens=16 --temperature=0 --ignore-eos --warmup=0 --prompt="$PREFIX" --unique-suffix=16) || true
   kill -TERM $server; wait $server || true; rm -f "$log"
+  trap - EXIT
   if ! grep -q '^completed: 32 ok, 0 failed' <<< "$report"; then
     echo "prefix_cache.sh: a request failed with caching $1:" >&2
     echo "$report" >&2
