@@ -103,6 +103,10 @@ ABSL_FLAG(absl::Duration, warmup, absl::Seconds(3),
 ABSL_FLAG(int32_t, workers, 64,
           "Abusive client threads (soak) or clients (restart, drain), one call in flight each.");
 ABSL_FLAG(int32_t, good_workers, 8, "Well-behaved client threads (soak), one call each.");
+ABSL_FLAG(absl::Duration, think, absl::Milliseconds(400),
+          "soak: mean pause of a worker between its calls (uniform in [0, 2x]). Clients that "
+          "call back to back saturate the engine and every latency becomes queueing; the "
+          "overload phase's bursts do that on purpose.");
 ABSL_FLAG(double, probe_rate, 40, "Well-behaved probe calls per second (soak).");
 ABSL_FLAG(int32_t, http_abusers, 6, "Abusive HTTP client threads on the metrics port (soak).");
 ABSL_FLAG(double, max_p99_ratio, 0,
@@ -451,7 +455,7 @@ class Soak {
  private:
   static constexpr int kProbeThreads = 8;
 
-  bool ReportLatency() {
+  bool ReportLatency() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::PrintF("well-behaved probe (greedy, %d new tokens, %.0f/s, own connection), "
                  "latency from its scheduled start:\n",
                  GreedyRequest(0, model_).max_new_tokens(), absl::GetFlag(FLAGS_probe_rate));
@@ -459,6 +463,12 @@ class Soak {
     absl::PrintF("  chaos     %s\n", probe_chaos_.Summary());
     absl::PrintF("  overload  %s\n", probe_overload_.Summary());
     absl::PrintF("  samples dropped at phase changes: %d\n", probe_dropped_.load());
+    for (const auto& [name, samples] : {std::make_pair("quiet", in_flight_quiet_),
+                                         std::make_pair("chaos", in_flight_chaos_)}) {
+      absl::PrintF("client calls in flight (%s, every 100 ms): mean %.1f, max %d\n", name,
+                   samples.count > 0 ? static_cast<double>(samples.sum) / samples.count : 0.0,
+                   samples.max);
+    }
     absl::PrintF("/healthz (every 100 ms):\n  quiet     %s\n  chaos     %s\n",
                  healthz_quiet_.Summary(), healthz_chaos_.Summary());
     const double quiet = probe_quiet_.Percentile(99);
@@ -537,7 +547,9 @@ class Soak {
     std::uniform_int_distribution<int> pick(0, 99);
     std::uniform_int_distribution<size_t> prompt(0, Prompts().size() - 1);
     const bool with_token = !absl::GetFlag(FLAGS_token).empty();
+    const absl::Duration think = absl::GetFlag(FLAGS_think);
     while (absl::Now() < end) {
+      Think(think, rng);
       int r = pick(rng);
       Kind kind = Kind::kUnary;
       for (const MixEntry& e : mix) {
@@ -547,6 +559,7 @@ class Soak {
         }
         r -= e.weight;
       }
+      InFlight counted(this);
       switch (kind) {
         case Kind::kGreedy:
           Greedy(prompt(rng));
@@ -587,6 +600,23 @@ class Soak {
           break;
       }
     }
+  }
+
+  // Counts a client call in flight (any kind but bursts) while it lives.
+  class InFlight {
+   public:
+    explicit InFlight(Soak* soak) : soak_(soak) { ++soak_->in_flight_; }
+    ~InFlight() { --soak_->in_flight_; }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+
+   private:
+    Soak* const soak_;
+  };
+
+  static void Think(absl::Duration mean, std::mt19937_64& rng) {
+    if (mean <= absl::ZeroDuration()) return;
+    absl::SleepFor(mean * std::uniform_real_distribution<double>(0, 2)(rng));
   }
 
   void Greedy(size_t prompt) { GreedyOn(client_, Kind::kGreedy, prompt); }
@@ -819,7 +849,10 @@ class Soak {
 
   void GoodWorker(uint64_t seed) {
     std::mt19937_64 rng(seed);
+    const absl::Duration think = absl::GetFlag(FLAGS_think);
     while (!stop_good_.load()) {
+      Think(think, rng);
+      InFlight counted(this);
       const int r = static_cast<int>(rng() % 100);
       if (r < 60) {
         GreedyOn(clients_.good.get(), Kind::kGood, rng() % Prompts().size());
@@ -844,8 +877,10 @@ class Soak {
       // sample belongs to no phase.
       const bool straddles = absl::ToUnixNanos(due) < phase_changed_ns_.load();
       CountStream();
+      std::optional<InFlight> counted(this);
       absl::StatusOr<client::GenerateResult> r =
           clients_.probe->Generate(GreedyRequest(0, model_), Timeout(absl::Seconds(10)));
+      counted.reset();
       const absl::Duration latency = absl::Now() - due;
       const Phase end = phase_.load();
       Record(start == Phase::kOverload || end == Phase::kOverload ? Kind::kProbeOverload
@@ -871,6 +906,14 @@ class Soak {
     while (!stop_probes_.load()) {
       absl::SleepFor(absl::Milliseconds(100));
       const Phase start = phase_.load();
+      if (start == Phase::kQuiet || start == Phase::kChaos) {
+        const int n = in_flight_.load();
+        dikkat::MutexLock lock(&mu_);
+        InFlightSamples& samples = start == Phase::kQuiet ? in_flight_quiet_ : in_flight_chaos_;
+        samples.sum += n;
+        ++samples.count;
+        samples.max = std::max(samples.max, n);
+      }
       const absl::Time t = absl::Now();
       httplib::Client http(address->first, address->second);
       http.set_connection_timeout(5, 0);
@@ -928,6 +971,15 @@ class Soak {
   std::atomic<int> outstanding_{0};
   std::atomic<Phase> phase_{Phase::kWarmup};
   std::atomic<int64_t> phase_changed_ns_{0};
+
+  std::atomic<int> in_flight_{0};
+  struct InFlightSamples {
+    int64_t sum = 0;
+    int64_t count = 0;
+    int max = 0;
+  };
+  InFlightSamples in_flight_quiet_ ABSL_GUARDED_BY(mu_);
+  InFlightSamples in_flight_chaos_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::thread> good_threads_;
   std::vector<std::thread> probe_threads_;

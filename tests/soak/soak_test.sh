@@ -46,9 +46,9 @@ stamp() { echo "soak_test: $* (at ${SECONDS} s)"; }
 TOKEN="$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
 # Limits the mix runs into: --max_message_bytes (oversized requests),
 # --max_stream_pending_bytes (slow readers), --max_queue (overload bursts).
-# The KV cache (8 MiB = 512 blocks of 16 tokens) holds the chaos mix's ~80
-# streams most of the time, and the bursts of the overload phase preempt.
-SERVER_FLAGS=(--model="$MODEL" --threads=1 --max_queue=128 --kv_cache_bytes=8MiB
+# The KV cache (4 MiB = 256 blocks of 16 tokens) holds the quiet and chaos
+# windows' calls; the bursts of the overload phase overflow it (preemption).
+SERVER_FLAGS=(--model="$MODEL" --threads=1 --max_queue=128 --kv_cache_bytes=4MiB
   --max_batch_size=64 --grace_period=5s --max_message_bytes=1MiB
   --max_stream_pending_bytes=16KiB)
 
