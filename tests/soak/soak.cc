@@ -9,17 +9,19 @@
 //             a probe sends well-behaved greedy Generate calls at a fixed rate
 //             (--probe_rate) on its own connection, --good_workers threads
 //             send well-behaved greedy / Encode / Attention / Tokenize calls on
-//             another, and a /healthz probe polls the metrics port. In the chaos
-//             windows --workers abusive client threads join them (greedy
-//             streams, streams cancelled by the reader or from another thread,
-//             deadlines that expire, clients SIGKILLed mid-stream, slow
-//             readers, malformed and oversized requests, wrong or missing
-//             bearer tokens, Encode / Attention / Tokenize) together with
-//             /metrics scrapes and abusive HTTP clients on the metrics port
-//             (slowloris, idle connections, bodies, huge or too many headers,
-//             garbage). The probe's latency is compared between the two kinds
-//             of window: abuse must not slow the well-behaved clients down
-//             past --max_p99_ratio;
+//             another, and a /healthz probe polls the metrics port. --workers
+//             threads (one call at a time, --think between calls) send the
+//             polite mix in the quiet windows (greedy, long streams read to
+//             the end, Encode / Attention / Tokenize) and the abusive mix in
+//             the chaos windows (greedy streams, streams cancelled by the
+//             reader or from another thread, deadlines that expire, clients
+//             SIGKILLed mid-stream, slow readers, malformed and oversized
+//             requests, wrong or missing bearer tokens, Encode / Attention /
+//             Tokenize), where /metrics scrapes and abusive HTTP clients on
+//             the metrics port (slowloris, idle connections, bodies, huge or
+//             too many headers, garbage) join them. The probe's latency is
+//             compared between the two kinds of window: the abuse must not
+//             slow the well-behaved clients down past --max_p99_ratio;
 //   overload  the abusive mix plus bursts of --burst_size streams at once that
 //             overflow the queue (the probe may then be refused too).
 // Checks, each a failure (exit status 1) when broken:

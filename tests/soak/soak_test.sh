@@ -46,11 +46,16 @@ stamp() { echo "soak_test: $* (at ${SECONDS} s)"; }
 TOKEN="$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
 # Limits the mix runs into: --max_message_bytes (oversized requests),
 # --max_stream_pending_bytes (slow readers), --max_queue (overload bursts).
+# The pending bound counts output not yet handed to the transport, which
+# grows when the server's own gRPC threads are slow to write, too: it must
+# exceed a whole well-behaved stream's output (a 200-token stream is ~30 KB;
+# with 16 KiB, 7 of 1612 of them were cut in a 6-minute run on a loaded
+# machine). A bulky slow reader's 480 tokens with 20 alternatives are ~150 KB.
 # The KV cache (4 MiB = 256 blocks of 16 tokens) holds the quiet and chaos
 # windows' calls; the bursts of the overload phase overflow it (preemption).
-SERVER_FLAGS=(--model="$MODEL" --threads=1 --max_queue=128 --kv_cache_bytes=4MiB
+SERVER_FLAGS=(--model="$MODEL" --threads=1 --max_queue=128 --kv_cache_bytes=16MiB
   --max_batch_size=64 --grace_period=5s --max_message_bytes=1MiB
-  --max_stream_pending_bytes=16KiB)
+  --max_stream_pending_bytes=32KiB)
 
 # start_server N GRPC_LISTEN METRICS_LISTEN: server N's log is server$N.{out,err}.
 start_server() {
