@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:50051
 METRICS_ADDR ?= 127.0.0.1:9090
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test run bench clean format docker-test hardening
+.PHONY: all deps configure build test run bench clean format docker-test hardening soak
 
 all: build
 
@@ -45,6 +45,16 @@ docker-test: configure
 # CI runs it after `make test` (scripts/hardening.sh, docs/hardening.md).
 hardening: deps
 	bash scripts/hardening.sh all
+
+# The chaos soak's long form (docs/soak.md, ~6 min): 10 rounds of 6 s quiet +
+# 24 s chaos windows, 20 s of overload, kill -9 + restart, a drain under
+# load; the well-behaved probe's chaos p99 must stay within 2x its quiet
+# p99. CI runs the short form (ctest -L soak).
+soak: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target dikkat-server dikkat-soak tiny_models
+	SOAK_QUIET=60s SOAK_ROUNDS=10 SOAK_OVERLOAD=20s bash tests/soak/soak_test.sh \
+	  $(BUILD_DIR)/server/dikkat-server $(BUILD_DIR)/tests/dikkat-soak \
+	  $(BUILD_DIR)/models/tiny-lm 240s --max_p99_ratio=2 --max_rss_growth_mib=128
 
 bench: build
 	BUILD_DIR=$(BUILD_DIR) bash bench/run.sh

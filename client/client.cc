@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -167,6 +168,62 @@ absl::Status ValidateOptions(const ClientOptions& o) {
   return absl::OkStatus();
 }
 
+// Async calls keep their channel alive (a Client may be destroyed while they
+// run), and their state is freed on the gRPC thread that runs their last
+// reaction. If that freed the channel's last reference, the channel would be
+// destroyed on one of gRPC's own callback threads: grpc::Channel's
+// destructor then releases the process's callback completion queue, which
+// on Linux shuts the queue down and joins the threads that poll it, the
+// calling one among them, and frees it while that thread still uses it (a
+// double free in grpc_cq_internal_unref under ASan, 2 runs in 3 of
+// server_process_test, whose clients go out of scope right after Wait()).
+// So a call's last hold on the channel is a ChannelKeepalive, its first
+// member (destroyed last, after the context and the stub, which hold the
+// channel too), and it hands the reference to a thread of its own, which
+// drops it.
+class ChannelReaper {
+ public:
+  static void Release(std::shared_ptr<grpc::Channel> channel) {
+    static ChannelReaper* const reaper = new ChannelReaper;  // never destroyed
+    reaper->Push(std::move(channel));
+  }
+
+ private:
+  ChannelReaper() {
+    std::thread([this] { Run(); }).detach();
+  }
+  void Push(std::shared_ptr<grpc::Channel> channel) {
+    dikkat::MutexLock lock(&mu_);
+    queue_.push_back(std::move(channel));
+  }
+  void Run() {
+    while (true) {
+      std::vector<std::shared_ptr<grpc::Channel>> batch;
+      {
+        dikkat::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](std::vector<std::shared_ptr<grpc::Channel>>* q) { return !q->empty(); },
+            &queue_));
+        batch.swap(queue_);
+      }
+      batch.clear();  // outside the lock: may destroy channels
+    }
+  }
+
+  dikkat::Mutex mu_;
+  std::vector<std::shared_ptr<grpc::Channel>> queue_ ABSL_GUARDED_BY(mu_);
+};
+
+struct ChannelKeepalive {
+  explicit ChannelKeepalive(std::shared_ptr<grpc::Channel> c) : channel(std::move(c)) {}
+  ~ChannelKeepalive() {
+    if (channel != nullptr) ChannelReaper::Release(std::move(channel));
+  }
+  ChannelKeepalive(const ChannelKeepalive&) = delete;
+  ChannelKeepalive& operator=(const ChannelKeepalive&) = delete;
+  std::shared_ptr<grpc::Channel> channel;
+};
+
 // Keeps a context registered with a CancelHandle for the life of a call.
 class ScopedCancelRegistration {
  public:
@@ -193,12 +250,14 @@ absl::Status CallbackCancelledError() {
 // call runs. Deleted by its completion callback.
 template <typename Request, typename Response>
 struct UnaryCall {
+  explicit UnaryCall(std::shared_ptr<grpc::Channel> channel) : keepalive(std::move(channel)) {}
+  ChannelKeepalive keepalive;  // first: destroyed last (ChannelReaper)
   grpc::ClientContext context;
   Request request;
   Response response;
   ResponseCallback<Response> on_done;
   std::shared_ptr<CancelHandle> cancel;
-  std::shared_ptr<v1::Dikkat::Stub> stub;  // the channel outlives the call
+  std::shared_ptr<v1::Dikkat::Stub> stub;
 
   static void Finish(UnaryCall* raw, const grpc::Status& status) {
     std::unique_ptr<UnaryCall> call(raw);
@@ -248,9 +307,11 @@ void CancelHandle::Detach(grpc::ClientContext* context) {
 // from Start() until OnDone(); handles share it after that.
 class GenerateCall::Impl : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
-  Impl(std::shared_ptr<v1::Dikkat::Stub> stub, v1::GenerateRequest request,
-       GenerateChunkCallback on_chunk, DoneCallback on_done, std::shared_ptr<CancelHandle> cancel)
-      : stub_(std::move(stub)),
+  Impl(std::shared_ptr<grpc::Channel> channel, std::shared_ptr<v1::Dikkat::Stub> stub,
+       v1::GenerateRequest request, GenerateChunkCallback on_chunk, DoneCallback on_done,
+       std::shared_ptr<CancelHandle> cancel)
+      : keepalive_(std::move(channel)),
+        stub_(std::move(stub)),
         request_(std::move(request)),
         on_chunk_(std::move(on_chunk)),
         on_done_(std::move(on_done)),
@@ -315,6 +376,7 @@ class GenerateCall::Impl : public grpc::ClientReadReactor<v1::GenerateResponse> 
   }
 
  private:
+  ChannelKeepalive keepalive_;  // first: destroyed last (ChannelReaper)
   grpc::ClientContext context_;
   std::shared_ptr<v1::Dikkat::Stub> stub_;
   v1::GenerateRequest request_;
@@ -585,7 +647,7 @@ GenerateCall Client::GenerateAsync(const v1::GenerateRequest& request,
                                    const CallOptions& call) {
   v1::GenerateRequest storage;
   const v1::GenerateRequest& req = WithDefaultModel(request, &storage);
-  auto impl = std::make_shared<GenerateCall::Impl>(stub_, req, std::move(on_chunk),
+  auto impl = std::make_shared<GenerateCall::Impl>(channel_, stub_, req, std::move(on_chunk),
                                                    std::move(on_done), call.cancel);
   PrepareContext(impl->context(), call);
   impl->Start(impl);
@@ -595,7 +657,7 @@ GenerateCall Client::GenerateAsync(const v1::GenerateRequest& request,
 template <typename Request, typename Response, typename Start>
 void Client::StartUnaryAsync(const Request& request, ResponseCallback<Response> on_done,
                              const CallOptions& call, Start start) {
-  auto* c = new UnaryCall<Request, Response>;
+  auto* c = new UnaryCall<Request, Response>(channel_);
   c->request = request;
   if (c->request.model().empty()) c->request.set_model(options_.default_model);
   c->on_done = std::move(on_done);

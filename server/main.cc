@@ -317,6 +317,22 @@ bool LoadModels(const std::vector<ModelSpec>& specs, const EngineOptions& option
   return true;
 }
 
+// Returns once no call has reached `service` for `quiet`, or after `most`.
+void LingerUntilCallersStop(const DikkatService& service, absl::Duration quiet,
+                            absl::Duration most) {
+  const absl::Time give_up = absl::Now() + most;
+  int64_t seen = service.calls_started();
+  absl::Time last_change = absl::Now();
+  while (absl::Now() < give_up && absl::Now() - last_change < quiet) {
+    absl::SleepFor(absl::Milliseconds(10));
+    const int64_t now_seen = service.calls_started();
+    if (now_seen != seen) {
+      seen = now_seen;
+      last_change = absl::Now();
+    }
+  }
+}
+
 int Run(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dikkat-server --model=[name=]path [--model=...] [--listen=host:port] [flags]\n"
@@ -507,6 +523,15 @@ int Run(int argc, char** argv) {
   health.SetServing(false);
   serving = false;
   registry.ShutdownAll(grace);
+  // gRPC 1.51 ends a call that arrives once Server::Shutdown has begun with
+  // CANCELLED, not UNAVAILABLE (grpc/grpc#41785, open upstream), and callers
+  // retry only UNAVAILABLE: a client that sent its next call just as the last
+  // streams finished saw CANCELLED (tests/soak, drain under load). So the
+  // transport stays up, every call refused with UNAVAILABLE by the engines,
+  // until no call has arrived for 100 ms (at most 1 s): callers that stop or
+  // move to another replica on UNAVAILABLE are gone before the transport
+  // closes. One that keeps sending past that second can still meet the race.
+  LingerUntilCallersStop(service, absl::Milliseconds(100), absl::Seconds(1));
   // Watch streams end here rather than hold the transport's shutdown up.
   health.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

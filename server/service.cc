@@ -628,12 +628,14 @@ DikkatService::DikkatService(const ModelRegistry* registry, Metrics* metrics,
 grpc::ServerUnaryReactor* DikkatService::Encode(grpc::CallbackServerContext* context,
                                                 const v1::EncodeRequest* request,
                                                 v1::EncodeResponse* response) {
+  calls_started_.fetch_add(1, std::memory_order_relaxed);
   return new EncodeReactor(context, registry_, metrics_, options_, request, response,
                            Authenticate(options_, context));
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* DikkatService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  calls_started_.fetch_add(1, std::memory_order_relaxed);
   return new GenerateReactor(context, registry_, metrics_, options_, *request,
                              Authenticate(options_, context), &pending_bytes_);
 }
@@ -641,6 +643,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* DikkatService::Generate(
 grpc::ServerUnaryReactor* DikkatService::Attention(grpc::CallbackServerContext* context,
                                                    const v1::AttentionRequest* request,
                                                    v1::AttentionResponse* response) {
+  calls_started_.fetch_add(1, std::memory_order_relaxed);
   return new AttentionReactor(context, registry_, metrics_, options_, request, response,
                               Authenticate(options_, context));
 }
@@ -648,6 +651,7 @@ grpc::ServerUnaryReactor* DikkatService::Attention(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* DikkatService::GetModelInfo(grpc::CallbackServerContext* context,
                                                       const v1::GetModelInfoRequest* request,
                                                       v1::GetModelInfoResponse* response) {
+  calls_started_.fetch_add(1, std::memory_order_relaxed);
   CallRecord record(metrics_, std::string(registry_->ResolveName(request->model())),
                     Rpc::kGetModelInfo);
   if (absl::Status auth = Authenticate(options_, context); !auth.ok()) {
@@ -673,6 +677,7 @@ grpc::ServerUnaryReactor* DikkatService::GetModelInfo(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* DikkatService::Tokenize(grpc::CallbackServerContext* context,
                                                   const v1::TokenizeRequest* request,
                                                   v1::TokenizeResponse* response) {
+  calls_started_.fetch_add(1, std::memory_order_relaxed);
   CallRecord record(metrics_, std::string(registry_->ResolveName(request->model())),
                     Rpc::kTokenize);
   if (absl::Status auth = Authenticate(options_, context); !auth.ok()) {
@@ -707,6 +712,7 @@ grpc::ServerUnaryReactor* DikkatService::Tokenize(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* DikkatService::Detokenize(grpc::CallbackServerContext* context,
                                                     const v1::DetokenizeRequest* request,
                                                     v1::DetokenizeResponse* response) {
+  calls_started_.fetch_add(1, std::memory_order_relaxed);
   CallRecord record(metrics_, std::string(registry_->ResolveName(request->model())),
                     Rpc::kDetokenize);
   if (absl::Status auth = Authenticate(options_, context); !auth.ok()) {

@@ -85,9 +85,13 @@ class DikkatService final : public v1::Dikkat::CallbackService {
   ServiceOptions options_;
   // Bytes of Generate output held for all streams (ServiceOptions).
   std::atomic<int64_t> pending_bytes_{0};
+  std::atomic<int64_t> calls_started_{0};
 
  public:
   int64_t pending_bytes() const { return pending_bytes_.load(std::memory_order_relaxed); }
+  // Calls that reached a handler so far, refused ones included (main.cc
+  // watches it during a drain to see when callers have stopped sending).
+  int64_t calls_started() const { return calls_started_.load(std::memory_order_relaxed); }
 };
 
 }  // namespace dikkat::server

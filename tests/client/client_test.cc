@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -306,6 +307,75 @@ TEST_F(ClientTest, GenerateAsyncStreamsAndCompletes) {
   EXPECT_TRUE(call.done());
   dikkat::MutexLock lock(&mu);
   EXPECT_THAT(ids, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7, 8, 9));
+}
+
+// The Client and the call's handle go while the done callback runs, so the
+// call's own state holds the channel's last reference when its last reaction
+// returns, on a gRPC callback thread. Destroying the channel there shut down
+// gRPC's callback completion queue from one of its own threads (a double free
+// in grpc_cq_internal_unref under ASan; without ASan a crash or a hang, here
+// or at the next callback call). The client library hands that reference to
+// a thread of its own (client.cc, ChannelReaper). The server here has no
+// callback service (the default health service is one): a server that has
+// one holds gRPC's callback queue too, and the clients' channel is then never
+// its last user. (server_process_test's clients talk to another process: 2
+// runs in 3 of it ended in that double free under ASan before the fix.)
+TEST(ClientLifetimeTest, ClientAndHandleGoneWhileTheDoneCallbackRuns) {
+  grpc::EnableDefaultHealthCheckService(false);
+  ::dikkat::testing::FakeDikkatService service("fake");
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto make_client = [port] {
+    ClientOptions options;
+    options.targets = {absl::StrCat("127.0.0.1:", port)};
+    return *Client::Create(options);
+  };
+  auto request = [](int n) {
+    v1::GenerateRequest r;
+    *r.mutable_input() = TextInput("abc");
+    r.set_max_new_tokens(n);
+    return r;
+  };
+  for (int round = 0; round < 3; ++round) {
+    std::unique_ptr<Client> client = make_client();
+    dikkat::Notification in_callback, client_gone, returned;
+    std::optional<GenerateCall> call = client->GenerateAsync(
+        request(2), nullptr, [&](absl::Status status) {
+          EXPECT_TRUE(status.ok()) << status;
+          in_callback.Notify();
+          client_gone.WaitForNotification();
+          returned.Notify();
+        });
+    // Unary calls too: their state is freed by their completion callback.
+    dikkat::Notification unary_in_callback, unary_release, unary_returned;
+    v1::TokenizeRequest tokenize;
+    tokenize.set_text("abc");
+    client->TokenizeAsync(tokenize, [&](absl::StatusOr<v1::TokenizeResponse> r) {
+      EXPECT_TRUE(r.ok()) << r.status();
+      unary_in_callback.Notify();
+      unary_release.WaitForNotification();
+      unary_returned.Notify();
+    });
+    ASSERT_TRUE(in_callback.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    ASSERT_TRUE(unary_in_callback.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    call.reset();
+    client.reset();
+    client_gone.Notify();
+    unary_release.Notify();
+    ASSERT_TRUE(returned.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    ASSERT_TRUE(unary_returned.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    // Let the calls' last reactions end before another channel exists: then
+    // their channel is the process's last user of the callback queue.
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  // gRPC's callback machinery still works for the next client.
+  std::unique_ptr<Client> client = make_client();
+  EXPECT_TRUE(client->GenerateAsync(request(3), nullptr, nullptr).Wait().ok());
+  server->Shutdown();
 }
 
 TEST_F(ClientTest, GenerateAsyncCancelStopsTheServer) {
