@@ -8,6 +8,7 @@
 // noisy: compare within one run (bench/run.sh puts PyTorch beside it).
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -24,6 +25,7 @@
 #include "server/runtime.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
+#include "model/work_team.h"
 
 namespace dikkat::model {
 namespace {
@@ -327,6 +329,67 @@ void BM_LinearRoutesPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// Args: {dtype (0 fp32, 1 bf16, 3 int8), M}. How close the small-batch
+// kernels come to the memory roof: the 48 GPT-2-small linears (streamed from
+// memory) for M rows through SmallBatchLinear / Int8Linear, and a pass that
+// only reads the same weight bytes (2 x 32-byte loads per cache line, the
+// same threads and 24-row tasks), alternating pass by pass. Counters: ms per
+// pass of each (ours_ms, read_ms) and of_read = read / ours (1.0: the kernel
+// streams W as fast as a bare read does; batch-1 decode is bound by this).
+void BM_LinearVsReadPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t rows = state.range(1);
+  std::vector<at::Tensor> weights, biases;
+  Gpt2SmallLinears(at::kFloat, &weights, &biases);
+  std::vector<LinearWeight> int8;
+  for (at::Tensor& w : weights) {
+    if (dtype == at::kChar) {
+      int8.push_back(QuantizeInt8(w));
+      w = at::Tensor();
+    } else {
+      w = w.to(dtype).contiguous();
+    }
+  }
+  at::Tensor x768 = at::randn({rows, 768}), x3072 = at::randn({rows, 3072});
+  auto ours = [&] {
+    for (size_t j = 0; j < biases.size(); ++j) {
+      const int64_t in = dtype == at::kChar ? int8[j].in_features() : weights[j].size(1);
+      const at::Tensor& x = in == 768 ? x768 : x3072;
+      at::Tensor y = dtype == at::kChar ? Int8Linear(x, int8[j], biases[j])
+                                        : SmallBatchLinear(x, weights[j], biases[j]);
+      benchmark::DoNotOptimize(y.data_ptr());
+    }
+  };
+  std::atomic<uint64_t> sink{0};
+  auto read = [&] {
+    for (size_t j = 0; j < biases.size(); ++j) {
+      const at::Tensor& w = dtype == at::kChar ? int8[j].w : weights[j];
+      const int64_t row_bytes = w.size(1) * w.element_size(), units = (w.size(0) + 23) / 24;
+      const auto* p = static_cast<const uint64_t*>(w.data_ptr());
+      TeamParallelFor(units, rows <= kSmallBatchMaxRows ? 3 : 1, [&](int64_t u0, int64_t u1) {
+        const int64_t b = u0 * 24 * row_bytes / 8;
+        const int64_t e = std::min(w.size(0), u1 * 24) * row_bytes / 8;
+        uint64_t a0 = 0, a1 = 0;
+        for (int64_t i = b; i + 8 <= e; i += 8) {  // one 64-byte line per step
+          a0 ^= p[i];
+          a1 ^= p[i + 4];
+        }
+        sink.fetch_xor(a0 ^ a1, std::memory_order_relaxed);
+      });
+    }
+  };
+  double t_ours = 0, t_read = 0;
+  for (auto _ : state) {
+    t_read += Seconds(read);
+    t_ours += Seconds(ours);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["ours_ms"] = 1e3 * t_ours / n;
+  state.counters["read_ms"] = 1e3 * t_read / n;
+  state.counters["of_read"] = t_read / t_ours;
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // The machine's limits, measured in the same run as everything else.
 // STREAM-like triad a = b + s*c on 3 x 64 MiB arrays: bytes moved per second.
 void BM_MemoryTriad(benchmark::State& state) {
@@ -385,6 +448,13 @@ BENCHMARK(BM_LinearRoutesPaired)
     ->ArgsProduct({{0, 1, 2}, {1, 2, 4, 8, 16, 32, 48, 63}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
+    ->UseRealTime();
+BENCHMARK(BM_LinearVsReadPaired)
+    ->ArgNames({"dtype", "M"})
+    ->ArgsProduct({{0, 1, 3}, {1}})
+    ->Args({3, 4})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
     ->UseRealTime();
 BENCHMARK(BM_SmallBatchLinear)
     ->ArgNames({"dtype", "M", "torch", "layers"})

@@ -40,12 +40,17 @@ struct Ops {
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 32.
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 8, 6, 5, 4};
+  // No one-row stream kernel for bfloat16; int8 blocks as the float ones.
+  static constexpr int kStreamPrefetchBytes = 0;
+  static constexpr int kInt8BlockRows[9] = {0, 8, 8, 6, 5, 4, 4, 3, 3};
+  static constexpr bool kInt8ScalePerGroup = false;
 
   static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
 
   DIKKAT_INLINE static V Zero() { return _mm512_setzero_ps(); }
   DIKKAT_INLINE static V Set1(float a) { return _mm512_set1_ps(a); }
   DIKKAT_INLINE static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  DIKKAT_INLINE static V Add(V a, V b) { return _mm512_add_ps(a, b); }
   DIKKAT_INLINE static float Reduce(V a) { return _mm512_reduce_add_ps(a); }
   DIKKAT_INLINE static void Prefetch(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);

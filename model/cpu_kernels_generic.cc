@@ -63,10 +63,15 @@ struct Ops {
   static constexpr int kBlockRows[9] = {0, 4, 4, 2, 2, 1, 1, 1, 1};
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 4, 2, 2, 1};
+  // No one-row stream kernel for bfloat16; int8 blocks as the float ones.
+  static constexpr int kStreamPrefetchBytes = 0;
+  static constexpr int kInt8BlockRows[9] = {0, 4, 4, 2, 2, 1, 1, 1, 1};
+  static constexpr bool kInt8ScalePerGroup = false;
 
   DIKKAT_INLINE static V Zero() { return V{}; }
   DIKKAT_INLINE static V Set1(float a) { return V{a, a, a, a, a, a, a, a}; }
   DIKKAT_INLINE static V Fma(V a, V b, V c) { return a * b + c; }
+  DIKKAT_INLINE static V Add(V a, V b) { return a + b; }
   DIKKAT_INLINE static float Reduce(V a) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
   }
