@@ -238,11 +238,14 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
   std::vector<int64_t> decode_slot(chunks.size(), -1);
   if (index.paged_decode) {
     for (size_t i = 0; i < chunks.size(); ++i) {
-      if (index.lens[i] != 1 || chunks[i].start_pos == 0) continue;
+      if (index.lens[i] > kPagedChunkRows || chunks[i].start_pos == 0) continue;
+      // One paged row per query token, each over its own causal prefix.
       decode_slot[i] = static_cast<int64_t>(decode_rows.size());
-      decode_rows.push_back(index.offsets[i]);
-      decode_lens.push_back(chunks[i].start_pos + 1);
-      decode_tables.push_back(chunks[i].block_table);
+      for (int64_t j = 0; j < index.lens[i]; ++j) {
+        decode_rows.push_back(index.offsets[i] + j);
+        decode_lens.push_back(chunks[i].start_pos + j + 1);
+        decode_tables.push_back(chunks[i].block_table);
+      }
     }
   }
   at::Tensor decoded;  // [decode seqs, Hq*D]
@@ -260,7 +263,7 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
     const int64_t off = index.offsets[i], len = index.lens[i];
     const int64_t start = chunks[i].start_pos;
     if (decode_slot[i] >= 0) {
-      outs.push_back(decoded.narrow(0, decode_slot[i], 1));
+      outs.push_back(decoded.narrow(0, decode_slot[i], len));
       continue;
     }
     at::Tensor qi = q.narrow(0, off, len).transpose(0, 1);  // [Hq, n, D]

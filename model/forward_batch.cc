@@ -27,7 +27,7 @@ BatchIndex MakeBatchIndex(const std::vector<SequenceChunk>& chunks, int32_t bloc
     };
     for (int64_t j = 0; j < n; ++j) write_slots.push_back(slot(c.start_pos + j));
     // The paged kernel reads the block table itself: no slot list for it.
-    if (c.start_pos > 0 && !(index.paged_decode && n == 1)) {
+    if (c.start_pos > 0 && !(index.paged_decode && n <= kPagedChunkRows)) {
       std::vector<int64_t> ctx(c.start_pos + n);
       for (int64_t p = 0; p < c.start_pos + n; ++p) ctx[p] = slot(p);
       index.context_slots.push_back(LongTensor(ctx, device));

@@ -40,6 +40,10 @@ struct SequenceChunk {
   absl::Span<const int32_t> type_ids;          // encoder token types (BERT); empty = all 0
 };
 
+// Chunks of up to this many tokens that continue a cached context run their
+// attention in the paged decode kernel, one row per token (no context gather).
+inline constexpr int64_t kPagedChunkRows = 32;
+
 // Per-forward index tensors, shared by every layer of the stack. The batch's
 // tokens are packed row after row ([N, d], no padding).
 struct BatchIndex {
@@ -50,6 +54,7 @@ struct BatchIndex {
   // Per chunk [start + n] long: the cache slots of every position it attends
   // to (cache, start > 0, and not a paged decode token); undefined otherwise.
   std::vector<at::Tensor> context_slots;
+  // Chunks of up to this many rows over a cached context go through the paged kernel too.
   bool paged_decode = false;  // decode tokens (n == 1, start > 0) use PagedDecodeAttention
   int64_t total = 0;
 };
