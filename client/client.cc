@@ -618,27 +618,44 @@ absl::StatusOr<GenerateResult> Client::Generate(const v1::GenerateRequest& reque
         if (chunk.tokens_size() > 0 && result.time_to_first_token == absl::InfiniteDuration()) {
           result.time_to_first_token = absl::Now() - start;
         }
-        result.text += chunk.text();
-        for (const v1::GeneratedToken& token : chunk.tokens()) {
-          result.tokens.push_back(token);
-          result.token_ids.push_back(token.id());
+        if (chunk.index() < 0 || chunk.index() >= kMaxSamplesCollected) return true;  // not ours
+        if (static_cast<size_t>(chunk.index()) >= result.samples.size()) {
+          result.samples.resize(chunk.index() + 1);
         }
+        GenerateSample& sample = result.samples[chunk.index()];
+        sample.text += chunk.text();
+        for (const v1::GeneratedToken& token : chunk.tokens()) {
+          sample.tokens.push_back(token);
+          sample.token_ids.push_back(token.id());
+        }
+        if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+          sample.finish_reason = chunk.finish_reason();
+        }
+        if (chunk.has_cumulative_logprob()) sample.cumulative_logprob = chunk.cumulative_logprob();
         result.prompt_token_ids.insert(result.prompt_token_ids.end(),
                                        chunk.prompt_token_ids().begin(),
                                        chunk.prompt_token_ids().end());
-        if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-          result.finish_reason = chunk.finish_reason();
-          result.stats = chunk.stats();
-        }
+        result.prompt_logprobs.insert(result.prompt_logprobs.end(),
+                                      chunk.prompt_logprobs().begin(),
+                                      chunk.prompt_logprobs().end());
+        if (chunk.has_stats()) result.stats = chunk.stats();
         return true;
       },
       call);
   result.total_time = absl::Now() - start;
   if (!status.ok()) return status;
-  if (result.finish_reason == v1::FINISH_REASON_UNSPECIFIED) {
-    return absl::InternalError(absl::StrCat("Generate stream ended OK after ", result.chunks,
-                                            " chunks without a finish_reason"));
+  if (result.samples.empty()) result.samples.resize(1);
+  for (size_t i = 0; i < result.samples.size(); ++i) {
+    if (result.samples[i].finish_reason == v1::FINISH_REASON_UNSPECIFIED) {
+      return absl::InternalError(absl::StrCat("Generate stream ended OK after ", result.chunks,
+                                              " chunks without a finish_reason for sample ", i));
+    }
   }
+  const GenerateSample& first = result.samples.front();
+  result.text = first.text;
+  result.tokens = first.tokens;
+  result.token_ids = first.token_ids;
+  result.finish_reason = first.finish_reason;
   return result;
 }
 

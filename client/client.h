@@ -138,13 +138,30 @@ using DoneCallback = std::function<void(absl::Status)>;
 template <typename Response>
 using ResponseCallback = std::function<void(absl::StatusOr<Response>)>;
 
+// One sample of a Generate call (request.n > 1 returns several).
+struct GenerateSample {
+  std::string text;                       // its chunks' text, concatenated
+  std::vector<v1::GeneratedToken> tokens; // with log-probabilities when asked
+  std::vector<int32_t> token_ids;         // tokens[i].id()
+  v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
+  double cumulative_logprob = 0.0;        // sent when n > 1 or best_of > 1
+};
+
+// Samples a collected call keeps (the server sends at most 16).
+inline constexpr int kMaxSamplesCollected = 64;
+
 // A whole Generate stream, collected.
 struct GenerateResult {
+  // Sample 0 (the only one when n = 1):
   std::string text;                       // every chunk's text, concatenated
   std::vector<v1::GeneratedToken> tokens; // with log-probabilities when asked
   std::vector<int32_t> token_ids;         // tokens[i].id()
-  std::vector<int32_t> prompt_token_ids;  // when echo_prompt_tokens was set
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
+  // Every sample, by index (best first with best_of > n).
+  std::vector<GenerateSample> samples;
+  std::vector<int32_t> prompt_token_ids;  // when echo_prompt_tokens was set
+  // When prompt_logprobs was set: prompt tokens after the first, scored.
+  std::vector<v1::GeneratedToken> prompt_logprobs;
   v1::GenerateStats stats;                // the server's, from the last chunk
   int chunks = 0;
   // Measured here, from the call's start: to the first chunk carrying a token

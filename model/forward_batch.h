@@ -38,6 +38,9 @@ struct SequenceChunk {
   const std::vector<int32_t>* block_table = nullptr;
   const CrossAttentionCache* cross = nullptr;  // encoder-decoder decoder only
   absl::Span<const int32_t> type_ids;          // encoder token types (BERT); empty = all 0
+  // With ForwardOptions::last_logits: this chunk returns the logits of every
+  // token, not only of its last (prompt log-probabilities).
+  bool all_logits = false;
 };
 
 // Chunks of up to this many tokens that continue a cached context run their

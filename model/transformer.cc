@@ -37,11 +37,17 @@ struct Transformer::Impl {
     return norm(x + sublayer(x));
   }
 
-  // Rows of each chunk's last token.
-  at::Tensor LastRows(const at::Tensor& x, const BatchIndex& index) const {
-    std::vector<int64_t> last;
-    for (size_t i = 0; i < index.lens.size(); ++i) last.push_back(index.offsets[i] + index.lens[i] - 1);
-    return x.index_select(0, LongTensor(last, options.device));
+  // Rows of each chunk's last token, or of all its tokens for a chunk that
+  // asks for all its logits.
+  at::Tensor LastRows(const at::Tensor& x, const BatchIndex& index,
+                      const std::vector<SequenceChunk>& chunks) const {
+    std::vector<int64_t> rows;
+    rows.reserve(index.lens.size());
+    for (size_t i = 0; i < index.lens.size(); ++i) {
+      const int64_t first = chunks[i].all_logits ? index.offsets[i] : index.offsets[i] + index.lens[i] - 1;
+      for (int64_t r = first; r < index.offsets[i] + index.lens[i]; ++r) rows.push_back(r);
+    }
+    return x.index_select(0, LongTensor(rows, options.device));
   }
 
   void CheckChunks(const Stack& stack, const std::vector<SequenceChunk>& chunks, KvCache* cache,
@@ -139,11 +145,11 @@ struct Transformer::Impl {
     if (!want_final) return result;
     at::Tensor rows = x;  // the rows that need the final norm
     const bool last_only = want_logits && !opts.all_logits;
-    if (last_only && opts.hidden_layer != ForwardOptions::kFinalHidden) rows = LastRows(x, index);
+    if (last_only && opts.hidden_layer != ForwardOptions::kFinalHidden) rows = LastRows(x, index, chunks);
     if (stack.final_norm.defined()) rows = stack.final_norm(rows);
     if (opts.hidden_layer == ForwardOptions::kFinalHidden) {
       keep_hidden(rows);
-      if (last_only) rows = LastRows(rows, index);
+      if (last_only) rows = LastRows(rows, index, chunks);
     }
     if (want_logits) {
       result.logits = Linear(rows, weights.lm_head_w, weights.lm_head_b).to(at::kFloat);

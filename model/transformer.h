@@ -58,7 +58,9 @@ struct AttentionCapture {
 };
 
 struct ForwardOptions {
-  bool last_logits = true;   // logits of each chunk's last token
+  // Logits of each chunk's last token (of every token for a chunk with
+  // SequenceChunk::all_logits), chunk after chunk.
+  bool last_logits = true;
   bool all_logits = false;   // logits of every token (overrides last_logits)
   // Hidden states to return per chunk: kNoHidden, 0 = embeddings, i = after
   // layer i (1-based), kFinalHidden = the stack's output after its final norm.
@@ -72,7 +74,9 @@ struct ForwardOptions {
 };
 
 struct ForwardResult {
-  at::Tensor logits;               // [chunks, V] or [total tokens, V], float32
+  // [rows, V] float32: one row per chunk (its last token), or per token for
+  // chunks with all_logits; [total tokens, V] with ForwardOptions::all_logits.
+  at::Tensor logits;
   std::vector<at::Tensor> hidden;  // per chunk [n, d] (when asked)
 };
 

@@ -165,10 +165,28 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
   }
   r.sampling = ToSamplingParams(request.sampling(), top_logprobs);
 
+  if (request.has_prompt_logprobs() && request.prompt_logprobs() != -1) {
+    if (request.prompt_logprobs() < 0 || request.prompt_logprobs() > kMaxPromptLogprobs) {
+      return Invalid(absl::StrCat("prompt_logprobs = ", request.prompt_logprobs(),
+                                  " is out of range: allowed 0..", kMaxPromptLogprobs,
+                                  ", or -1 for none"));
+    }
+    r.prompt_logprobs = request.prompt_logprobs();
+  }
   if (request.has_max_new_tokens()) {
-    // Set means explicit: 0 is an error here (the wire's rule), not the
-    // engine's "default". Its range is the engine's check.
-    if (request.max_new_tokens() == 0) return CheckMaxNewTokens(0, options);
+    // Set means explicit: 0 scores the prompt only (with prompt_logprobs) and
+    // is an error otherwise (the wire's rule), not the engine's "default".
+    // Its range is the engine's check.
+    if (request.max_new_tokens() == 0) {
+      if (r.prompt_logprobs < 0) {
+        return Invalid(absl::StrCat(
+            "max_new_tokens = 0 generates nothing: it is allowed only with prompt_logprobs (to "
+            "score the prompt); otherwise allowed 1..",
+            options.max_new_tokens_cap, ", or unset for the default ",
+            options.default_max_new_tokens));
+      }
+      r.prompt_only = true;
+    }
     r.max_new_tokens = request.max_new_tokens();
   } else {
     r.max_new_tokens = options.default_max_new_tokens;
@@ -178,6 +196,9 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
   r.ignore_eos = request.ignore_eos();
   r.include_stop_text = request.include_stop_text();
   r.priority = request.priority();
+  // The wire's 0 means unset: one sample, best of n.
+  r.n = request.n() == 0 ? 1 : request.n();
+  r.best_of = request.best_of() == 0 ? r.n : request.best_of();
   return out;
 }
 
@@ -199,25 +220,42 @@ v1::FinishReason ToProtoFinishReason(FinishReason reason) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
+namespace {
+
+void AppendToken(const GeneratedToken& token, bool want_logprobs,
+                 const model::Tokenizer& tokenizer, v1::GeneratedToken* out) {
+  out->set_id(token.token_id);
+  if (!want_logprobs) return;
+  out->set_logprob(token.logprob);
+  for (const TokenAlternative& alt : token.top) {
+    v1::TokenLogprob* t = out->add_top_logprobs();
+    t->set_token_id(alt.token_id);
+    t->set_logprob(alt.logprob);
+    t->set_text(tokenizer.TokenText(alt.token_id));
+  }
+}
+
+}  // namespace
+
 void AppendChunk(const GeneratedChunk& chunk, bool want_logprobs,
                  const model::Tokenizer& tokenizer, v1::GenerateResponse* response) {
   for (const GeneratedToken& token : chunk.tokens) {
-    v1::GeneratedToken* out = response->add_tokens();
-    out->set_id(token.token_id);
-    if (!want_logprobs) continue;
-    out->set_logprob(token.logprob);
-    for (const TokenAlternative& alt : token.top) {
-      v1::TokenLogprob* t = out->add_top_logprobs();
-      t->set_token_id(alt.token_id);
-      t->set_logprob(alt.logprob);
-      t->set_text(tokenizer.TokenText(alt.token_id));
-    }
+    AppendToken(token, want_logprobs, tokenizer, response->add_tokens());
+  }
+  for (const GeneratedToken& token : chunk.prompt_logprobs) {
+    AppendToken(token, /*want_logprobs=*/true, tokenizer, response->add_prompt_logprobs());
   }
   response->mutable_text()->append(chunk.text);
+  response->set_index(chunk.index);
+  if (chunk.finish.has_value()) {
+    response->set_finish_reason(ToProtoFinishReason(*chunk.finish));
+    response->set_cumulative_logprob(chunk.cumulative_logprob);
+  }
 }
 
 void FillFinish(const GenerateSummary& summary, v1::GenerateResponse* response) {
-  response->set_finish_reason(ToProtoFinishReason(summary.reason));
+  // Several samples: each one's finish came with its last chunk.
+  if (summary.samples == 1) response->set_finish_reason(ToProtoFinishReason(summary.reason));
   v1::GenerateStats* stats = response->mutable_stats();
   stats->set_prompt_tokens(summary.prompt_tokens);
   stats->set_generated_tokens(summary.generated_tokens);

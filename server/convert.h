@@ -97,8 +97,9 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
 
 v1::FinishReason ToProtoFinishReason(FinishReason reason);
 
-// Appends one chunk's tokens and text to `response` (several chunks may be
-// merged into one message). Logprobs are copied only when `want_logprobs`.
+// Appends one chunk's tokens, text, prompt logprobs and sample finish to
+// `response` (several chunks of one sample may be merged into one message).
+// Token logprobs are copied only when `want_logprobs`.
 void AppendChunk(const GeneratedChunk& chunk, bool want_logprobs,
                  const model::Tokenizer& tokenizer, v1::GenerateResponse* response);
 

@@ -29,6 +29,7 @@
 #include "common/sync.h"
 #include "model/kv_cache.h"
 #include "model/sampler.h"
+#include "model/token_logprobs.h"
 #include "model/transformer.h"
 #include "server/auxiliary_jobs.h"
 #include "server/engine_impl.h"
@@ -127,7 +128,15 @@ bool EngineImpl::TakeInbox() {
   DrainInbox();
   for (RequestId id : cancels_) {
     auto it = requests_.find(id);
-    if (it != requests_.end()) it->second->cancelled = true;
+    if (it != requests_.end() && it->second->group == nullptr) {
+      it->second->cancelled = true;
+      continue;
+    }
+    // A call with several samples is known by its first sample's id, which
+    // may have finished already.
+    for (auto& [unused, r] : requests_) {
+      if (r->group != nullptr && r->group->members().front() == id) r->cancelled = true;
+    }
   }
   cancels_.clear();
   return true;
@@ -203,7 +212,18 @@ void EngineImpl::OnAuxiliaryStep(int32_t sequences, int32_t tokens, absl::Time s
 absl::Status EngineImpl::Admit(Request* r) {
   r->scheduled_at = absl::Now();
   if (r->sampler == nullptr) {
-    const uint64_t seed = r->gen.sampling.seed.value_or(seed_source_());
+    // Sample i of a group uses the call's seed + i: one seed reproduces
+    // every sample, and sample i alone with seed + i.
+    uint64_t seed = 0;
+    if (r->gen.sampling.seed.has_value()) {
+      seed = *r->gen.sampling.seed;
+    } else if (r->group != nullptr) {
+      seed = r->group->base_seed(&seed_source_);
+    } else {
+      seed = seed_source_();
+    }
+    seed += static_cast<uint64_t>(r->sample_index);
+    r->gen.sampling.seed = seed;
     r->sampler = std::make_unique<model::Sampler>(r->gen.sampling, seed);
     r->text = std::make_unique<TextStream>(tokenizer_.get(), r->gen.stop_strings,
                                            r->gen.include_stop_text);
@@ -216,7 +236,9 @@ absl::Status EngineImpl::Admit(Request* r) {
     const int32_t requested =
         r->gen.max_new_tokens > 0 ? r->gen.max_new_tokens : options_.default_max_new_tokens;
     r->max_new =
-        static_cast<int32_t>(std::min<int64_t>(requested, config_.max_positions - r->prompt_len));
+        r->gen.prompt_only
+            ? 0
+            : static_cast<int32_t>(std::min<int64_t>(requested, config_.max_positions - r->prompt_len));
   }
   if (config_.architecture == Architecture::kEncoderDecoder && r->cross == nullptr) {
     try {
@@ -271,7 +293,8 @@ ScheduleResult EngineImpl::Schedule(absl::Time now) {
 }
 
 // One batched forward over the plan's chunks; the logits of each chunk's last
-// token, [batch, vocab] on the CPU. On failure every request of the batch is
+// token (of every token for a chunk that scores its prompt), [rows, vocab] on
+// the CPU. On failure every request of the batch is
 // finished with the error and nothing is returned.
 std::optional<at::Tensor> EngineImpl::Run(const ScheduleResult& plan) {
   std::vector<model::SequenceChunk> chunks;
@@ -285,6 +308,7 @@ std::optional<at::Tensor> EngineImpl::Run(const ScheduleResult& plan) {
     c.start_pos = r->num_cached;
     c.block_table = &r->blocks;
     c.cross = r->cross.get();
+    c.all_logits = WantsPromptLogits(*r, plan.chunk_lens[i]);
     chunks.push_back(c);
     prefill |= plan.chunk_lens[i] > 1 || r->num_cached == 0;
     tokens += static_cast<int32_t>(plan.chunk_lens[i]);
@@ -312,17 +336,72 @@ std::optional<at::Tensor> EngineImpl::Run(const ScheduleResult& plan) {
 void EngineImpl::Postprocess(const ScheduleResult& plan, const at::Tensor& logits) {
   const int64_t vocab = logits.size(1);
   const float* data = logits.data_ptr<float>();
+  int64_t row = 0;  // the chunk's first row in `logits`
   for (size_t i = 0; i < plan.batch.size(); ++i) {
     Request* r = static_cast<Request*>(plan.batch[i]);
-    r->num_cached += plan.chunk_lens[i];
+    const int64_t len = plan.chunk_lens[i];
+    const int64_t rows = WantsPromptLogits(*r, len) ? len : 1;
+    if (rows > 1) ScorePrompt(r, len, data, row, vocab);
+    const float* last = data + (row + rows - 1) * vocab;
+    row += rows;
+    r->num_cached += len;
     if (r->num_cached < static_cast<int64_t>(r->tokens.size())) continue;  // prefill continues
+    if (r->max_new == 0) {  // prompt_only: the scores are the result
+      Deliver(r, GeneratedChunk{});
+      FinishGenerate(r, FinishReason::kLength);
+      continue;
+    }
     absl::StatusOr<model::SampledToken> token =
-        r->sampler->Sample(absl::MakeConstSpan(data + i * vocab, vocab));
+        r->sampler->Sample(absl::MakeConstSpan(last, vocab));
     if (!token.ok()) {
       FinishGenerate(r, FinishReason::kError, token.status());
       continue;
     }
     Emit(r, *token);
+  }
+}
+
+bool EngineImpl::WantsPromptLogits(const Request& r, int64_t chunk_len) {
+  if (r.gen.prompt_logprobs < 0 || r.prompt_scores_sent) return false;
+  // Rows p predict token p + 1; positions [1, prompt_len) are scored, in
+  // order, so rows [scored, prompt_len - 1) are still wanted.
+  const int64_t scored = static_cast<int64_t>(r.prompt_scores.size());
+  return scored < r.prompt_len - 1 && r.num_cached + chunk_len > scored;
+}
+
+void EngineImpl::ScorePrompt(Request* r, int64_t chunk_len, const float* logits, int64_t row,
+                             int64_t vocab) {
+  for (int64_t j = 0; j < chunk_len; ++j) {
+    const int64_t pos = r->num_cached + j;
+    if (pos != static_cast<int64_t>(r->prompt_scores.size()) || pos + 1 >= r->prompt_len) continue;
+    const model::ScoredToken scored =
+        model::ScoreToken(absl::MakeConstSpan(logits + (row + j) * vocab, vocab),
+                          r->tokens[pos + 1], r->gen.prompt_logprobs);
+    GeneratedToken out;
+    out.token_id = r->tokens[pos + 1];
+    out.logprob = scored.logprob;
+    for (const model::TokenLogprob& alt : scored.top) out.top.push_back({alt.token_id, alt.logprob});
+    r->prompt_scores.push_back(std::move(out));
+  }
+}
+
+void EngineImpl::Deliver(Request* r, GeneratedChunk chunk) {
+  if (r->gen.prompt_logprobs >= 0 && !r->prompt_scores_sent) {
+    chunk.prompt_logprobs = std::move(r->prompt_scores);
+    r->prompt_scores.clear();
+    r->prompt_scores_sent = true;
+  }
+  if (r->group != nullptr) {
+    r->group->OnChunk(r->sample_index, std::move(chunk));
+  } else {
+    r->observer->OnChunk(std::move(chunk));
+  }
+}
+
+void EngineImpl::StopSamples(const SampleGroup& group) {
+  for (RequestId id : group.members()) {
+    auto it = requests_.find(id);
+    if (it != requests_.end()) it->second->cancelled = true;
   }
 }
 
@@ -338,6 +417,7 @@ void EngineImpl::Emit(Request* r, const model::SampledToken& token) {
   r->tokens.push_back(token.token_id);
   r->sampler->Observe(token.token_id);
   ++r->generated;
+  r->cumulative_logprob += token.logprob;
 
   GeneratedChunk chunk;
   GeneratedToken out;
@@ -359,7 +439,7 @@ void EngineImpl::Emit(Request* r, const model::SampledToken& token) {
     piece = r->text->Push(token.token_id, /*last=*/r->generated >= r->max_new);
   }
   chunk.text = std::move(piece.text);
-  r->observer->OnChunk(std::move(chunk));
+  Deliver(r, std::move(chunk));
   if (piece.finish) FinishGenerate(r, *piece.finish);
 }
 
@@ -381,15 +461,27 @@ void EngineImpl::FinishGenerate(Request* r, FinishReason reason, absl::Status st
   summary.time_to_first_token =
       r->first_token_at ? *r->first_token_at - r->submitted : absl::ZeroDuration();
   summary.total_time = now - r->submitted;
-  if (listener_ != nullptr) listener_->OnGenerateFinished(summary);
   std::shared_ptr<GenerateObserver> observer = std::move(r->observer);
+  std::shared_ptr<SampleGroup> group = std::move(r->group);
+  const int32_t sample = r->sample_index;
+  const double cumulative = r->cumulative_logprob;
   requests_.erase(r->id);  // r is gone from here on
-  stat_finished_.fetch_add(1);
   {
     dikkat::MutexLock lock(&mu_);
     --in_flight_;
     PublishQueued();
   }
+  if (group != nullptr) {
+    // The others stop in the next Schedule(); the call ends after the last.
+    if (group->OnSampleFinish(sample, summary, cumulative)) StopSamples(*group);
+    if (!group->done()) return;
+    if (listener_ != nullptr) listener_->OnGenerateFinished(group->summary());
+    stat_finished_.fetch_add(1);
+    group->Finish();
+    return;
+  }
+  if (listener_ != nullptr) listener_->OnGenerateFinished(summary);
+  stat_finished_.fetch_add(1);
   observer->OnFinish(std::move(summary));
 }
 

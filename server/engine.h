@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,16 @@ struct GeneratedToken {
 struct GeneratedChunk {
   std::vector<GeneratedToken> tokens;
   std::string text;
+  // The sample the tokens belong to (GenerateRequest::n > 1; else 0).
+  int32_t index = 0;
+  // Requests with several samples (n or best_of > 1): set on the chunk that
+  // ends sample `index`, with the sum of its tokens' logprobs. A single-sample
+  // request's finish comes only in OnFinish.
+  std::optional<FinishReason> finish;
+  double cumulative_logprob = 0.0;
+  // First chunk, when GenerateRequest::prompt_logprobs >= 0: the prompt's
+  // tokens after the first, each with its logprob given the tokens before it.
+  std::vector<GeneratedToken> prompt_logprobs;
 };
 
 struct GenerateSummary {
@@ -74,6 +85,10 @@ struct GenerateSummary {
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;
   int32_t cached_prompt_tokens = 0;     // prompt tokens whose K/V came from the prefix cache
+  // Samples generated (best_of); > 1 means per-sample finishes came in the
+  // chunks, and `reason` is the call's: kError, kCancelled or kDeadline when
+  // one sample ended so (the others were stopped), else the last sample's.
+  int32_t samples = 1;
   uint64_t seed = 0;                    // the seed actually used (reproduce with it)
   absl::Duration queue_time;            // submit -> first scheduled
   absl::Duration time_to_first_token;   // submit -> first token produced
@@ -104,10 +119,26 @@ struct GenerateRequest {
   bool ignore_eos = false;              // keep going past the EOS token
   bool include_stop_text = false;       // keep the matched stop string in the text
   int32_t priority = 0;                 // [kMinPriority, kMaxPriority]; larger runs first
+  // >= 0: the logprob of every prompt token after the first and this many
+  // alternatives ([0, 20]), in the first chunk; -1: none. Such a request does
+  // not map the prefix cache (cached blocks carry no logits).
+  int32_t prompt_logprobs = -1;
+  // Score the prompt only: no token is generated (needs prompt_logprobs).
+  bool prompt_only = false;
+  // Samples returned (n) of samples generated (best_of >= n; 0 means n), at
+  // most kMaxSamples. Sample i uses seed + i. With best_of > n the n samples
+  // of highest cumulative logprob are returned, best first, once all finished.
+  int32_t n = 1;
+  int32_t best_of = 0;
   absl::Time deadline = absl::InfiniteFuture();
 };
 inline constexpr int32_t kMinPriority = -100;
 inline constexpr int32_t kMaxPriority = 100;
+inline constexpr int32_t kMaxSamples = 16;
+inline constexpr int32_t kMaxPromptLogprobs = 20;
+// Prompt tokens x (1 + prompt_logprobs) a request may ask for: they all go in
+// one message (about 20 bytes each on the wire).
+inline constexpr int64_t kMaxPromptLogprobEntries = 1 << 17;
 
 struct EncodeRequest {
   std::vector<std::vector<int32_t>> inputs;    // one token sequence per input

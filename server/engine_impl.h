@@ -29,6 +29,7 @@
 #include "model/io/config.h"
 #include "model/text/tokenizer.h"
 #include "server/engine.h"
+#include "server/sample_group.h"
 #include "server/scheduler.h"
 #include "server/text_stream.h"
 
@@ -69,6 +70,16 @@ struct Request : Sequence {
   int32_t generated = 0;
   int32_t max_new = 0;
   std::optional<absl::Time> scheduled_at, first_token_at, last_token_at;
+  double cumulative_logprob = 0.0;  // of the generated tokens (what best_of ranks by)
+  // gen.prompt_logprobs >= 0: entry i scores prompt token i + 1; filled in
+  // order as prefill chunks run, kept across preemptions, sent with the
+  // first chunk.
+  std::vector<GeneratedToken> prompt_scores;
+  bool prompt_scores_sent = false;
+  // n or best_of > 1: the call this request is sample `sample_index` of; its
+  // output goes to the group, not to `observer` (null then).
+  std::shared_ptr<SampleGroup> group;
+  int32_t sample_index = 0;
 
   // ---- Encode / Attention ----
   EncodeRequest enc;
@@ -107,6 +118,7 @@ class EngineImpl final : public Engine {
  private:
   // ---- submission (any thread): engine_submit.cc ----
   absl::StatusOr<RequestId> Enqueue(std::unique_ptr<Request> request);
+  absl::StatusOr<RequestId> EnqueueAll(std::vector<std::unique_ptr<Request>> requests);
   absl::Status ValidateGenerate(const GenerateRequest& request) const;
 
   // ---- engine thread: engine.cc ----
@@ -122,6 +134,16 @@ class EngineImpl final : public Engine {
   void Postprocess(const ScheduleResult& plan, const at::Tensor& logits);
   absl::Status Admit(Request* r);
   void Emit(Request* r, const model::SampledToken& token);
+  // Whether `r`'s next chunk of `chunk_len` tokens returns every row's logits
+  // (it holds prompt positions still to score).
+  static bool WantsPromptLogits(const Request& r, int64_t chunk_len);
+  // Scores the prompt positions of the chunk at `r`'s num_cached whose
+  // logits are rows [row, row + chunk_len) of `logits` [rows, vocab].
+  void ScorePrompt(Request* r, int64_t chunk_len, const float* logits, int64_t row, int64_t vocab);
+  // Hands a chunk to the request's observer or sample group.
+  void Deliver(Request* r, GeneratedChunk chunk);
+  // Stops every other sample of `r`'s group (its call has ended).
+  void StopSamples(const SampleGroup& group);
   void FinishGenerate(Request* r, FinishReason reason, absl::Status status = absl::OkStatus());
   void FinishAuxiliary(Request* r, absl::Status status);
   void PublishStats();

@@ -15,6 +15,7 @@
 #include "server/engine.h"
 #include "server/engine_impl.h"
 #include "server/request_checks.h"
+#include "server/sample_group.h"
 
 namespace dikkat::server {
 namespace engine_internal {
@@ -66,20 +67,37 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
 }
 
 absl::StatusOr<RequestId> EngineImpl::Enqueue(std::unique_ptr<Request> request) {
-  request->id = next_id_.fetch_add(1);
-  request->submitted = absl::Now();
-  request->arrived = request->submitted;
-  const RequestId id = request->id;
+  std::vector<std::unique_ptr<Request>> one;
+  one.push_back(std::move(request));
+  return EnqueueAll(std::move(one));
+}
+
+// All or nothing: the requests of one call (the samples of a group) take as
+// many places in the queue as they are. Returns the first one's id.
+absl::StatusOr<RequestId> EngineImpl::EnqueueAll(std::vector<std::unique_ptr<Request>> requests) {
+  const absl::Time now = absl::Now();
+  const int64_t count = static_cast<int64_t>(requests.size());
+  RequestId next = next_id_.fetch_add(static_cast<uint64_t>(count));
+  for (std::unique_ptr<Request>& r : requests) {
+    r->id = next++;
+    r->submitted = now;
+    r->arrived = now;
+    // Published to the engine thread by the inbox's lock below.
+    if (r->group != nullptr) r->group->members().push_back(r->id);
+  }
+  const RequestId id = requests.front()->id;
   dikkat::MutexLock lock(&mu_);
   if (draining_ || stop_) {
     return absl::UnavailableError("the server is shutting down; retry on another replica");
   }
-  if (static_cast<int64_t>(inbox_.size()) + engine_queued_ >= options_.max_queue) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the request queue is full (", options_.max_queue, " waiting); retry later"));
+  if (static_cast<int64_t>(inbox_.size()) + engine_queued_ + count > options_.max_queue) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request queue is full (", options_.max_queue, " waiting",
+        count > 1 ? absl::StrCat("; this call's ", count, " samples take as many places") : "",
+        "); retry later"));
   }
-  ++in_flight_;
-  inbox_.push_back(std::move(request));
+  in_flight_ += static_cast<int32_t>(count);
+  for (std::unique_ptr<Request>& r : requests) inbox_.push_back(std::move(r));
   return id;
 }
 
@@ -96,9 +114,33 @@ absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
                                                  : config_.bos_token_id));
   }
   r->tokens.insert(r->tokens.end(), request.prompt.begin(), request.prompt.end());
-  r->gen = std::move(request);
-  r->observer = std::move(observer);
-  return Enqueue(std::move(r));
+  // Prompt logprobs need the logits of every prompt position: computed, not
+  // mapped from the prefix cache.
+  r->no_prefix_match = request.prompt_logprobs >= 0;
+  if (request.best_of == 0) request.best_of = request.n;
+  if (request.n == 1 && request.best_of == 1) {
+    r->gen = std::move(request);
+    r->observer = std::move(observer);
+    return Enqueue(std::move(r));
+  }
+  // Several samples: one request each, sharing the prompt through the prefix
+  // cache; sample 0 alone scores the prompt.
+  auto group = std::make_shared<SampleGroup>(std::move(observer), request.n, request.best_of);
+  std::vector<std::unique_ptr<Request>> samples;
+  for (int32_t i = 0; i < request.best_of; ++i) {
+    auto sample = std::make_unique<Request>();
+    sample->kind = RequestKind::kGenerate;
+    sample->deadline = r->deadline;
+    sample->priority = r->priority;
+    sample->tokens = r->tokens;
+    sample->gen = request;
+    if (i > 0) sample->gen.prompt_logprobs = -1;
+    sample->no_prefix_match = sample->gen.prompt_logprobs >= 0;
+    sample->group = group;
+    sample->sample_index = i;
+    samples.push_back(std::move(sample));
+  }
+  return EnqueueAll(std::move(samples));
 }
 
 absl::StatusOr<RequestId> EngineImpl::SubmitEncode(EncodeRequest request, EncodeCallback done) {

@@ -108,6 +108,46 @@ absl::Status CheckStops(const GenerateRequest& r, const model::ModelConfig& conf
   return ValidateTokenIds(r.stop_token_ids, "stop_token_ids", config.vocab_size);
 }
 
+// n, best_of and prompt_logprobs, and what they cost: best_of sequences,
+// and prompt_len x (1 + prompt_logprobs) scores in the first message.
+absl::Status CheckSamples(const GenerateRequest& r, int64_t prompt_len) {
+  if (r.n < 1 || r.n > kMaxSamples) {
+    return Invalid(absl::StrCat("n = ", r.n, " is out of range: allowed 1..", kMaxSamples));
+  }
+  const int32_t best_of = r.best_of == 0 ? r.n : r.best_of;
+  if (best_of < r.n || best_of > kMaxSamples) {
+    return Invalid(absl::StrCat("best_of = ", r.best_of, " is out of range: allowed n..",
+                                kMaxSamples, " (n = ", r.n, "), or unset for n"));
+  }
+  if (best_of > 1 && r.sampling.temperature == 0.0f) {
+    return Invalid(absl::StrCat("n = ", r.n, ", best_of = ", best_of,
+                                " with sampling.temperature = 0 (greedy): every sample would be "
+                                "the same; set a temperature > 0 or ask for one sample"));
+  }
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxPromptLogprobs) {
+    return Invalid(absl::StrCat("prompt_logprobs = ", r.prompt_logprobs,
+                                " is out of range: allowed 0..", kMaxPromptLogprobs,
+                                ", or -1 for none"));
+  }
+  if (r.prompt_only && r.prompt_logprobs < 0) {
+    return Invalid("max_new_tokens = 0 generates nothing: it is allowed only with prompt_logprobs");
+  }
+  if (r.prompt_only && best_of > 1) {
+    return Invalid(absl::StrCat("max_new_tokens = 0 scores the prompt only; n = ", r.n,
+                                " and best_of = ", best_of, " need tokens to generate"));
+  }
+  if (r.prompt_logprobs >= 0) {
+    const int64_t entries = prompt_len * (1 + r.prompt_logprobs);
+    if (entries > kMaxPromptLogprobEntries) {
+      return Invalid(absl::StrCat(
+          "prompt_logprobs = ", r.prompt_logprobs, " over a prompt of ", prompt_len,
+          " tokens would return ", entries, " log-probabilities in one message; at most ",
+          kMaxPromptLogprobEntries, " are allowed: ask fewer alternatives or score a shorter text"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view field,
@@ -157,7 +197,10 @@ absl::Status CheckGenerateRequest(const GenerateRequest& r, const model::ModelCo
                                 "' has a context of max_positions=", config.max_positions,
                                 " tokens in total and at least one must remain for generation"));
   }
-  if (r.max_new_tokens != 0) DIKKAT_RETURN_IF_ERROR(CheckMaxNewTokens(r.max_new_tokens, options));
+  if (!r.prompt_only && r.max_new_tokens != 0) {
+    DIKKAT_RETURN_IF_ERROR(CheckMaxNewTokens(r.max_new_tokens, options));
+  }
+  DIKKAT_RETURN_IF_ERROR(CheckSamples(r, static_cast<int64_t>(r.prompt.size()) + (enc_dec ? 1 : 0)));
   DIKKAT_RETURN_IF_ERROR(model::Validate(r.sampling));  // names the field (sampling.top_p, ...)
   if (r.priority < kMinPriority || r.priority > kMaxPriority) {
     return Invalid(absl::StrCat("priority = ", r.priority, " is out of range: allowed ",

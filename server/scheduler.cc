@@ -167,12 +167,13 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
          static_cast<int32_t>(running_.size()) < options_.max_batch_size) {
     Sequence* r = waiting_.front();
     const int64_t len = static_cast<int64_t>(r->tokens.size());
-    if (options_.prefix_caching) {
+    const bool match = options_.prefix_caching && !r->no_prefix_match;
+    if (match) {
       // The block holding the last token is never mapped: it must run.
       r->num_registered = allocator_->MatchPrefix(r->tokens, len - 1, &r->blocks);
     }
     const int64_t matched = static_cast<int64_t>(r->blocks.size()) * allocator_->block_size();
-    if ((options_.prefix_caching && SharerInPrefill(*r, matched)) ||
+    if ((match && SharerInPrefill(*r, matched)) ||
         allocator_->BlocksFor(len + 1) - static_cast<int32_t>(r->blocks.size()) >
             allocator_->num_available()) {
       Free(r);

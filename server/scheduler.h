@@ -63,6 +63,9 @@ struct Sequence {
   std::vector<int32_t> blocks;  // block table: covers num_cached tokens between steps
   int32_t num_registered = 0;   // leading blocks offered to the prefix cache
   int64_t num_matched = 0;      // tokens mapped from the prefix cache at the last admission
+  // Computes every token itself (its prompt's logits are wanted); its full
+  // blocks are still offered to the prefix cache.
+  bool no_prefix_match = false;
 };
 
 struct SchedulerOptions {

@@ -101,6 +101,9 @@ int64_t ChunkBytes(const GeneratedChunk& chunk) {
   for (const GeneratedToken& t : chunk.tokens) {
     bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
   }
+  for (const GeneratedToken& t : chunk.prompt_logprobs) {
+    bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
+  }
   return bytes;
 }
 
@@ -304,13 +307,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       }
       write = !chunks_.empty() || summary_.has_value();
       if (!write && !final_status_.has_value()) return;  // nothing to send yet
-      chunks.swap(chunks_);
-      summary.swap(summary_);
+      TakeOneSampleLocked(&chunks);
+      if (chunks_.empty()) summary.swap(summary_);
       if (write) echo_ids.swap(echo_ids_);
-      // Held until the write completes (OnWriteDone) or the call ends.
-      in_flight_bytes_ = pending_bytes_;
-      pending_bytes_ = 0;
-      if (final_status_.has_value()) {  // this is the last operation
+      if (final_status_.has_value() && chunks_.empty()) {  // this is the last operation
         finish = final_status_;
         finish_called_ = true;
       } else {
@@ -335,6 +335,30 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     } else {
       Finish(*finish);
     }
+  }
+
+  // Moves into `out` the pending chunks of the first pending chunk's sample
+  // (a message holds one sample's tokens; with n = 1 that is all of them),
+  // and their bytes from pending to in flight: held until the write
+  // completes (OnWriteDone) or the call ends.
+  void TakeOneSampleLocked(std::vector<GeneratedChunk>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t bytes = 0;
+    if (!chunks_.empty()) {
+      const int32_t index = chunks_.front().index;
+      std::vector<GeneratedChunk> rest;
+      for (GeneratedChunk& chunk : chunks_) {
+        if (chunk.index != index) {
+          rest.push_back(std::move(chunk));
+          continue;
+        }
+        bytes += ChunkBytes(chunk);
+        out->push_back(std::move(chunk));
+      }
+      chunks_.swap(rest);
+    }
+    if (chunks_.empty()) bytes = pending_bytes_;  // estimates: settle exactly
+    in_flight_bytes_ = bytes;
+    pending_bytes_ -= bytes;
   }
 
   void CancelEngineRequest() {

@@ -1,4 +1,5 @@
 // `dikkat generate`: streams generated text to stdout as it arrives.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -20,7 +21,10 @@ class GenerateCommand : public Command {
            "encoder-decoder models PROMPT is the source sequence. Sampling flags left unset\n"
            "take the server's defaults (temperature 1, top-p 1, ...); --temperature=0 is\n"
            "greedy. Statistics, log-probabilities and prompt ids go to stderr, so stdout\n"
-           "holds only the text. Ctrl-C cancels the generation on the server.";
+           "holds only the text. Ctrl-C cancels the generation on the server.\n\n"
+           "--n=N returns N samples (printed one after the other once all have finished);\n"
+           "--prompt-logprobs=K prints each prompt token's log-probability and K\n"
+           "alternatives, the total and the perplexity; with --max-tokens=0 it only scores.";
   }
 
   void RegisterFlags(FlagSet* f) override {
@@ -49,6 +53,12 @@ class GenerateCommand : public Command {
                    "print each token's log-probability and this many alternatives (0..20) "
                    "to stderr");
     f->Bool("echo-prompt", &echo_prompt_, "print the prompt's token ids to stderr");
+    f->OptionalInt("prompt-logprobs", &prompt_logprobs_,
+                   "print each prompt token's log-probability and this many alternatives "
+                   "(0..20), the sum and the perplexity to stderr");
+    f->Int("n", &n_, "samples to return (1..16; needs a temperature > 0)");
+    f->Int("best-of", &best_of_,
+           "samples to generate, of which the n most likely are returned (n..16; 0 = n)");
     f->Int("priority", &priority_,
            "scheduling priority -100..100; larger is admitted first and preempted last");
     f->Bool("show-stats", &show_stats_,
@@ -82,6 +92,10 @@ class GenerateCommand : public Command {
     if (logprobs_) request.set_top_logprobs(*logprobs_);
     request.set_echo_prompt_tokens(echo_prompt_);
     request.set_priority(priority_);
+    if (prompt_logprobs_) request.set_prompt_logprobs(*prompt_logprobs_);
+    request.set_n(n_);
+    request.set_best_of(best_of_);
+    if (n_ > 1 || best_of_ > 1) return RunSamples(context, request);
 
     GenerateResult result;
     bool ends_with_newline = true;
@@ -101,6 +115,9 @@ class GenerateCommand : public Command {
           result.prompt_token_ids.insert(result.prompt_token_ids.end(),
                                          chunk.prompt_token_ids().begin(),
                                          chunk.prompt_token_ids().end());
+          result.prompt_logprobs.insert(result.prompt_logprobs.end(),
+                                        chunk.prompt_logprobs().begin(),
+                                        chunk.prompt_logprobs().end());
           ++result.chunks;
           if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
             result.finish_reason = chunk.finish_reason();
@@ -114,21 +131,58 @@ class GenerateCommand : public Command {
     std::fflush(stdout);
     if (!status.ok()) return ReportError(status, context);
     if (echo_prompt_) PrintPromptIds(result);
-    if (logprobs_) PrintLogprobs(result);
+    if (prompt_logprobs_) PrintPromptLogprobs(result);
+    if (logprobs_) PrintLogprobs(result.tokens);
     if (show_stats_) PrintStats(result);
     return kExitOk;
   }
 
  private:
+  // n > 1 / best_of > 1: collects the whole call, then prints each sample.
+  int RunSamples(const CommandContext& context, const v1::GenerateRequest& request) {
+    absl::StatusOr<GenerateResult> result = context.client->Generate(request, context.Call());
+    if (!result.ok()) return ReportError(result.status(), context);
+    for (size_t i = 0; i < result->samples.size(); ++i) {
+      const GenerateSample& sample = result->samples[i];
+      std::fprintf(stdout, "--- sample %zu (finish: %s, cumulative logprob %.4f) ---\n", i,
+                   FinishReasonName(sample.finish_reason).c_str(), sample.cumulative_logprob);
+      std::fwrite(sample.text.data(), 1, sample.text.size(), stdout);
+      if (sample.text.empty() || sample.text.back() != '\n') std::fputs("\n", stdout);
+      if (logprobs_) PrintLogprobs(sample.tokens);
+    }
+    std::fflush(stdout);
+    if (echo_prompt_) PrintPromptIds(*result);
+    if (prompt_logprobs_) PrintPromptLogprobs(*result);
+    if (show_stats_) PrintStats(*result);
+    return kExitOk;
+  }
+
+  static void PrintPromptLogprobs(const GenerateResult& result) {
+    std::cerr << "prompt tokens after the first (id, logprob, alternatives):\n";
+    double sum = 0.0;
+    for (const v1::GeneratedToken& token : result.prompt_logprobs) {
+      sum += token.logprob();
+      std::cerr << absl::StrFormat("  %6d %9.4f", token.id(), token.logprob());
+      for (const v1::TokenLogprob& alt : token.top_logprobs()) {
+        std::cerr << absl::StrFormat("  %s %.3f", Quoted(alt.text()), alt.logprob());
+      }
+      std::cerr << "\n";
+    }
+    const size_t n = result.prompt_logprobs.size();
+    std::cerr << absl::StrFormat("prompt logprob sum %.4f over %zu tokens", sum, n);
+    if (n > 0) std::cerr << absl::StrFormat("  perplexity %.4f", std::exp(-sum / n));
+    std::cerr << "\n";
+  }
+
   static void PrintPromptIds(const GenerateResult& result) {
     std::cerr << "prompt ids:";
     for (int id : result.prompt_token_ids) std::cerr << " " << id;
     std::cerr << "\n";
   }
 
-  static void PrintLogprobs(const GenerateResult& result) {
+  static void PrintLogprobs(const std::vector<v1::GeneratedToken>& tokens) {
     std::cerr << "tokens (id, logprob, alternatives):\n";
-    for (const v1::GeneratedToken& token : result.tokens) {
+    for (const v1::GeneratedToken& token : tokens) {
       std::cerr << absl::StrFormat("  %6d %9.4f", token.id(), token.logprob());
       for (const v1::TokenLogprob& alt : token.top_logprobs()) {
         std::cerr << absl::StrFormat("  %s %.3f", Quoted(alt.text()), alt.logprob());
@@ -180,6 +234,9 @@ class GenerateCommand : public Command {
   bool ignore_eos_ = false;
   bool include_stop_text_ = false;
   std::optional<int> logprobs_;
+  std::optional<int> prompt_logprobs_;
+  int n_ = 1;
+  int best_of_ = 0;
   bool echo_prompt_ = false;
   bool show_stats_ = false;
 };

@@ -1,0 +1,99 @@
+#include "server/sample_group.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+namespace dikkat::server {
+
+SampleGroup::SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of)
+    : observer_(std::move(observer)),
+      n_(n),
+      best_of_(best_of),
+      held_(best_of > n ? best_of : 0),
+      reasons_(best_of, FinishReason::kLength),
+      cumulative_(best_of, 0.0) {}
+
+void SampleGroup::Forward(GeneratedChunk chunk) {
+  if (!prompt_logprobs_.empty()) chunk.prompt_logprobs = std::move(prompt_logprobs_);
+  prompt_logprobs_.clear();
+  observer_->OnChunk(std::move(chunk));
+}
+
+void SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
+  chunk.index = index;
+  if (!chunk.prompt_logprobs.empty()) {
+    prompt_logprobs_ = std::move(chunk.prompt_logprobs);
+    chunk.prompt_logprobs.clear();
+  }
+  if (best_of_ > n_) {
+    held_[index].push_back(std::move(chunk));
+  } else {
+    Forward(std::move(chunk));
+  }
+}
+
+bool SampleGroup::OnSampleFinish(int32_t index, const GenerateSummary& summary,
+                                 double cumulative_logprob) {
+  reasons_[index] = summary.reason;
+  cumulative_[index] = cumulative_logprob;
+  if (finished_++ == 0) {
+    summary_ = summary;
+    summary_.samples = best_of_;
+  } else {
+    summary_.generated_tokens += summary.generated_tokens;
+    summary_.cached_prompt_tokens =
+        std::min(summary_.cached_prompt_tokens, summary.cached_prompt_tokens);
+    summary_.queue_time = std::min(summary_.queue_time, summary.queue_time);
+    if (summary.time_to_first_token > absl::ZeroDuration() &&
+        (summary_.time_to_first_token == absl::ZeroDuration() ||
+         summary.time_to_first_token < summary_.time_to_first_token)) {
+      summary_.time_to_first_token = summary.time_to_first_token;
+    }
+    summary_.total_time = std::max(summary_.total_time, summary.total_time);
+  }
+  summary_.seed = summary.seed - static_cast<uint64_t>(index);  // sample i used seed + i
+  if (ended_.has_value()) return false;  // the others are being stopped already
+  const bool ends_call = summary.reason == FinishReason::kError ||
+                         summary.reason == FinishReason::kDeadline ||
+                         summary.reason == FinishReason::kCancelled;
+  summary_.reason = summary.reason;
+  if (ends_call) {
+    ended_ = summary.reason;
+    summary_.status = summary.status;
+    return true;
+  }
+  if (best_of_ == n_) {
+    GeneratedChunk end;
+    end.index = index;
+    end.finish = summary.reason;
+    end.cumulative_logprob = cumulative_logprob;
+    Forward(std::move(end));
+  }
+  return false;
+}
+
+void SampleGroup::Finish() {
+  if (!ended_.has_value() && best_of_ > n_) {
+    std::vector<int32_t> order(best_of_);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [this](int32_t a, int32_t b) { return cumulative_[a] > cumulative_[b]; });
+    for (int32_t rank = 0; rank < n_; ++rank) {
+      const int32_t sample = order[rank];
+      for (GeneratedChunk& chunk : held_[sample]) {
+        chunk.index = rank;
+        Forward(std::move(chunk));
+      }
+      GeneratedChunk end;
+      end.index = rank;
+      end.finish = reasons_[sample];
+      end.cumulative_logprob = cumulative_[sample];
+      Forward(std::move(end));
+    }
+  }
+  held_.clear();
+  observer_->OnFinish(summary_);
+}
+
+}  // namespace dikkat::server

@@ -1,0 +1,84 @@
+// SampleGroup: the samples of one Generate call with n > 1 or best_of > 1,
+// merged back into the single stream its observer expects.
+//
+// The engine runs each sample as its own request (they share the prompt's
+// K/V through the prefix cache) and hands every sample's chunks and finish
+// here. With best_of == n the chunks go on at once, tagged with their sample
+// index; with best_of > n they are held until every sample has finished, and
+// then the n of highest cumulative logprob are sent, re-indexed 0..n-1 best
+// first (ties: the lower sample first). Each sample's end is a chunk with
+// `finish` set. The observer's OnFinish comes once, after the last sample,
+// with a summary of the whole call (GenerateSummary::samples > 1).
+//
+// A sample that ends in an error, a deadline or a cancellation ends the call
+// so: the engine stops the other samples, and nothing held is sent.
+//
+// Memory: with best_of > n the held chunks are bounded by best_of x
+// max_new_tokens tokens. Thread-safety: none; the engine thread owns it.
+#ifndef DIKKAT_SERVER_SAMPLE_GROUP_H_
+#define DIKKAT_SERVER_SAMPLE_GROUP_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "server/engine.h"
+
+namespace dikkat::server {
+
+class SampleGroup {
+ public:
+  SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of);
+
+  int32_t n() const { return n_; }
+  int32_t best_of() const { return best_of_; }
+  // Engine ids of the samples' requests, by sample index.
+  std::vector<RequestId>& members() { return members_; }
+  const std::vector<RequestId>& members() const { return members_; }
+
+  // The seed the call's samples derive theirs from (sample i: + i): drawn
+  // from `source` by the first sample admitted, when the call gave none.
+  uint64_t base_seed(std::mt19937_64* source) {
+    if (!base_seed_.has_value()) base_seed_ = (*source)();
+    return *base_seed_;
+  }
+
+  // A chunk of sample `index` (its `index` field is set here).
+  void OnChunk(int32_t index, GeneratedChunk chunk);
+
+  // Sample `index` finished with `summary` after tokens whose logprobs sum to
+  // `cumulative_logprob`. Returns true when the other samples must be
+  // stopped (this one ended in an error, a deadline or a cancellation).
+  bool OnSampleFinish(int32_t index, const GenerateSummary& summary, double cumulative_logprob);
+
+  // Every sample has finished.
+  bool done() const { return finished_ == best_of_; }
+  // When done(): the call's summary.
+  const GenerateSummary& summary() const { return summary_; }
+  // When done(): sends what is held (best_of > n) and calls OnFinish.
+  void Finish();
+
+ private:
+  void Forward(GeneratedChunk chunk);
+
+  std::shared_ptr<GenerateObserver> observer_;
+  const int32_t n_;
+  const int32_t best_of_;
+  std::vector<RequestId> members_;
+  int32_t finished_ = 0;
+  bool forwarded_any_ = false;
+  std::vector<GeneratedToken> prompt_logprobs_;  // until a chunk carries them
+  // best_of > n: every sample's chunks, its finish and cumulative logprob.
+  std::vector<std::vector<GeneratedChunk>> held_;
+  std::vector<FinishReason> reasons_;
+  std::vector<double> cumulative_;
+  GenerateSummary summary_;
+  std::optional<FinishReason> ended_;
+  std::optional<uint64_t> base_seed_;  // kError / kDeadline / kCancelled of the first such sample
+};
+
+}  // namespace dikkat::server
+
+#endif  // DIKKAT_SERVER_SAMPLE_GROUP_H_

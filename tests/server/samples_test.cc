@@ -1,0 +1,306 @@
+// Several samples of one prompt (n, best_of) and prompt log-probabilities,
+// through the engine on the build-time tiny models. The references are the
+// engine's own single-sample runs: sample i of a call with seed s must equal
+// a call with n = 1 and seed s + i, token for token, and best_of must return
+// the samples of highest cumulative logprob among those runs. (Prompt
+// log-probabilities against PyTorch: tests/parity/prompt_logprobs_parity_test.cc.)
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/sync.h"
+#include "server/engine.h"
+
+namespace dikkat::server {
+namespace {
+
+std::string ModelPath(const std::string& name) {
+  return std::string(DIKKAT_BINARY_DIR) + "/models/" + name;
+}
+
+struct SampleOutput {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  std::string text;
+  std::optional<FinishReason> finish;
+  double cumulative = 0.0;
+};
+
+// Collects a call's chunks per sample index.
+class SampleCollector : public GenerateObserver {
+ public:
+  void OnChunk(GeneratedChunk chunk) override {
+    dikkat::MutexLock lock(&mu_);
+    ASSERT_FALSE(done_.HasBeenNotified()) << "a chunk after OnFinish";
+    SampleOutput& s = samples_[chunk.index];
+    EXPECT_FALSE(s.finish.has_value()) << "sample " << chunk.index << " has a chunk after its end";
+    for (const GeneratedToken& t : chunk.tokens) {
+      s.ids.push_back(t.token_id);
+      s.logprobs.push_back(t.logprob);
+    }
+    s.text += chunk.text;
+    if (chunk.finish.has_value()) {
+      s.finish = chunk.finish;
+      s.cumulative = chunk.cumulative_logprob;
+    }
+    if (!chunk.prompt_logprobs.empty()) {
+      EXPECT_TRUE(prompt_logprobs_.empty()) << "prompt logprobs sent twice";
+      prompt_logprobs_ = chunk.prompt_logprobs;
+    }
+    ++chunks_;
+  }
+  void OnFinish(GenerateSummary summary) override {
+    dikkat::MutexLock lock(&mu_);
+    summary_ = summary;
+    done_.Notify();
+  }
+  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
+  std::map<int32_t, SampleOutput> samples() {
+    dikkat::MutexLock lock(&mu_);
+    return samples_;
+  }
+  std::vector<GeneratedToken> prompt_logprobs() {
+    dikkat::MutexLock lock(&mu_);
+    return prompt_logprobs_;
+  }
+  GenerateSummary summary() {
+    dikkat::MutexLock lock(&mu_);
+    return summary_;
+  }
+  int chunks() {
+    dikkat::MutexLock lock(&mu_);
+    return chunks_;
+  }
+
+ private:
+  dikkat::Mutex mu_;
+  std::map<int32_t, SampleOutput> samples_;
+  std::vector<GeneratedToken> prompt_logprobs_;
+  GenerateSummary summary_;
+  int chunks_ = 0;
+  dikkat::Notification done_;
+};
+
+GenerateRequest Sampled(const std::string& prompt, int max_new, uint64_t seed) {
+  GenerateRequest r;
+  r.prompt.assign(prompt.begin(), prompt.end());  // byte tokenizer: id == byte
+  r.sampling.temperature = 1.5f;  // a flat distribution: samples differ
+  r.sampling.seed = seed;
+  r.max_new_tokens = max_new;
+  r.ignore_eos = true;
+  return r;
+}
+
+class SamplesTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> Make(const std::string& model, EngineOptions options = {}) {
+    options.kv_cache_bytes = options.kv_cache_bytes ? options.kv_cache_bytes : 8 << 20;
+    auto engine = Engine::Create(model, ModelPath(model), options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? std::move(*engine) : nullptr;
+  }
+
+  std::shared_ptr<SampleCollector> Run(Engine& engine, const GenerateRequest& request) {
+    auto c = std::make_shared<SampleCollector>();
+    absl::StatusOr<RequestId> id = engine.SubmitGenerate(request, c);
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (id.ok()) {
+      EXPECT_TRUE(c->Wait());
+    }
+    return c;
+  }
+
+  void ExpectIdle(Engine& engine) {
+    for (int i = 0; i < 300; ++i) {
+      const EngineStats s = engine.stats();
+      if (s.running == 0 && s.waiting == 0 && s.kv_blocks_used == 0) return;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ADD_FAILURE() << "the engine did not go idle with every block released";
+  }
+};
+
+// Sample i of a call with seed s equals the call with n = 1 and seed s + i.
+TEST_F(SamplesTest, EachSampleEqualsTheSingleRunWithItsSeed) {
+  for (const std::string model : {"tiny-lm", "tiny-seq2seq"}) {
+    SCOPED_TRACE(model);
+    auto engine = Make(model);
+    ASSERT_NE(engine, nullptr);
+    const std::string prompt = "the samples share this prompt, which spans blocks";
+    auto request = [&](uint64_t seed) {
+      GenerateRequest r = Sampled(prompt, 12, seed);
+      if (model == "tiny-seq2seq") r.source.swap(r.prompt);  // the encoder's input
+      return r;
+    };
+    GenerateRequest call = request(1234);
+    call.n = 3;
+    auto c = Run(*engine, call);
+    const GenerateSummary summary = c->summary();
+    ASSERT_EQ(summary.reason, FinishReason::kLength) << summary.status;
+    EXPECT_EQ(summary.samples, 3);
+    EXPECT_EQ(summary.seed, 1234u);
+    EXPECT_EQ(summary.generated_tokens, 36);
+    const auto samples = c->samples();
+    ASSERT_EQ(samples.size(), 3u);
+    std::vector<std::vector<int32_t>> distinct;
+    for (int i = 0; i < 3; ++i) {
+      auto alone = Run(*engine, request(1234 + i))->samples();
+      ASSERT_EQ(alone.size(), 1u);
+      EXPECT_EQ(samples.at(i).ids, alone.at(0).ids) << "sample " << i;
+      EXPECT_EQ(samples.at(i).text, alone.at(0).text) << "sample " << i;
+      ASSERT_TRUE(samples.at(i).finish.has_value());
+      EXPECT_EQ(*samples.at(i).finish, FinishReason::kLength);
+      const double sum = std::accumulate(samples.at(i).logprobs.begin(),
+                                         samples.at(i).logprobs.end(), 0.0);
+      EXPECT_NEAR(samples.at(i).cumulative, sum, 1e-3);
+      if (std::find(distinct.begin(), distinct.end(), samples.at(i).ids) == distinct.end()) {
+        distinct.push_back(samples.at(i).ids);
+      }
+    }
+    EXPECT_GE(distinct.size(), 2u) << "three samples at temperature 1.5 were all equal";
+    ExpectIdle(*engine);
+  }
+}
+
+// The prompt is computed once: the other samples map its blocks from the
+// prefix cache.
+TEST_F(SamplesTest, SamplesShareThePromptThroughThePrefixCache) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  const std::string prompt(160, 'x');  // 10 blocks of 16
+  GenerateRequest call = Sampled(prompt, 4, 7);
+  call.n = 4;
+  const EngineStats before = engine->stats();
+  auto c = Run(*engine, call);
+  EXPECT_EQ(c->summary().reason, FinishReason::kLength);
+  const EngineStats after = engine->stats();
+  // Samples 1..3 map the 9 full blocks before the one holding the last token.
+  EXPECT_EQ(after.prefix_cache_hit_tokens - before.prefix_cache_hit_tokens, 3 * 144);
+  ExpectIdle(*engine);
+}
+
+// best_of = 4, n = 2: the two of highest cumulative logprob among the four
+// runs, best first.
+TEST_F(SamplesTest, BestOfReturnsTheMostLikelySamplesBestFirst) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  const std::string prompt = "rank these";
+  std::vector<std::pair<double, std::vector<int32_t>>> runs;
+  for (int i = 0; i < 4; ++i) {
+    auto alone = Run(*engine, Sampled(prompt, 8, 99 + i))->samples().at(0);
+    runs.emplace_back(std::accumulate(alone.logprobs.begin(), alone.logprobs.end(), 0.0),
+                      alone.ids);
+  }
+  std::stable_sort(runs.begin(), runs.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  GenerateRequest call = Sampled(prompt, 8, 99);
+  call.n = 2;
+  call.best_of = 4;
+  auto c = Run(*engine, call);
+  EXPECT_EQ(c->summary().samples, 4);
+  EXPECT_EQ(c->summary().generated_tokens, 32);
+  const auto samples = c->samples();
+  ASSERT_EQ(samples.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(samples.at(rank).ids, runs[rank].second) << "rank " << rank;
+    EXPECT_NEAR(samples.at(rank).cumulative, runs[rank].first, 1e-3);
+  }
+  EXPECT_GE(samples.at(0).cumulative, samples.at(1).cumulative);
+}
+
+TEST_F(SamplesTest, CancellingTheCallStopsEverySample) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest call = Sampled("cancel all of us", 400, 5);
+  call.n = 3;
+  auto c = std::make_shared<SampleCollector>();
+  absl::StatusOr<RequestId> id = engine->SubmitGenerate(call, c);
+  ASSERT_TRUE(id.ok());
+  while (c->chunks() < 6) absl::SleepFor(absl::Milliseconds(1));
+  engine->Cancel(*id);
+  ASSERT_TRUE(c->Wait());
+  EXPECT_EQ(c->summary().reason, FinishReason::kCancelled);
+  EXPECT_LT(c->summary().generated_tokens, 3 * 400);
+  ExpectIdle(*engine);
+}
+
+TEST_F(SamplesTest, RejectsBadSampleCounts) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  auto submit = [&](GenerateRequest r) {
+    return engine->SubmitGenerate(std::move(r), std::make_shared<SampleCollector>()).status();
+  };
+  GenerateRequest r = Sampled("x", 4, 1);
+  r.n = 17;
+  r.best_of = 17;
+  EXPECT_EQ(submit(r).code(), absl::StatusCode::kInvalidArgument);
+  r.n = 3;
+  r.best_of = 2;
+  EXPECT_EQ(submit(r).code(), absl::StatusCode::kInvalidArgument);
+  r.best_of = 3;
+  r.sampling.temperature = 0;
+  const absl::Status greedy = submit(r);
+  EXPECT_EQ(greedy.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(greedy.message().find("temperature"), std::string::npos) << greedy;
+  GenerateRequest score = Sampled("x", 0, 1);
+  score.prompt_only = true;
+  EXPECT_EQ(submit(score).code(), absl::StatusCode::kInvalidArgument);  // needs prompt_logprobs
+  score.prompt_logprobs = 21;
+  EXPECT_EQ(submit(score).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Prompt logprobs: sent once with the first chunk, one per prompt token after
+// the first, the same whether the prompt runs in one chunk or many, beside
+// other requests or not, and whether or not its prefix is cached.
+TEST_F(SamplesTest, PromptLogprobsDoNotDependOnChunkingOrTheCache) {
+  const std::string prompt = "score every token of this prompt, which is long enough to need "
+                             "several chunks and several blocks";
+  auto score = [&](Engine& engine, bool prompt_only) {
+    GenerateRequest r = Sampled(prompt, prompt_only ? 0 : 3, 3);
+    r.prompt_logprobs = 2;
+    r.prompt_only = prompt_only;
+    return Run(engine, r);
+  };
+  auto whole = Make("tiny-lm");
+  ASSERT_NE(whole, nullptr);
+  auto reference = score(*whole, /*prompt_only=*/true);
+  EXPECT_EQ(reference->summary().reason, FinishReason::kLength);
+  EXPECT_EQ(reference->summary().generated_tokens, 0);
+  const std::vector<GeneratedToken> expected = reference->prompt_logprobs();
+  ASSERT_EQ(expected.size(), prompt.size() - 1);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(expected[i].token_id, static_cast<unsigned char>(prompt[i + 1]));
+    EXPECT_LE(expected[i].logprob, 0.0f);
+    ASSERT_EQ(expected[i].top.size(), 2u);
+    EXPECT_GE(expected[i].top[0].logprob, expected[i].top[1].logprob);
+    EXPECT_GE(expected[i].top[0].logprob + 1e-6f, expected[i].logprob);
+  }
+
+  EngineOptions chunked;
+  chunked.max_batch_tokens = 7;  // the prompt runs in chunks of at most 7 tokens
+  auto small = Make("tiny-lm", chunked);
+  ASSERT_NE(small, nullptr);
+  // Cache the prompt's blocks first: the scoring request must not map them.
+  Run(*small, Sampled(prompt, 1, 1));
+  auto c = score(*small, /*prompt_only=*/false);
+  EXPECT_EQ(c->summary().cached_prompt_tokens, 0);
+  EXPECT_EQ(c->summary().generated_tokens, 3);
+  const std::vector<GeneratedToken> got = c->prompt_logprobs();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].token_id, expected[i].token_id);
+    EXPECT_NEAR(got[i].logprob, expected[i].logprob, 1e-4) << "position " << i + 1;
+    ASSERT_EQ(got[i].top.size(), 2u);
+    EXPECT_EQ(got[i].top[0].token_id, expected[i].top[0].token_id);
+  }
+  ExpectIdle(*small);
+}
+
+}  // namespace
+}  // namespace dikkat::server
