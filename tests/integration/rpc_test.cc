@@ -278,6 +278,86 @@ TEST_F(RpcTest, SeededSamplingIsReproducible) {
   EXPECT_EQ(a->stats.seed(), 42u);
 }
 
+// n samples over the wire: each message holds one sample's tokens (index),
+// each sample ends with its own finish_reason and cumulative logprob, the
+// call's stats come last, and sample i is the n = 1 call with seed + i.
+TEST_F(RpcTest, SeveralSamplesStreamTaggedByIndex) {
+  v1::GenerateRequest request;
+  request.mutable_input()->set_text("Once upon a time");
+  request.set_max_new_tokens(8);
+  request.set_ignore_eos(true);
+  request.mutable_sampling()->set_temperature(1.2f);
+  request.mutable_sampling()->set_seed(7);
+  request.set_n(3);
+  std::vector<v1::GenerateResponse> chunks;
+  absl::Status streamed = client_->GenerateStream(request, [&](const v1::GenerateResponse& c) {
+    chunks.push_back(c);
+    return true;
+  });
+  ASSERT_TRUE(streamed.ok()) << streamed;
+  std::vector<std::vector<int32_t>> ids(3);
+  std::vector<int> finishes(3, 0);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const v1::GenerateResponse& c = chunks[i];
+    ASSERT_GE(c.index(), 0);
+    ASSERT_LT(c.index(), 3);
+    EXPECT_EQ(finishes[c.index()], 0) << "tokens after sample " << c.index() << " ended";
+    for (const auto& t : c.tokens()) ids[c.index()].push_back(t.id());
+    if (c.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      EXPECT_EQ(c.finish_reason(), v1::FINISH_REASON_LENGTH);
+      EXPECT_TRUE(c.has_cumulative_logprob());
+      EXPECT_LT(c.cumulative_logprob(), 0.0);
+      ++finishes[c.index()];
+    }
+    EXPECT_EQ(c.has_stats(), i + 1 == chunks.size());
+  }
+  EXPECT_EQ(finishes, std::vector<int>({1, 1, 1}));
+  EXPECT_EQ(chunks.back().stats().generated_tokens(), 24);
+  EXPECT_EQ(chunks.back().stats().seed(), 7u);
+  absl::StatusOr<client::GenerateResult> collected = client_->Generate(request);
+  ASSERT_TRUE(collected.ok()) << collected.status();
+  ASSERT_EQ(collected->samples.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(collected->samples[i].token_ids, ids[i]);
+    v1::GenerateRequest alone = request;
+    alone.set_n(1);
+    alone.mutable_sampling()->set_seed(7 + i);
+    absl::StatusOr<client::GenerateResult> single = client_->Generate(alone);
+    ASSERT_TRUE(single.ok()) << single.status();
+    EXPECT_EQ(single->token_ids, ids[i]) << "sample " << i;
+  }
+}
+
+// max_new_tokens = 0 with prompt_logprobs scores a text: one message with a
+// log-probability per prompt token after the first, its alternatives (with
+// their text), and no generated token.
+TEST_F(RpcTest, PromptLogprobsScoreATextWithoutGenerating) {
+  v1::GenerateRequest request;
+  request.mutable_input()->set_text("The quick brown fox");
+  request.set_max_new_tokens(0);
+  request.set_prompt_logprobs(2);
+  absl::StatusOr<client::GenerateResult> scored = client_->Generate(request);
+  ASSERT_TRUE(scored.ok()) << scored.status();
+  EXPECT_TRUE(scored->token_ids.empty());
+  EXPECT_EQ(scored->finish_reason, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(scored->stats.generated_tokens(), 0);
+  const std::string text = "The quick brown fox";
+  ASSERT_EQ(scored->prompt_logprobs.size(), text.size() - 1);  // byte tokenizer
+  for (size_t i = 0; i < scored->prompt_logprobs.size(); ++i) {
+    const v1::GeneratedToken& t = scored->prompt_logprobs[i];
+    EXPECT_EQ(t.id(), static_cast<unsigned char>(text[i + 1]));
+    EXPECT_LE(t.logprob(), 0.0f);
+    ASSERT_EQ(t.top_logprobs_size(), 2);
+    EXPECT_FALSE(t.top_logprobs(0).text().empty());
+  }
+  // Without prompt_logprobs, max_new_tokens = 0 is refused.
+  request.clear_prompt_logprobs();
+  absl::StatusOr<client::GenerateResult> refused = client_->Generate(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("prompt_logprobs"), std::string::npos);
+}
+
 // ---- Attention ------------------------------------------------------------------
 
 TEST_F(RpcTest, AttentionReturnsCausalRowStochasticMaps) {
