@@ -632,6 +632,7 @@ absl::StatusOr<GenerateResult> Client::Generate(const v1::GenerateRequest& reque
           sample.finish_reason = chunk.finish_reason();
         }
         if (chunk.has_cumulative_logprob()) sample.cumulative_logprob = chunk.cumulative_logprob();
+        if (chunk.has_beam_score()) sample.beam_score = chunk.beam_score();
         result.prompt_token_ids.insert(result.prompt_token_ids.end(),
                                        chunk.prompt_token_ids().begin(),
                                        chunk.prompt_token_ids().end());

@@ -144,7 +144,8 @@ struct GenerateSample {
   std::vector<v1::GeneratedToken> tokens; // with log-probabilities when asked
   std::vector<int32_t> token_ids;         // tokens[i].id()
   v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
-  double cumulative_logprob = 0.0;        // sent when n > 1 or best_of > 1
+  double cumulative_logprob = 0.0;        // sent when n > 1, best_of > 1 or beam search
+  double beam_score = 0.0;                // beam search: what hypotheses are ranked by
 };
 
 // Samples a collected call keeps (the server sends at most 16).

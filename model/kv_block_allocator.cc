@@ -86,6 +86,26 @@ void KvBlockAllocator::Release(std::vector<int32_t>* table) {
   table->clear();
 }
 
+bool KvBlockAllocator::Fork(const std::vector<int32_t>& parent, int64_t tokens,
+                            std::vector<int32_t>* child, std::pair<int32_t, int32_t>* copy) {
+  assert(child->empty());
+  const int64_t full = tokens / block_size_;
+  const bool partial = tokens % block_size_ != 0;
+  assert(static_cast<int64_t>(parent.size()) >= full + (partial ? 1 : 0));
+  *copy = {-1, -1};
+  if (partial && num_available() == 0) return false;
+  for (int64_t i = 0; i < full; ++i) {
+    ++blocks_[parent[i]].ref_count;
+    child->push_back(parent[i]);
+  }
+  if (partial) {
+    const int32_t b = Take();
+    child->push_back(b);
+    *copy = {parent[full], b};
+  }
+  return true;
+}
+
 int32_t KvBlockAllocator::MatchPrefix(absl::Span<const int32_t> tokens, int64_t max_tokens,
                                       std::vector<int32_t>* table) {
   assert(table->empty());

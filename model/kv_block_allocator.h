@@ -86,6 +86,16 @@ class KvBlockAllocator {
   void RegisterFullBlocks(absl::Span<const int32_t> tokens, int64_t num_computed,
                           const std::vector<int32_t>& table, int32_t* num_registered);
 
+  // Beam search: makes `*child` (empty) a copy of the table `parent` that
+  // covers `tokens` tokens. Its full blocks are shared (one more reference
+  // each: they are read-only from now on); a partial last block is not, the
+  // child gets a fresh one, returned as (parent's block, child's block) for
+  // the caller to copy the K/V of its first tokens % block_size slots; (-1,
+  // -1) when there is none. False, and nothing changed, when no block is
+  // available for it.
+  bool Fork(const std::vector<int32_t>& parent, int64_t tokens, std::vector<int32_t>* child,
+            std::pair<int32_t, int32_t>* copy);
+
   int32_t ref_count(int32_t block) const { return blocks_[block].ref_count; }
   bool is_registered(int32_t block) const { return blocks_[block].registered; }
 

@@ -46,4 +46,13 @@ KvCache::KvCache(std::vector<at::Tensor> keys, std::vector<at::Tensor> values, i
       allocator_(num_blocks, block_size),
       total_bytes_(total_bytes) {}
 
+void KvCache::CopySlots(int32_t src, int32_t dst, int64_t slots) {
+  const int64_t bs = block_size();
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    // [blocks * bs, Hkv, D]: a block's slots are consecutive rows.
+    keys_[l].narrow(0, dst * bs, slots).copy_(keys_[l].narrow(0, src * bs, slots));
+    values_[l].narrow(0, dst * bs, slots).copy_(values_[l].narrow(0, src * bs, slots));
+  }
+}
+
 }  // namespace dikkat::model

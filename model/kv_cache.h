@@ -37,6 +37,10 @@ class KvCache {
   at::Tensor& keys(int64_t layer) { return keys_[layer]; }
   at::Tensor& values(int64_t layer) { return values_[layer]; }
 
+  // Copies the K/V of the first `slots` token slots of block `src` into block
+  // `dst`, in every layer (a forked sequence's own copy of a partial block).
+  void CopySlots(int32_t src, int32_t dst, int64_t slots);
+
   KvBlockAllocator& allocator() { return allocator_; }
   const KvBlockAllocator& allocator() const { return allocator_; }
   int32_t block_size() const { return allocator_.block_size(); }

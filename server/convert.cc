@@ -199,6 +199,9 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
   // The wire's 0 means unset: one sample, best of n.
   r.n = request.n() == 0 ? 1 : request.n();
   r.best_of = request.best_of() == 0 ? r.n : request.best_of();
+  r.beam_width = request.beam_width();
+  if (request.has_length_penalty()) r.length_penalty = request.length_penalty();
+  r.early_stopping = request.early_stopping();
   return out;
 }
 
@@ -251,6 +254,7 @@ void AppendChunk(const GeneratedChunk& chunk, bool want_logprobs,
     response->set_finish_reason(ToProtoFinishReason(*chunk.finish));
     response->set_cumulative_logprob(chunk.cumulative_logprob);
   }
+  if (chunk.beam_score.has_value()) response->set_beam_score(*chunk.beam_score);
 }
 
 void FillFinish(const GenerateSummary& summary, v1::GenerateResponse* response) {

@@ -72,6 +72,7 @@ void EngineImpl::Loop() {
     const absl::Time now = absl::Now();
     ExpireAuxiliary(now);
     RunAuxiliary();
+    RunBeams();
     const ScheduleResult plan = Schedule(now);
     if (!plan.batch.empty()) {
       std::optional<at::Tensor> logits = Run(plan);
@@ -89,6 +90,7 @@ void EngineImpl::Loop() {
   for (Sequence* s : left) FinishGenerate(static_cast<Request*>(s), FinishReason::kCancelled);
   std::vector<Request*> aux(auxiliary_.begin(), auxiliary_.end());
   for (Request* r : aux) FinishAuxiliary(r, absl::UnavailableError("the server is shutting down"));
+  for (Request* r : std::vector<Request*>(beam_jobs_)) FinishBeam(r, FinishReason::kCancelled);
   PublishStats();
 }
 
@@ -102,6 +104,8 @@ void EngineImpl::DrainInbox() {
     requests_[raw->id] = std::move(r);
     if (raw->kind == RequestKind::kGenerate) {
       scheduler_.Add(raw);
+    } else if (raw->kind == RequestKind::kBeam) {
+      beam_jobs_.push_back(raw);
     } else {
       auxiliary_.push_back(raw);
     }
@@ -110,14 +114,15 @@ void EngineImpl::DrainInbox() {
 }
 
 void EngineImpl::PublishQueued() {
-  engine_queued_ = static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size());
+  engine_queued_ =
+      static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size() + beam_jobs_.size());
 }
 
 // Moves new requests and cancellations into engine-thread state; waits when
 // idle. Returns false when the engine must stop.
 bool EngineImpl::TakeInbox() {
   dikkat::MutexLock lock(&mu_);
-  const bool busy = !scheduler_.empty() || !auxiliary_.empty();
+  const bool busy = !scheduler_.empty() || !auxiliary_.empty() || !beam_jobs_.empty();
   if (!busy) {
     auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return stop_ || !inbox_.empty() || !cancels_.empty();
@@ -505,7 +510,8 @@ void EngineImpl::FinishAuxiliary(Request* r, absl::Status status) {
 
 void EngineImpl::PublishStats() {
   stat_running_.store(static_cast<int32_t>(scheduler_.running().size()));
-  stat_waiting_.store(static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size()));
+  stat_waiting_.store(
+      static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size() + beam_jobs_.size()));
   stat_blocks_used_.store(cache_->allocator().num_used());
   stat_blocks_cached_.store(cache_->allocator().num_cached());
   std::map<int32_t, int32_t> by_priority;

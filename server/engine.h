@@ -77,6 +77,8 @@ struct GeneratedChunk {
   // First chunk, when GenerateRequest::prompt_logprobs >= 0: the prompt's
   // tokens after the first, each with its logprob given the tokens before it.
   std::vector<GeneratedToken> prompt_logprobs;
+  // Beam search: the hypothesis' score (cumulative logprob / length^penalty).
+  std::optional<double> beam_score;
 };
 
 struct GenerateSummary {
@@ -130,11 +132,17 @@ struct GenerateRequest {
   // of highest cumulative logprob are returned, best first, once all finished.
   int32_t n = 1;
   int32_t best_of = 0;
+  // Beam search with this many beams (> 1; 0 or 1: off), returning the n best
+  // hypotheses (server/beam_search.h); sampling options do not apply.
+  int32_t beam_width = 0;
+  float length_penalty = 1.0f;  // hypothesis score = logprob sum / length^length_penalty
+  bool early_stopping = false;  // stop once beam_width hypotheses have finished
   absl::Time deadline = absl::InfiniteFuture();
 };
 inline constexpr int32_t kMinPriority = -100;
 inline constexpr int32_t kMaxPriority = 100;
 inline constexpr int32_t kMaxSamples = 16;
+inline constexpr int32_t kMaxBeamWidth = 16;
 inline constexpr int32_t kMaxPromptLogprobs = 20;
 // Prompt tokens x (1 + prompt_logprobs) a request may ask for: they all go in
 // one message (about 20 bytes each on the wire).

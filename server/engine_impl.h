@@ -29,6 +29,7 @@
 #include "model/io/config.h"
 #include "model/text/tokenizer.h"
 #include "server/engine.h"
+#include "server/beam_search.h"
 #include "server/sample_group.h"
 #include "server/scheduler.h"
 #include "server/text_stream.h"
@@ -47,7 +48,14 @@ struct SampledToken;
 
 namespace dikkat::server::engine_internal {
 
-enum class RequestKind { kGenerate, kEncode, kAttention };
+enum class RequestKind { kGenerate, kBeam, kEncode, kAttention };
+
+// One live beam of a beam-search request: its decoder tokens and KV blocks.
+struct BeamSlot {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> blocks;  // full blocks may be shared with other beams (read-only)
+  int64_t num_cached = 0;
+};
 
 // One request's whole state. Owned by the engine thread once taken from the
 // inbox. Its Sequence part (id, deadline, cancelled, tokens, KV block table) is
@@ -80,6 +88,10 @@ struct Request : Sequence {
   // output goes to the group, not to `observer` (null then).
   std::shared_ptr<SampleGroup> group;
   int32_t sample_index = 0;
+
+  // ---- Beam search (kBeam): run by engine_beams.cc, outside the scheduler ----
+  std::unique_ptr<BeamSearch> beam;  // set when started
+  std::vector<BeamSlot> beam_slots;  // by live beam
 
   // ---- Encode / Attention ----
   EncodeRequest enc;
@@ -127,6 +139,14 @@ class EngineImpl final : public Engine {
   void DrainInbox() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireAuxiliary(absl::Time now);
+  // ---- beam search, engine thread: engine_beams.cc ----
+  // One step of every beam-search request (a forward over all their live
+  // beams), starting waiting ones when their worst case fits in the cache.
+  void RunBeams();
+  bool StartBeam(Request* r);
+  // Moves or forks the parents' slots into the next live beams.
+  void AdvanceBeams(Request* r, const std::vector<BeamSearch::Choice>& choices);
+  void FinishBeam(Request* r, FinishReason reason, absl::Status status = absl::OkStatus());
   void RunAuxiliary();
   void OnAuxiliaryStep(int32_t sequences, int32_t tokens, absl::Time start);
   ScheduleResult Schedule(absl::Time now);
@@ -178,6 +198,7 @@ class EngineImpl final : public Engine {
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   Scheduler scheduler_;             // Generate: waiting and running, KV block tables
   std::deque<Request*> auxiliary_;  // Encode / Attention, FIFO
+  std::vector<Request*> beam_jobs_;  // beam search, in arrival order
   std::mt19937_64 seed_source_{std::random_device{}()};
 
   // Published snapshot.

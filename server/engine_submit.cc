@@ -63,6 +63,19 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
         "the prompt needs ", needed, " KV blocks but the cache has ",
         cache_->allocator().num_blocks(), "; raise --kv_cache_bytes or shorten the prompt"));
   }
+  if (r.beam_width > 1) {
+    // Started only when its worst case fits (engine_beams.cc): it must fit in
+    // the whole cache.
+    const int32_t requested = r.max_new_tokens > 0 ? r.max_new_tokens : options_.default_max_new_tokens;
+    const int64_t length = std::min<int64_t>(decoder_len + requested, config_.max_positions);
+    const int64_t worst = static_cast<int64_t>(r.beam_width) * cache_->allocator().BlocksFor(length);
+    if (worst > cache_->allocator().num_blocks()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "beam_width = ", r.beam_width, " over ", length, " tokens needs up to ", worst,
+          " KV blocks but the cache has ", cache_->allocator().num_blocks(),
+          "; use fewer beams, fewer new tokens, or raise --kv_cache_bytes"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -118,6 +131,12 @@ absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
   // mapped from the prefix cache.
   r->no_prefix_match = request.prompt_logprobs >= 0;
   if (request.best_of == 0) request.best_of = request.n;
+  if (request.beam_width > 1) {  // engine_beams.cc, outside the scheduler
+    r->kind = RequestKind::kBeam;
+    r->gen = std::move(request);
+    r->observer = std::move(observer);
+    return Enqueue(std::move(r));
+  }
   if (request.n == 1 && request.best_of == 1) {
     r->gen = std::move(request);
     r->observer = std::move(observer);

@@ -1,5 +1,6 @@
 #include "server/request_checks.h"
 
+#include <cmath>
 #include <set>
 #include <string>
 #include <utility>
@@ -119,7 +120,7 @@ absl::Status CheckSamples(const GenerateRequest& r, int64_t prompt_len) {
     return Invalid(absl::StrCat("best_of = ", r.best_of, " is out of range: allowed n..",
                                 kMaxSamples, " (n = ", r.n, "), or unset for n"));
   }
-  if (best_of > 1 && r.sampling.temperature == 0.0f) {
+  if (best_of > 1 && r.beam_width <= 1 && r.sampling.temperature == 0.0f) {
     return Invalid(absl::StrCat("n = ", r.n, ", best_of = ", best_of,
                                 " with sampling.temperature = 0 (greedy): every sample would be "
                                 "the same; set a temperature > 0 or ask for one sample"));
@@ -132,9 +133,35 @@ absl::Status CheckSamples(const GenerateRequest& r, int64_t prompt_len) {
   if (r.prompt_only && r.prompt_logprobs < 0) {
     return Invalid("max_new_tokens = 0 generates nothing: it is allowed only with prompt_logprobs");
   }
-  if (r.prompt_only && best_of > 1) {
+  if (r.prompt_only && best_of > 1 && r.beam_width <= 1) {
     return Invalid(absl::StrCat("max_new_tokens = 0 scores the prompt only; n = ", r.n,
                                 " and best_of = ", best_of, " need tokens to generate"));
+  }
+  if (r.beam_width < 0 || r.beam_width > kMaxBeamWidth) {
+    return Invalid(absl::StrCat("beam_width = ", r.beam_width, " is out of range: allowed 0..",
+                                kMaxBeamWidth, " (0 or 1: no beam search)"));
+  }
+  if (r.beam_width > 1) {
+    if (r.n > r.beam_width) {
+      return Invalid(absl::StrCat("n = ", r.n, " hypotheses out of beam_width = ", r.beam_width,
+                                  ": n must be at most beam_width"));
+    }
+    if (best_of != r.n) {
+      return Invalid("best_of is for sampling; with beam_width > 1 leave it unset");
+    }
+    if (!r.stop_strings.empty()) {
+      return Invalid("stop strings are not supported with beam search; use stop_token_ids");
+    }
+    if (r.sampling.top_logprobs > 0) {
+      return Invalid("top_logprobs alternatives are not given with beam search; use 0 or -1");
+    }
+    if (r.prompt_logprobs >= 0 || r.prompt_only) {
+      return Invalid("prompt_logprobs is not supported with beam search");
+    }
+    if (!std::isfinite(r.length_penalty) || std::abs(r.length_penalty) > 10.0f) {
+      return Invalid(absl::StrCat("length_penalty = ", r.length_penalty,
+                                  " is out of range: allowed -10..10"));
+    }
   }
   if (r.prompt_logprobs >= 0) {
     const int64_t entries = prompt_len * (1 + r.prompt_logprobs);

@@ -24,7 +24,8 @@ class GenerateCommand : public Command {
            "holds only the text. Ctrl-C cancels the generation on the server.\n\n"
            "--n=N returns N samples (printed one after the other once all have finished);\n"
            "--prompt-logprobs=K prints each prompt token's log-probability and K\n"
-           "alternatives, the total and the perplexity; with --max-tokens=0 it only scores.";
+           "alternatives, the total and the perplexity; with --max-tokens=0 it only scores.\n"
+           "--beam-width=K decodes with beam search and prints the --n best hypotheses.";
   }
 
   void RegisterFlags(FlagSet* f) override {
@@ -59,6 +60,12 @@ class GenerateCommand : public Command {
     f->Int("n", &n_, "samples to return (1..16; needs a temperature > 0)");
     f->Int("best-of", &best_of_,
            "samples to generate, of which the n most likely are returned (n..16; 0 = n)");
+    f->Int("beam-width", &beam_width_,
+           "beam search with this many beams (2..16), printing the --n best hypotheses");
+    f->OptionalDouble("length-penalty", &length_penalty_,
+                      "beam search: rank by logprob sum / length^penalty (default 1)");
+    f->Bool("early-stopping", &early_stopping_,
+            "beam search: stop once beam-width hypotheses have ended");
     f->Int("priority", &priority_,
            "scheduling priority -100..100; larger is admitted first and preempted last");
     f->Bool("show-stats", &show_stats_,
@@ -95,7 +102,10 @@ class GenerateCommand : public Command {
     if (prompt_logprobs_) request.set_prompt_logprobs(*prompt_logprobs_);
     request.set_n(n_);
     request.set_best_of(best_of_);
-    if (n_ > 1 || best_of_ > 1) return RunSamples(context, request);
+    request.set_beam_width(beam_width_);
+    if (length_penalty_) request.set_length_penalty(static_cast<float>(*length_penalty_));
+    request.set_early_stopping(early_stopping_);
+    if (n_ > 1 || best_of_ > 1 || beam_width_ > 1) return RunSamples(context, request);
 
     GenerateResult result;
     bool ends_with_newline = true;
@@ -144,8 +154,14 @@ class GenerateCommand : public Command {
     if (!result.ok()) return ReportError(result.status(), context);
     for (size_t i = 0; i < result->samples.size(); ++i) {
       const GenerateSample& sample = result->samples[i];
-      std::fprintf(stdout, "--- sample %zu (finish: %s, cumulative logprob %.4f) ---\n", i,
-                   FinishReasonName(sample.finish_reason).c_str(), sample.cumulative_logprob);
+      if (request.beam_width() > 1) {
+        std::fprintf(stdout, "--- hypothesis %zu (finish: %s, score %.4f, logprob sum %.4f) ---\n",
+                     i, FinishReasonName(sample.finish_reason).c_str(), sample.beam_score,
+                     sample.cumulative_logprob);
+      } else {
+        std::fprintf(stdout, "--- sample %zu (finish: %s, cumulative logprob %.4f) ---\n", i,
+                     FinishReasonName(sample.finish_reason).c_str(), sample.cumulative_logprob);
+      }
       std::fwrite(sample.text.data(), 1, sample.text.size(), stdout);
       if (sample.text.empty() || sample.text.back() != '\n') std::fputs("\n", stdout);
       if (logprobs_) PrintLogprobs(sample.tokens);
@@ -237,6 +253,9 @@ class GenerateCommand : public Command {
   std::optional<int> prompt_logprobs_;
   int n_ = 1;
   int best_of_ = 0;
+  int beam_width_ = 0;
+  std::optional<double> length_penalty_;
+  bool early_stopping_ = false;
   bool echo_prompt_ = false;
   bool show_stats_ = false;
 };
