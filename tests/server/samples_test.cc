@@ -255,6 +255,55 @@ TEST_F(SamplesTest, RejectsBadSampleCounts) {
   EXPECT_EQ(submit(score).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(SamplesTest, BeamSearchChecksAndCancellation) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  auto submit = [&](GenerateRequest r) {
+    return engine->SubmitGenerate(std::move(r), std::make_shared<SampleCollector>()).status();
+  };
+  GenerateRequest r = Sampled("beams", 8, 1);
+  r.beam_width = 3;
+  r.n = 4;  // more hypotheses than beams
+  EXPECT_EQ(submit(r).code(), absl::StatusCode::kInvalidArgument);
+  r.n = 2;
+  r.stop_strings = {"x"};
+  const absl::Status stops = submit(r);
+  EXPECT_EQ(stops.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(stops.message().find("stop_token_ids"), std::string::npos) << stops;
+  r.stop_strings.clear();
+  r.beam_width = 17;
+  EXPECT_EQ(submit(r).code(), absl::StatusCode::kInvalidArgument);
+  r.beam_width = 3;
+  r.length_penalty = 11.0f;
+  EXPECT_EQ(submit(r).code(), absl::StatusCode::kInvalidArgument);
+  r.length_penalty = 1.0f;
+  r.prompt_logprobs = 0;
+  EXPECT_EQ(submit(r).code(), absl::StatusCode::kInvalidArgument);
+
+  // A long search, cancelled: it ends CANCELLED and frees every block.
+  GenerateRequest slow = Sampled("cancel the beams", 400, 1);
+  slow.beam_width = 4;
+  auto c = std::make_shared<SampleCollector>();
+  absl::StatusOr<RequestId> id = engine->SubmitGenerate(slow, c);
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::SleepFor(absl::Milliseconds(50));
+  engine->Cancel(*id);
+  ASSERT_TRUE(c->Wait());
+  EXPECT_EQ(c->summary().reason, FinishReason::kCancelled);
+  EXPECT_TRUE(c->samples().empty());
+  ExpectIdle(*engine);
+
+  // n = 1 of 2 beams, ignore_eos: one hypothesis of exactly max_new tokens.
+  GenerateRequest one = Sampled("one hypothesis", 10, 1);
+  one.beam_width = 2;
+  one.n = 1;
+  auto b = Run(*engine, one);
+  ASSERT_EQ(b->samples().size(), 1u);
+  EXPECT_EQ(b->samples().at(0).ids.size(), 10u);
+  EXPECT_TRUE(b->samples().at(0).finish.has_value());
+  ExpectIdle(*engine);
+}
+
 // Prompt logprobs: sent once with the first chunk, one per prompt token after
 // the first, the same whether the prompt runs in one chunk or many, beside
 // other requests or not, and whether or not its prefix is cached.
