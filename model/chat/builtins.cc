@@ -159,32 +159,16 @@ Value StringMethod(Interpreter& in, const std::string& s, const std::string& nam
     }
     return Value::Bool(false);
   }
-  if (name == "upper") return in.MakeString(AsciiUpper(s));
-  if (name == "lower" || name == "casefold") return in.MakeString(AsciiLower(s));
+  if (name == "upper") return in.MakeString(PyUpper(s));
+  if (name == "lower" || name == "casefold") return in.MakeString(PyLower(s));
   if (name == "replace") {
     args.Check("replace", 3, {});
     return in.MakeString(Replace(in, s, StringArg(args.Get(0, ""), "replace() argument 1"),
                                  StringArg(args.Get(1, ""), "replace() argument 2"),
                                  IntArg(args.Get(2, ""), -1, "count")));
   }
-  if (name == "capitalize") {
-    std::string out = AsciiLower(s);
-    if (!out.empty() && out[0] >= 'a' && out[0] <= 'z') out[0] = static_cast<char>(out[0] - 32);
-    return in.MakeString(std::move(out));
-  }
-  if (name == "title") {
-    // str.title(): a letter after a non-letter is upper-cased, others lowered.
-    std::string out(s);
-    bool prev_cased = false;
-    for (char& c : out) {
-      const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-      if (alpha) {
-        c = prev_cased ? AsciiLower(std::string(1, c))[0] : AsciiUpper(std::string(1, c))[0];
-      }
-      prev_cased = alpha || static_cast<unsigned char>(c) >= 0x80;
-    }
-    return in.MakeString(std::move(out));
-  }
+  if (name == "capitalize") return in.MakeString(PyCapitalize(s));
+  if (name == "title") return in.MakeString(PyTitle(s));
   if (name == "find" || name == "rfind" || name == "count" || name == "index") {
     const std::string& sub = StringArg(args.Get(0, "sub"), name.c_str());
     if (name == "count") {
@@ -509,6 +493,9 @@ bool Interpreter::ApplyTest(const std::string& name, const Value& v, const Args&
   if (name == "sameas") {
     const Value& o = need_arg();
     if (v.kind() != o.kind()) return false;
+    // Python's `is`: None, the two bools and CPython's cached small ints are
+    // the same object wherever they come from; other values are not known.
+    if (v.kind() == K::kInt) return v.integer() == o.integer() && v.integer() >= -5 && v.integer() <= 256;
     return v.is_none() || v.is_undefined() || (v.kind() == K::kBool && v.boolean() == o.boolean());
   }
   if (name == "odd" || name == "even" || name == "divisibleby") {
@@ -562,20 +549,31 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
     return MakeString(std::string(PyStripChars(s, StringArg(chars, "chars"), true, true)));
   }
   if (name == "string") return v.is_string() ? v : MakeString(as_text());
-  if (name == "upper") return MakeString(AsciiUpper(as_text()));
-  if (name == "lower") return MakeString(AsciiLower(as_text()));
+  if (name == "upper") return MakeString(PyUpper(as_text()));
+  if (name == "lower") return MakeString(PyLower(as_text()));
   if (name == "capitalize") return StringMethod(*this, as_text(), "capitalize", {});
   if (name == "title") {
-    // jinja2's do_title: each run after one of "-", whitespace, "(", "{",
-    // "[", "<" starts upper-case, the rest lower-case.
-    std::string s = AsciiLower(as_text());
-    bool start = true;
-    for (char& c : s) {
-      if (start && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
-      start = c == '-' || c == ' ' || (c >= '\t' && c <= '\r') || c == '(' || c == '{' ||
-              c == '[' || c == '<';
+    // jinja2's do_title: the text split after runs of "-", whitespace, "(",
+    // "{", "[", "<"; each piece's first code point upped, the rest lowered.
+    const std::string text = as_text();
+    std::string out;
+    size_t piece = 0;
+    const auto flush = [&](size_t end) {
+      if (end > piece) out += PyCapitalize(std::string_view(text).substr(piece, end - piece));
+    };
+    for (size_t i = 0; i < text.size();) {
+      size_t n = 0;
+      const bool sep = IsPySpaceAt(text, i, &n) || text[i] == '-' || text[i] == '(' ||
+                       text[i] == '{' || text[i] == '[' || text[i] == '<';
+      if (sep) {
+        flush(i);
+        out.append(text, i, n);
+        piece = i + n;
+      }
+      i += n;
     }
-    return MakeString(std::move(s));
+    flush(text.size());
+    return MakeString(std::move(out));
   }
   if (name == "length" || name == "count") {
     switch (v.kind()) {
@@ -719,7 +717,7 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
     std::vector<Value> out;
     for (const Value& item : Iterate(v)) {
       Value key = attribute != nullptr ? AttributeOf(*this, item, PyStr(*attribute)) : item;
-      if (key.is_string() && !case_sensitive) key = Value::Str(AsciiLower(key.str()));
+      if (key.is_string() && !case_sensitive) key = Value::Str(PyLower(key.str()));
       bool dup = false;
       for (const Value& s : seen) {
         Step();
@@ -787,7 +785,7 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
     std::vector<std::pair<Value, Value>> keyed;
     for (const Value& item : Iterate(v)) {
       Value key = attribute != nullptr ? AttributeOf(*this, item, PyStr(*attribute)) : item;
-      if (key.is_string() && !case_sensitive) key = Value::Str(AsciiLower(key.str()));
+      if (key.is_string() && !case_sensitive) key = Value::Str(PyLower(key.str()));
       keyed.emplace_back(std::move(key), item);
     }
     std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {

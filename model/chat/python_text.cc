@@ -291,20 +291,139 @@ std::string HtmlEscape(std::string_view s) {
   return out;
 }
 
-std::string AsciiLower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+namespace {
+
+void AppendCodePoint(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xC0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out += static_cast<char>(0xE0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (cp >> 18));
+    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Pairs where the upper-case letter is at an even (odd_upper: odd) code
+// point and its lower-case letter right after it.
+bool InPairRange(uint32_t cp, uint32_t first, uint32_t last) { return cp >= first && cp <= last; }
+
+// The lower-case form of `cp`, or cp itself; 0x130 is handled by the caller.
+uint32_t LowerOf(uint32_t cp) {
+  if ((cp >= 'A' && cp <= 'Z') || (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7)) return cp + 32;
+  const bool even = cp % 2 == 0;
+  if ((InPairRange(cp, 0x100, 0x12F) || InPairRange(cp, 0x132, 0x137) ||
+       InPairRange(cp, 0x14A, 0x177) || InPairRange(cp, 0x460, 0x481) ||
+       InPairRange(cp, 0x48A, 0x4BF)) && even) {
+    return cp + 1;
+  }
+  if ((InPairRange(cp, 0x139, 0x148) || InPairRange(cp, 0x179, 0x17E)) && !even) return cp + 1;
+  if (cp == 0x178) return 0xFF;
+  if (cp == 0x386) return 0x3AC;
+  if (cp >= 0x388 && cp <= 0x38A) return cp + 37;
+  if (cp == 0x38C) return 0x3CC;
+  if (cp == 0x38E || cp == 0x38F) return cp + 63;
+  if ((cp >= 0x391 && cp <= 0x3A1) || (cp >= 0x3A3 && cp <= 0x3AB)) return cp + 32;
+  if (cp >= 0x400 && cp <= 0x40F) return cp + 80;
+  if (cp >= 0x410 && cp <= 0x42F) return cp + 32;
+  return cp;
+}
+
+uint32_t UpperOf(uint32_t cp) {
+  if ((cp >= 'a' && cp <= 'z') || (cp >= 0xE0 && cp <= 0xFE && cp != 0xF7)) return cp - 32;
+  const bool even = cp % 2 == 0;
+  if ((InPairRange(cp, 0x101, 0x12F) || InPairRange(cp, 0x133, 0x137) ||
+       InPairRange(cp, 0x14B, 0x177) || InPairRange(cp, 0x461, 0x481) ||
+       InPairRange(cp, 0x48B, 0x4BF)) && !even) {
+    return cp - 1;
+  }
+  if ((InPairRange(cp, 0x13A, 0x148) || InPairRange(cp, 0x17A, 0x17E)) && even) return cp - 1;
+  switch (cp) {
+    case 0xFF: return 0x178;
+    case 0xB5: return 0x39C;
+    case 0x131: return 'I';
+    case 0x17F: return 'S';
+    case 0x3C2: return 0x3A3;
+    case 0x3AC: return 0x386;
+    case 0x3CC: return 0x38C;
+    case 0x3CD: return 0x38E;
+    case 0x3CE: return 0x38F;
+    default: break;
+  }
+  if (cp >= 0x3AD && cp <= 0x3AF) return cp - 37;
+  if ((cp >= 0x3B1 && cp <= 0x3C1) || (cp >= 0x3C3 && cp <= 0x3CB)) return cp - 32;
+  if (cp >= 0x430 && cp <= 0x44F) return cp - 32;
+  if (cp >= 0x450 && cp <= 0x45F) return cp - 80;
+  return cp;
+}
+
+}  // namespace
+
+std::string PyLower(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t n = 0;
+    const uint32_t cp = CodePointAt(s, i, &n);
+    if (n == 1 && cp >= 0x80) {
+      out += s[i];  // an invalid byte stays as it is
+    } else if (cp == 0x130) {
+      out += "i\xCC\x87";  // İ -> i + COMBINING DOT ABOVE
+    } else {
+      AppendCodePoint(LowerOf(cp), &out);
+    }
+    i += n;
   }
   return out;
 }
 
-std::string AsciiUpper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+std::string PyUpper(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t n = 0;
+    const uint32_t cp = CodePointAt(s, i, &n);
+    if (n == 1 && cp >= 0x80) {
+      out += s[i];
+    } else if (cp == 0xDF) {
+      out += "SS";
+    } else if (cp == 0x149) {
+      out += "\xCA\xBCN";  // ŉ -> ʼN
+    } else {
+      AppendCodePoint(UpperOf(cp), &out);
+    }
+    i += n;
   }
   return out;
+}
+
+std::string PyTitle(std::string_view s) {
+  std::string out;
+  bool prev_cased = false;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8Length(s, i);
+    size_t len = 0;
+    const uint32_t cp = CodePointAt(s, i, &len);
+    const std::string_view one = s.substr(i, n);
+    const bool cased = LowerOf(cp) != cp || UpperOf(cp) != cp || cp == 0xDF || cp == 0x130;
+    out += !cased ? std::string(one) : prev_cased ? PyLower(one) : PyUpper(one);
+    prev_cased = cased;
+    i += n;
+  }
+  return out;
+}
+
+std::string PyCapitalize(std::string_view s) {
+  if (s.empty()) return "";
+  const size_t n = Utf8Length(s, 0);
+  return PyUpper(s.substr(0, n)) + PyLower(s.substr(n));
 }
 
 std::string PyFloat(double f) {

@@ -48,9 +48,15 @@ std::vector<std::string> PySplitLines(std::string_view s);
 // markupsafe.escape(): & < > ' " as HTML entities.
 std::string HtmlEscape(std::string_view s);
 
-// ASCII-only case mapping (non-ASCII bytes unchanged).
-std::string AsciiLower(std::string_view s);
-std::string AsciiUpper(std::string_view s);
+// str.lower() / str.upper() for ASCII, Latin-1, Latin Extended-A (Turkish
+// İ -> "i̇", ı -> I; ß -> SS), Greek and Cyrillic; other code points are left
+// as they are (Python maps all of Unicode; Greek final sigma is not applied).
+std::string PyLower(std::string_view s);
+std::string PyUpper(std::string_view s);
+// str.title(): a cased letter after a cased letter is lowered, others upped.
+std::string PyTitle(std::string_view s);
+// str.capitalize(): the first code point upped, the rest lowered.
+std::string PyCapitalize(std::string_view s);
 
 }  // namespace dikkat::chat
 

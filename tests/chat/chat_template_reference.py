@@ -17,6 +17,9 @@ transformers' apply_chat_template does:
 (AssistantTracker adds the {% generation %} tag; it is defined here as a
 pass-through, as it renders when return_assistant_tokens_mask is off.)
 
+Also renders SNIPPETS, small templates that each exercise one part of the
+language, with SNIPPET_CONTEXT ("snippets" in the output).
+
 Writes JSON: {"cases": [{"template", "case", "context", "ok", "text" |
 "error", "raised"}]}; `context` holds exactly the variables passed to render,
 in order, so the C++ test renders the same thing. `raised` is true when the
@@ -158,6 +161,74 @@ def cases():
 FIREFUNCTION_VARS = {"functions": json.dumps(TOOLS[:1]), "datetime": "2026-11-24"}
 
 
+SNIPPET_CONTEXT = {"messages": [{"role": "user", "content": " hi "}, {"role": "assistant", "content": "yo"}],
+       "d": {"b": 1, "a": [1, 2.5, None, True, "x'y"]}, "s": "Hello, Wörld", "n": 7, "f": 0.1, "e": [], "none": None}
+# Small templates, each exercising one part of the language.
+SNIPPETS = [
+  # whitespace control and HF's trim_blocks / lstrip_blocks
+  "a  {%- if true %} b {% endif -%}  c",
+  "line1\n    {% if true %}\n    x\n    {% endif %}\nline2",
+  "  {{ 'v' }}  \n  {# c #}\nz",
+  "{% if true +%}\nkeep{% endif %}\n  {%+ if true %}x{% endif %}",
+  "x\n{%- for i in [1,2] %}\n  {{ i }}\n{%- endfor %}\n",
+  "a {{- ' b ' -}} c",
+  "{#- comment -#}  \n  text",
+  "{{ 'a' }}\n{{ 'b' }}\n",
+  "{{ '}}' }}{{ {'k': {'v': 1}}['k']['v'] }}",
+  # loops
+  "{% for m in messages %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex }}|{% endfor %}",
+  "{% for m in messages %}{{ loop.previtem.role if loop.previtem is defined else '-' }}{{ loop.nextitem is defined }}{% endfor %}",
+  "{% for x in e %}x{% else %}empty{% endfor %}",
+  "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
+  "{% for k, v in d | items %}{{ k }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
+  "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+  "{% for i in range(6) if i is odd %}{{ i }}/{{ loop.length }} {% endfor %}",
+  "{% for c in 'aö' %}[{{ c }}]{% endfor %}",
+  # scoping
+  "{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}",
+  "{% if true %}{% set y = 3 %}{% endif %}{{ y }}",
+  "{% set ns = namespace(c=0) %}{% for i in [1,2,3] %}{% set ns.c = ns.c + i %}{% endfor %}{{ ns.c }}",
+  "{% set a, b = [1, 2] %}{{ b }}{{ a }}",
+  # macros
+  "{% macro f(a, b='B', c=none) %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ f(1) }}|{{ f(1, 2, 3) }}|{{ f(a=5, c=6) }}",
+  "{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1) | int }}{% endif %}{% endmacro %}{{ fact(5) }}",
+  "{% set g = 'G' %}{% macro m() %}{{ g }}{% endmacro %}{{ m() }}",
+  "{% set t %}  block {{ 1 + 1 }}  {% endset %}[{{ t }}]{% set u | trim %}  x  {% endset %}[{{ u }}]",
+  "{% filter upper %}abc{{ 'd' }}{% endfilter %}",
+  # expressions
+  "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 4 / 2 }}",
+  "{{ 'a' ~ 1 ~ none ~ true }} {{ 'ab' * 3 }} {{ [1] + [2] }} {{ 1.5 + 1 }} {{ 1e20 }} {{ 0.00001 }} {{ 1e16 }} {{ 123456789.0 }}",
+  "{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 'a' in 'cat' }} {{ 1 not in [1] }} {{ 'b' in d }} {{ 1 == 1.0 }} {{ true == 1 }}",
+  "{{ 'y' if n > 5 else 'n' }}{{ 'z' if false }}|{{ none or 'dflt' }}{{ 0 and 1 }}{{ not n }}",
+  "{{ not 1 is defined }} {{ -1 | abs }} {{ 'a' + s | upper }}",
+  "{{ s[0] }}{{ s[-1] }}{{ s[::-1] }}{{ s[1:3] }}{{ s[:-3] }}{{ d.a[1:] }}{{ d.a[::2] }}{{ d['a'][-1] }}",
+  "{{ 'a\\tb\\n\\x41\\u00e9\\'' }}{{ \"q\\\"\" }}{{ 'raw\\d' }}{{ 'con' 'cat' }}",
+  "{{ d }} {{ d.a }} {{ none }} {{ true }} {{ (1,) }} {{ (1, 'a') }} {{ ['it\\'s', \"q\\\"\"] }}",
+  "{{ [1, 2][5] }}|{{ d.zzz }}|{{ d['zzz'] }}|{{ undefined_var }}|{{ undefined_var is defined }}|{{ undefined_var | length }}",
+  "{{ d.get('b') }}{{ d.get('q', 'Q') }}{{ d.get('q') }}{{ d.keys() | list }}{{ d.values() | list | length }}",
+  # string methods
+  "{{ ' x '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ ' a'.lstrip() }}|{{ 'a '.rstrip() }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}",
+  "{{ s.startswith('He') }}{{ s.endswith(('x', 'ld')) }}{{ s.upper() }}{{ s.lower() }}{{ s.replace('l', 'L') }}{{ 'hello world'.title() }}{{ 'hELLO'.capitalize() }}",
+  "{{ s.find('W') }}{{ s.count('l') }}{{ '-'.join(['a', 'b']) }}{{ 'x</think>y'.split('</think>')[-1] }}",
+  # filters
+  "{{ '  a  ' | trim }}|{{ 'xax' | trim('x') }}|{{ s | length }}|{{ d | length }}|{{ s | lower }}|{{ 'aB cD-eF' | title }}|{{ 'hELLO' | capitalize }}",
+  "{{ none | default('x') }}|{{ undefined_var | default('y') }}|{{ '' | default('z', true) }}|{{ 0 | d('w', boolean=true) }}",
+  "{{ [1, 2] | join(', ') }}|{{ [1, 2] | first }}|{{ [1, 2] | last }}|{{ e | first }}|{{ 3 | string }}|{{ '42' | int + 1 }}|{{ 'x' | int }}|{{ 3.9 | int }}|{{ '2.5' | float }}",
+  "{{ 'abc' | list }}|{{ 'a-b' | replace('-', '+') }}|{{ [3, 1, 2] | sort }}|{{ ['b', 'A', 'a'] | unique | list }}|{{ [1, 2] | reverse | list }}",
+  "{{ messages | map(attribute='role') | join(',') }}|{{ messages | selectattr('role', 'equalto', 'user') | list | length }}|{{ messages | rejectattr('role', 'eq', 'user') | map(attribute='content') | first }}",
+  "{{ [1, none, 2] | select | list }}|{{ [1, 2, 3, 4] | select('odd') | list }}|{{ [1, 2, 3] | reject('equalto', 2) | list }}|{{ ['a', 'B'] | map('upper') | list }}",
+  "{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ 'ünï\"\\n' | tojson }}|{{ {} | tojson(indent=2) }}|{{ [[]] | tojson(indent=1) }}|{{ f | tojson }}",
+  "{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, first=true) }}|{{ 'a\\n\\nb' | indent(width=1, blank=true) }}",
+  "{{ '<&>' | safe + '<' }}|{{ 'a' + '\"' | safe }}|{{ '<' ~ '>' | safe }}",
+  "{{ 'İstanbul ıŞık ÇĞÖÜ Straße ΆΈΑΒΓ άέαβγ Привет ЁЖ' | lower }}|{{ 'istanbul ışık çğöü straße άέαβγ привет ёж ÿ µ ſ' | upper }}",
+  "{{ 'ünïcode wörld-x(y' | title }}|{{ 'élan vital'.title() }}|{{ 'éLAN'.capitalize() }}|{{ 'ÇAY' | capitalize }}",
+  # tests
+  "{{ n is number }}{{ n is integer }}{{ f is float }}{{ true is boolean }}{{ true is number }}{{ s is string }}{{ d is mapping }}{{ e is iterable }}{{ s is sequence }}{{ none is none }}{{ n is not none }}",
+  "{{ 4 is divisibleby 2 }}{{ 3 is even }}{{ 'a' is in 'abc' }}{{ n is eq 7 }}{{ n is gt 3 }}{{ s is lower }}{{ e is defined }}{{ n is sameas 7 }}",
+  "{{ undefined_var is iterable }}{{ undefined_var is mapping }}{{ none is iterable }}{{ (1, 2) is sequence }}",
+  # strftime_now and raise_exception are covered elsewhere
+]
+
 def contexts():
     for name, messages, extra in cases():
         if name not in ("user_only", "system_user"):
@@ -197,8 +268,17 @@ def main():
             except Exception as e:  # what jinja2 or Python raised
                 entry.update(ok=False, raised=False, error=f"{type(e).__name__}: {e}")
             results.append(entry)
+    snippets = []
+    for source in SNIPPETS:
+        entry = {"source": source}
+        try:
+            entry.update(ok=True, text=env.from_string(source).render(**SNIPPET_CONTEXT))
+        except Exception as e:
+            entry.update(ok=False, raised=isinstance(e, Raised), error=f"{type(e).__name__}: {e}")
+        snippets.append(entry)
     with open(out_path, "w", encoding="utf-8") as f:
-        json.dump({"jinja2": jinja2.__version__, "cases": results}, f, ensure_ascii=False)
+        json.dump({"jinja2": jinja2.__version__, "cases": results,
+                   "snippet_context": SNIPPET_CONTEXT, "snippets": snippets}, f, ensure_ascii=False)
 
 
 if __name__ == "__main__":

@@ -103,5 +103,29 @@ TEST_F(ChatTemplateReferenceTest, EveryTemplateMatchesJinja2ByteForByte) {
   }
 }
 
+// Small templates, one language feature each (SNIPPETS in the script):
+// whitespace control, loops, scoping, macros, operators, literals, Python's
+// str() of values, string methods, filters, tests.
+TEST_F(ChatTemplateReferenceTest, LanguageSnippetsMatchJinja2) {
+  ASSERT_NE(reference_, nullptr);
+  const nlohmann::ordered_json& context = (*reference_)["snippet_context"];
+  int checked = 0;
+  for (const auto& c : (*reference_)["snippets"]) {
+    const std::string source = c["source"].get<std::string>();
+    SCOPED_TRACE(source);
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
+    if (!c["ok"].get<bool>()) {
+      EXPECT_FALSE(t.ok() && t->Render(context).ok()) << "jinja2: " << c["error"];
+      continue;
+    }
+    ASSERT_TRUE(t.ok()) << t.status();
+    const absl::StatusOr<std::string> got = t->Render(context);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, c["text"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_GE(checked, 45);
+}
+
 }  // namespace
 }  // namespace dikkat::chat
