@@ -278,7 +278,7 @@ Value Global(Interpreter& in, const std::string& name, const Args& args) {
       attributes = args.positional[0].dict();
     }
     for (const auto& [key, value] : args.named) attributes.Set(key, value);
-    in.Charge(attributes.entries.size() * sizeof(Value));
+    in.ChargeSlots(attributes.entries.size());
     return name == "dict" ? Value::MakeDict(std::move(attributes))
                           : Value::MakeNamespace(std::move(attributes));
   }
@@ -295,7 +295,7 @@ Value Global(Interpreter& in, const std::string& name, const Args& args) {
     if (args.positional.size() == 3) step = IntArg(&args.positional[2], 1, "range() argument");
     if (step == 0) Fail("range() arg 3 must not be zero");
     const double count = std::max(0.0, std::ceil((static_cast<double>(stop) - start) / step));
-    in.Charge(static_cast<size_t>(std::min(count, 1e15)) * sizeof(Value));
+    in.ChargeSlots(static_cast<size_t>(std::min(count, 1e15)));
     std::vector<Value> items;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::Int(i));
     return Value::MakeList(std::move(items));

@@ -93,13 +93,26 @@ void Interpreter::Charge(size_t bytes) {
   }
 }
 
+void Interpreter::ChargeSlots(size_t count) {
+  // Compared before the multiplication can overflow.
+  if (count > limits_.max_total_bytes / sizeof(Value)) {
+    FailLimit("a list or dict of " + std::to_string(count) + " items exceeds the limit of " +
+              std::to_string(limits_.max_total_bytes) + " bytes");
+  }
+  total_bytes_ += count * sizeof(Value);
+  if (total_bytes_ > limits_.max_total_bytes) {
+    FailLimit("the template built more than " + std::to_string(limits_.max_total_bytes) +
+              " bytes of values");
+  }
+}
+
 Value Interpreter::MakeString(std::string s) {
   Charge(s.size());
   return Value::Str(std::move(s));
 }
 
 Value Interpreter::MakeList(std::vector<Value> items, bool tuple, bool generator) {
-  Charge(items.size() * sizeof(Value));
+  ChargeSlots(items.size());
   return Value::MakeList(std::move(items), tuple, generator);
 }
 
@@ -300,7 +313,7 @@ Value Interpreter::Eval(const Expr& expr, const ScopePtr& scope) {
         if (!k.is_string()) Fail("dict literal keys must be strings, got " + k.TypeName());
         dict.Set(k.str(), Eval(*value, scope));
       }
-      Charge(dict.entries.size() * sizeof(Value));
+      ChargeSlots(dict.entries.size());
       return Value::MakeDict(std::move(dict));
     }
     case Expr::Kind::kGetAttr:
@@ -382,7 +395,7 @@ Value Interpreter::EvalBinary(const Expr& expr, const ScopePtr& scope) {
     if (a.is_list() && b.is_list() && !a.list().generator && !b.list().generator &&
         a.list().tuple == b.list().tuple) {
       std::vector<Value> items = a.list().items;
-      Charge((items.size() + b.list().items.size()) * sizeof(Value));
+      ChargeSlots((items.size() + b.list().items.size()));
       items.insert(items.end(), b.list().items.begin(), b.list().items.end());
       return Value::MakeList(std::move(items), a.list().tuple);
     }
@@ -399,11 +412,18 @@ Value Interpreter::EvalBinary(const Expr& expr, const ScopePtr& scope) {
       if (count->kind() != K::kInt && count->kind() != K::kBool) type_error();
       if (seq->is_list() && seq->list().generator) type_error();
       const int64_t times = std::max<int64_t>(0, count->integer());
-      const size_t unit = seq->is_string() ? seq->str().size() : seq->list().items.size() * sizeof(Value);
-      if (unit > 0 && static_cast<uint64_t>(times) > limits_.max_output_bytes / unit + 1) {
-        Charge(limits_.max_output_bytes + 1);  // fails
+      const size_t unit = seq->is_string() ? seq->str().size() : seq->list().items.size();
+      // Checked before multiplying, so that no count can overflow the size.
+      const uint64_t cap = seq->is_string() ? limits_.max_output_bytes
+                                            : limits_.max_total_bytes / sizeof(Value);
+      const size_t total = unit == 0 ? 0
+                           : static_cast<uint64_t>(times) > cap / unit ? cap + 1
+                           : unit * static_cast<size_t>(times);
+      if (seq->is_string()) {
+        Charge(total);
+      } else {
+        ChargeSlots(total);
       }
-      Charge(unit * static_cast<size_t>(times));
       if (seq->is_string()) {
         std::string s;
         s.reserve(unit * times);
@@ -558,7 +578,7 @@ std::vector<Value> Interpreter::Iterate(const Value& value) {
         items.push_back(Value::Str(s.substr(i, n)));
         i += n;
       }
-      Charge(items.size() * sizeof(Value));
+      ChargeSlots(items.size());
       return items;
     }
     default:

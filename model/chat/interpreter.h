@@ -55,6 +55,9 @@ class Interpreter {
   // Fails if a value of `bytes` would exceed max_output_bytes, else charges
   // it to max_total_bytes.
   void Charge(size_t bytes);
+  // Charges `count` list or dict slots to max_total_bytes (a list is not
+  // text: max_output_bytes does not apply to it).
+  void ChargeSlots(size_t count);
   Value MakeString(std::string s);
   Value MakeList(std::vector<Value> items, bool tuple = false, bool generator = false);
   // The items a for loop over `value` visits (dict: keys; string: code
