@@ -279,8 +279,10 @@ Value Global(Interpreter& in, const std::string& name, const Args& args) {
     }
     for (const auto& [key, value] : args.named) attributes.Set(key, value);
     in.ChargeSlots(attributes.entries.size());
-    return name == "dict" ? Value::MakeDict(std::move(attributes))
-                          : Value::MakeNamespace(std::move(attributes));
+    if (name == "dict") return Value::MakeDict(std::move(attributes));
+    Value ns = Value::MakeNamespace(std::move(attributes));
+    in.Track(ns);
+    return ns;
   }
   if (name == "range") {
     args.Check("range", 3, {});

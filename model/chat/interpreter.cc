@@ -66,6 +66,17 @@ void Args::Check(const char* what, size_t max_positional,
 Interpreter::Interpreter(const RenderLimits& limits, std::shared_ptr<Scope> globals)
     : limits_(limits), globals_(std::move(globals)) {}
 
+Interpreter::~Interpreter() {
+  // A namespace can hold itself (`{% set ns.me = ns %}`); emptying them all
+  // breaks every such cycle.
+  for (const auto& ns : namespaces_) {
+    ns->entries.clear();
+    ns->index.clear();
+  }
+}
+
+void Interpreter::Track(const Value& ns) { namespaces_.push_back(ns.shared_namespace()); }
+
 std::string Interpreter::Render(const Body& body) {
   auto root = std::make_shared<Scope>();
   root->parent = globals_;
@@ -618,7 +629,8 @@ Value Interpreter::CallMacro(const Callable& c, const Args& args) {
     ~Release() { --*depth; }
   } release{&call_depth_};
   auto scope = std::make_shared<Scope>();
-  scope->parent = c.closure;
+  scope->parent = c.closure.lock();
+  if (scope->parent == nullptr) Fail("macro '" + m.name + "' is called after its scope ended");
   for (const auto& [name, value] : args.named) {
     bool known = false;
     for (const auto& p : m.params) known = known || p == name;

@@ -46,6 +46,9 @@ struct Args {
 class Interpreter {
  public:
   Interpreter(const RenderLimits& limits, std::shared_ptr<Scope> globals);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   // Renders the template body; throws TemplateError.
   std::string Render(const Body& body);
@@ -58,6 +61,8 @@ class Interpreter {
   // Charges `count` list or dict slots to max_total_bytes (a list is not
   // text: max_output_bytes does not apply to it).
   void ChargeSlots(size_t count);
+  // Every namespace() made in this render, emptied at its end.
+  void Track(const Value& ns);
   Value MakeString(std::string s);
   Value MakeList(std::vector<Value> items, bool tuple = false, bool generator = false);
   // The items a for loop over `value` visits (dict: keys; string: code
@@ -94,6 +99,7 @@ class Interpreter {
   ScopePtr globals_;
   int64_t steps_ = 0;
   size_t total_bytes_ = 0;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
   int depth_ = 0;       // nested blocks
   int call_depth_ = 0;  // nested macro calls
 };

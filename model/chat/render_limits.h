@@ -10,8 +10,13 @@
 namespace dikkat::chat {
 
 // What one render may do; exceeding any is RESOURCE_EXHAUSTED. The defaults
-// leave room for a long conversation with large tool schemas (the largest
-// real template here renders a 50-message chat in about 20 000 steps).
+// leave room for long conversations: a 100-message chat with tool calls and
+// two tool schemas takes 4 000-8 000 steps with the real templates in
+// tests/chat/data/, and 39 000 with Command R7B's, whose tool-result lookup
+// is quadratic in the messages (chat_template_test
+// DefaultLimitsLeaveRoomForLongConversations prints them). A step costs
+// about 0.25 us on the project's machine, so max_steps bounds a render to
+// about a quarter of a second of CPU.
 struct RenderLimits {
   // The rendered prompt, and also any single string or list built on the
   // way (checked before it is allocated, so `'x' * 10**12` fails at once).
@@ -20,7 +25,7 @@ struct RenderLimits {
   // bounds the memory a render can hold however the template loops.
   size_t max_total_bytes = 64 << 20;
   // Evaluation steps: every expression node, statement and loop iteration.
-  int64_t max_steps = 2'000'000;
+  int64_t max_steps = 1'000'000;
   // Nested macro calls (recursion) and nested blocks at run time.
   int max_call_depth = 32;
 };

@@ -61,7 +61,9 @@ struct Callable {
   Type type = Type::kGlobal;
   std::string name;
   const MacroDef* macro = nullptr;      // kMacro
-  std::shared_ptr<Scope> closure;       // kMacro: the scope it was defined in
+  // kMacro: the scope it was defined in. Weak: that scope holds the macro,
+  // and a strong pointer would make a cycle that is never freed.
+  std::weak_ptr<Scope> closure;
   std::shared_ptr<const Value> self;    // kMethod: the receiver
 };
 
@@ -103,6 +105,7 @@ class Value {
   const List& list() const { return *list_; }
   const Dict& dict() const { return *dict_; }   // kDict and kNamespace
   Dict& namespace_attributes() const { return *dict_; }
+  const std::shared_ptr<Dict>& shared_namespace() const { return dict_; }
   const Callable& callable() const { return *fn_; }
 
   // Python semantics.

@@ -3,7 +3,11 @@
 // chat_template_reference_test's job.
 #include "model/chat/chat_template.h"
 
+#include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -239,6 +243,74 @@ TEST(ChatTemplateTest, RendersConcurrentlyFromOneParse) {
   }
   for (auto& th : threads) th.join();
   for (int k = 0; k < 4; ++k) EXPECT_EQ(outputs[k], std::string(200, '0' + k) + "200");
+}
+
+// The default limits against the real templates: a 100-message
+// conversation with tool calls and two tool schemas must take at most a tenth
+// of each budget (the smallest max_steps that renders it is printed).
+TEST(ChatTemplateTest, DefaultLimitsLeaveRoomForLongConversations) {
+  json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Weather", "parameters": {"type": "object", "properties": {
+      "city": {"type": "string", "description": "City"}, "days": {"type": "integer",
+      "description": "Days", "minimum": 1}}, "required": ["city"]}}}])");
+  tools.push_back(tools[0]);
+  tools[1]["function"]["name"] = "get_time";
+  json messages = json::array();
+  messages.push_back({{"role", "system"}, {"content", "You are helpful."}});
+  for (int i = 0; i < 33; ++i) {
+    messages.push_back({{"role", "user"}, {"content", "Weather in city " + std::to_string(i) + "?"}});
+    messages.push_back(json::parse(R"({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather",
+         "arguments": "{\"city\": \"Ankara\"}"}}]})"));
+    messages.push_back({{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "{\"t\": 21}"}});
+  }
+  const json context = {{"messages", messages}, {"tools", tools}, {"add_generation_prompt", true},
+                        {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"functions", "[]"},
+                        {"datetime", "2026-11-24"}, {"date_string", "24 Nov 2026"}};
+  const RenderLimits defaults;
+  namespace fs = std::filesystem;
+  int rendered = 0;
+  for (const auto& entry :
+       fs::directory_iterator(fs::path(DIKKAT_SOURCE_DIR) / "tests/chat/data/chat_templates")) {
+    if (entry.path().extension() != ".jinja") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::stringstream source;
+    source << in.rdbuf();
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source.str());
+    ASSERT_TRUE(t.ok()) << t.status();
+    if (!t->Render(context).ok()) continue;  // e.g. Gemma: no system role
+    ++rendered;
+    RenderLimits tight = defaults;
+    tight.max_steps = defaults.max_steps / 10;
+    tight.max_total_bytes = defaults.max_total_bytes / 10;
+    tight.max_output_bytes = defaults.max_output_bytes / 10;
+    EXPECT_TRUE(t->Render(context, tight).ok()) << entry.path().filename();
+    int64_t lo = 1;
+    int64_t hi = tight.max_steps;
+    while (lo < hi) {
+      RenderLimits probe = defaults;
+      probe.max_steps = (lo + hi) / 2;
+      if (t->Render(context, probe).ok()) {
+        hi = probe.max_steps;
+      } else {
+        lo = probe.max_steps + 1;
+      }
+    }
+    std::printf("%7lld steps  %s\n", static_cast<long long>(lo),
+                entry.path().filename().c_str());
+  }
+  EXPECT_GE(rendered, 8);
+}
+
+// Shapes that would make reference cycles (a macro in the scope it closes
+// over, a namespace holding itself): the sanitizer build's LeakSanitizer
+// checks that each render frees them.
+TEST(ChatTemplateTest, CyclesAreFreed) {
+  EXPECT_EQ(Ok("{% macro m(n) %}{% if n %}{{ m(n - 1) }}{% endif %}.{% endmacro %}{{ m(2) }}"),
+            "...");
+  EXPECT_EQ(Ok("{% set ns = namespace(x=1) %}{% set ns.me = ns %}{% set ns.l = [ns, ns] %}"
+               "{{ ns.me.me.x }}"),
+            "1");
 }
 
 TEST(ChatTemplateTest, CopiesShareTheParsedTemplate) {
