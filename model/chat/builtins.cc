@@ -296,10 +296,21 @@ Value Global(Interpreter& in, const std::string& name, const Args& args) {
     }
     if (args.positional.size() == 3) step = IntArg(&args.positional[2], 1, "range() argument");
     if (step == 0) Fail("range() arg 3 must not be zero");
-    const double count = std::max(0.0, std::ceil((static_cast<double>(stop) - start) / step));
-    in.ChargeSlots(static_cast<size_t>(std::min(count, 1e15)));
+    // Counted in unsigned arithmetic: no range of int64 values overflows it.
+    const uint64_t ustart = static_cast<uint64_t>(start);
+    const uint64_t ustop = static_cast<uint64_t>(stop);
+    uint64_t count = 0;
+    if (step > 0 && start < stop) {
+      count = (ustop - ustart - 1) / static_cast<uint64_t>(step) + 1;
+    } else if (step < 0 && start > stop) {
+      count = (ustart - ustop - 1) / (0 - static_cast<uint64_t>(step)) + 1;
+    }
+    in.ChargeSlots(static_cast<size_t>(std::min<uint64_t>(count, SIZE_MAX / 2)));
     std::vector<Value> items;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::Int(i));
+    items.reserve(count);
+    for (uint64_t k = 0; k < count; ++k) {
+      items.push_back(Value::Int(static_cast<int64_t>(ustart + k * static_cast<uint64_t>(step))));
+    }
     return Value::MakeList(std::move(items));
   }
   if (name == "strftime_now") {
@@ -505,6 +516,7 @@ bool Interpreter::ApplyTest(const std::string& name, const Value& v, const Args&
     if (name == "divisibleby") {
       const int64_t d = IntArg(&need_arg(), 1, "divisibleby");
       if (d == 0) Fail("integer division or modulo by zero");
+      if (d == -1) return true;  // (INT64_MIN % -1 would trap)
       return v.integer() % d == 0;
     }
     return (v.integer() % 2 != 0) == (name == "odd");
@@ -594,8 +606,16 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
       if (args.Get(99, unsupported) != nullptr) Fail(std::string("tojson(") + unsupported + "=...) is not supported");
     }
     const Value* indent = args.Get(0, "indent");
-    std::string json = JsonDumps(v, static_cast<int>(std::clamp<int64_t>(
-                                        IntArg(indent, -1, "tojson indent"), -1, 64)));
+    std::string unit;
+    if (indent != nullptr && indent->is_string()) {
+      unit = indent->str();
+    } else if (indent != nullptr && !indent->is_none()) {
+      const int64_t n = IntArg(indent, 0, "tojson indent");
+      Charge(static_cast<size_t>(std::max<int64_t>(0, n)));
+      unit.assign(static_cast<size_t>(std::max<int64_t>(0, n)), ' ');
+    }
+    std::string json = JsonDumps(v, indent == nullptr || indent->is_none() ? nullptr : &unit,
+                                 limits_.max_output_bytes);
     return MakeString(std::move(json));
   }
   if (name == "default" || name == "d") {

@@ -70,12 +70,12 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& c
   }
   // The context's variables sit between the globals and the template's own
   // top-level scope (they may shadow a global, as in jinja2).
-  auto variables = std::make_shared<Scope>();
-  variables->parent = parsed_->globals;
-  for (const auto& [name, value] : context.items()) {
-    variables->vars[name] = Value::FromJson(value);
-  }
   try {
+    auto variables = std::make_shared<Scope>();
+    variables->parent = parsed_->globals;
+    for (const auto& [name, value] : context.items()) {
+      variables->vars[name] = Value::FromJson(value);
+    }
     Interpreter interpreter(limits, std::move(variables));
     return interpreter.Render(parsed_->body);
   } catch (const TemplateError& e) {

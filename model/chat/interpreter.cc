@@ -559,7 +559,10 @@ Value Interpreter::EvalSlice(const Expr& expr, const ScopePtr& scope) {
   int64_t stop = 0;
   SliceIndices(length, part(0), part(1), step, &start, &stop);
   std::vector<int64_t> picked;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) picked.push_back(i);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    picked.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // past either end
+  }
   if (object.is_string()) {
     std::string s;
     for (int64_t i : picked) {

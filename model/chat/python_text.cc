@@ -94,11 +94,19 @@ void JsonString(std::string_view s, std::string* out) {
   *out += '"';
 }
 
-void Dump(const Value& v, int indent, int level, std::string* out) {
+// indent: null for json.dumps(indent=None); else the unit per level.
+void Dump(const Value& v, const std::string* indent, int level, size_t max_bytes,
+          std::string* out) {
+  if (out->size() > max_bytes) {
+    FailLimit("tojson output exceeds " + std::to_string(max_bytes) + " bytes");
+  }
   using K = Value::Kind;
   const auto newline = [&](int at) {
+    if (out->size() + indent->size() * at + 1 > max_bytes) {
+      FailLimit("tojson output exceeds " + std::to_string(max_bytes) + " bytes");
+    }
     *out += '\n';
-    out->append(static_cast<size_t>(indent) * at, ' ');
+    for (int i = 0; i < at; ++i) *out += *indent;
   };
   switch (v.kind()) {
     case K::kNone: *out += "null"; return;
@@ -125,11 +133,11 @@ void Dump(const Value& v, int indent, int level, std::string* out) {
       }
       *out += '[';
       for (size_t i = 0; i < items.size(); ++i) {
-        if (i > 0) *out += indent >= 0 ? "," : ", ";
-        if (indent >= 0) newline(level + 1);
-        Dump(items[i], indent, level + 1, out);
+        if (i > 0) *out += indent != nullptr ? "," : ", ";
+        if (indent != nullptr) newline(level + 1);
+        Dump(items[i], indent, level + 1, max_bytes, out);
       }
-      if (indent >= 0) newline(level);
+      if (indent != nullptr) newline(level);
       *out += ']';
       return;
     }
@@ -141,13 +149,13 @@ void Dump(const Value& v, int indent, int level, std::string* out) {
       }
       *out += '{';
       for (size_t i = 0; i < entries.size(); ++i) {
-        if (i > 0) *out += indent >= 0 ? "," : ", ";
-        if (indent >= 0) newline(level + 1);
+        if (i > 0) *out += indent != nullptr ? "," : ", ";
+        if (indent != nullptr) newline(level + 1);
         JsonString(entries[i].first, out);
         *out += ": ";
-        Dump(entries[i].second, indent, level + 1, out);
+        Dump(entries[i].second, indent, level + 1, max_bytes, out);
       }
-      if (indent >= 0) newline(level);
+      if (indent != nullptr) newline(level);
       *out += '}';
       return;
     }
@@ -460,13 +468,22 @@ std::string PyFloat(double f) {
   return out + digits.substr(0, decpt) + "." + digits.substr(decpt);
 }
 
-std::string PyRepr(const Value& value) {
+namespace {
+
+std::string Str(const Value& value, int depth);
+
+std::string Repr(const Value& value, int depth) {
   if (value.is_string()) return ReprString(value.str());
-  return PyStr(value);
+  return Str(value, depth);
 }
 
-std::string PyStr(const Value& value) {
+std::string Str(const Value& value, int depth) {
   using K = Value::Kind;
+  // Lists and dicts are at most kMaxValueDepth deep, but a namespace may
+  // hold itself.
+  if (depth > kMaxValueDepth) {
+    FailLimit("a value nested more than " + std::to_string(kMaxValueDepth) + " deep to print");
+  }
   switch (value.kind()) {
     case K::kUndefined: return "";
     case K::kNone: return "None";
@@ -480,7 +497,7 @@ std::string PyStr(const Value& value) {
       std::string out = list.tuple ? "(" : "[";
       for (size_t i = 0; i < list.items.size(); ++i) {
         if (i > 0) out += ", ";
-        out += PyRepr(list.items[i]);
+        out += Repr(list.items[i], depth + 1);
       }
       if (list.tuple && list.items.size() == 1) out += ",";
       return out + (list.tuple ? ")" : "]");
@@ -492,7 +509,7 @@ std::string PyStr(const Value& value) {
       for (const auto& [key, item] : value.dict().entries) {
         if (!first) out += ", ";
         first = false;
-        out += ReprString(key) + ": " + PyRepr(item);
+        out += ReprString(key) + ": " + Repr(item, depth + 1);
       }
       return out + (value.kind() == K::kNamespace ? "}>" : "}");
     }
@@ -501,9 +518,16 @@ std::string PyStr(const Value& value) {
   return "";
 }
 
-std::string JsonDumps(const Value& value, int indent) {
+}  // namespace
+
+std::string PyRepr(const Value& value) { return Repr(value, 0); }
+
+std::string PyStr(const Value& value) { return Str(value, 0); }
+
+std::string JsonDumps(const Value& value, const std::string* indent, size_t max_bytes) {
   std::string out;
-  Dump(value, indent, 0, &out);
+  Dump(value, indent, 0, max_bytes, &out);
+  if (out.size() > max_bytes) FailLimit("tojson output exceeds " + std::to_string(max_bytes) + " bytes");
   return out;
 }
 

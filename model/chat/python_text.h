@@ -24,9 +24,11 @@ std::string PyFloat(double f);
 
 // json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=False) with
 // the default separators (", " and ": ", or "," and ": " when indented).
-// indent < 0: no indentation. Fails on values JSON cannot hold (undefined,
-// callables, namespaces, generators), as json.dumps raises TypeError.
-std::string JsonDumps(const Value& value, int indent);
+// indent: null for indent=None, else the string repeated per level (Python
+// turns indent=n into n spaces; 0 or less still breaks lines). Fails on
+// values JSON cannot hold (undefined, callables, namespaces, generators), as
+// json.dumps raises TypeError, and (a limit) past max_bytes of output.
+std::string JsonDumps(const Value& value, const std::string* indent, size_t max_bytes);
 
 // The UTF-8 sequence length of the code point starting at s[i] (1 for an
 // invalid lead byte, so that any byte string walks to its end).

@@ -1,5 +1,6 @@
 #include "model/chat/value.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -69,14 +70,40 @@ Value Value::Markup(std::string s) {
   return v;
 }
 
+namespace {
+
+int NestedDepth(int deepest_child) {
+  if (deepest_child + 1 > kMaxValueDepth) {
+    FailLimit("lists and dicts nested more than " + std::to_string(kMaxValueDepth) + " deep");
+  }
+  return deepest_child + 1;
+}
+
+}  // namespace
+
+int Value::depth() const {
+  switch (kind_) {
+    case Kind::kList: return list_->depth;
+    case Kind::kDict: return dict_->depth;
+    case Kind::kNamespace: return 1;
+    default: return 0;
+  }
+}
+
 Value Value::MakeList(std::vector<Value> items, bool tuple, bool generator) {
+  int deepest = 0;
+  for (const Value& item : items) deepest = std::max(deepest, item.depth());
+  const int depth = NestedDepth(deepest);
   Value v;
   v.kind_ = Kind::kList;
-  v.list_ = std::make_shared<const List>(List{std::move(items), tuple, generator});
+  v.list_ = std::make_shared<const List>(List{std::move(items), tuple, generator, depth});
   return v;
 }
 
 Value Value::MakeDict(Dict dict) {
+  int deepest = 0;
+  for (const auto& [key, item] : dict.entries) deepest = std::max(deepest, item.depth());
+  dict.depth = NestedDepth(deepest);
   Value v;
   v.kind_ = Kind::kDict;
   v.dict_ = std::make_shared<Dict>(std::move(dict));
@@ -96,7 +123,11 @@ Value Value::MakeCallable(Callable callable) {
   return v;
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& json) {
+Value Value::FromJson(const nlohmann::ordered_json& json, int depth) {
+  if (depth > kMaxValueDepth) {
+    FailLimit("the context nests lists and objects more than " + std::to_string(kMaxValueDepth) +
+              " deep");
+  }
   switch (json.type()) {
     case nlohmann::ordered_json::value_t::null:
       return None();
@@ -116,12 +147,12 @@ Value Value::FromJson(const nlohmann::ordered_json& json) {
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(json.size());
-      for (const auto& item : json) items.push_back(FromJson(item));
+      for (const auto& item : json) items.push_back(FromJson(item, depth + 1));
       return MakeList(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict dict;
-      for (const auto& [key, item] : json.items()) dict.Set(key, FromJson(item));
+      for (const auto& [key, item] : json.items()) dict.Set(key, FromJson(item, depth + 1));
       return MakeDict(std::move(dict));
     }
     default:

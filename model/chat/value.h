@@ -38,10 +38,17 @@ struct TemplateError {
 [[noreturn]] void Fail(std::string message);
 [[noreturn]] void FailLimit(std::string message);
 
+// Lists and dicts nest at most this deep (a context from JSON, or values a
+// template builds, e.g. `{% set ns.x = [ns.x] %}` in a loop): everything that
+// walks a value (printing, tojson, ==, destruction) recurses, so the depth is
+// what bounds the stack. Deeper is RESOURCE_EXHAUSTED.
+inline constexpr int kMaxValueDepth = 128;
+
 struct List {
   std::vector<Value> items;
   bool tuple = false;      // printed as (a, b)
   bool generator = false;  // jinja2's map/select/... return generators: no len(), no JSON
+  int depth = 1;           // 1 + the deepest item's depth
 };
 
 // A dict with Python's insertion order; keys are strings (JSON objects and
@@ -49,6 +56,7 @@ struct List {
 struct Dict {
   std::vector<std::pair<std::string, Value>> entries;
   std::unordered_map<std::string, size_t> index;
+  int depth = 1;  // as List::depth; set by Value::MakeDict
 
   const Value* Find(std::string_view key) const;
   void Set(const std::string& key, Value value);
@@ -86,7 +94,8 @@ class Value {
   static Value MakeNamespace(Dict attributes);
   static Value MakeCallable(Callable callable);
   // JSON -> Value, keeping the object key order (Python's json.loads does).
-  static Value FromJson(const nlohmann::ordered_json& json);
+  // Fails (TemplateError) past kMaxValueDepth.
+  static Value FromJson(const nlohmann::ordered_json& json, int depth = 1);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -111,6 +120,9 @@ class Value {
   // Python semantics.
   bool Truthy() const;
   std::string TypeName() const;  // Python's type name, for error messages
+  // Nesting of lists and dicts (0 for scalars; a namespace counts as 1: its
+  // attributes may change and may hold itself, see PyStr).
+  int depth() const;
 
  private:
   Kind kind_ = Kind::kUndefined;

@@ -222,6 +222,8 @@ SNIPPETS = [
   "{{ '<&>' | safe + '<' }}|{{ 'a' + '\"' | safe }}|{{ '<' ~ '>' | safe }}",
   "{{ 'İstanbul ıŞık ÇĞÖÜ Straße ΆΈΑΒΓ άέαβγ Привет ЁЖ' | lower }}|{{ 'istanbul ışık çğöü straße άέαβγ привет ёж ÿ µ ſ' | upper }}",
   "{{ 'ünïcode wörld-x(y' | title }}|{{ 'élan vital'.title() }}|{{ 'éLAN'.capitalize() }}|{{ 'ÇAY' | capitalize }}",
+  "{{ d | tojson(indent=0) }}|{{ d.a | tojson(indent='\t') }}|{{ d | tojson(indent=-2) }}",
+  "{{ range(9223372036854775806, 9223372036854775807, 5) | list }}{{ range(5, -5, -3) | list }}{{ 'abc'[1::9223372036854775807] }}{{ 'abc'[::-9223372036854775807] }}{{ -9223372036854775807 is divisibleby -1 }}",
   # tests
   "{{ n is number }}{{ n is integer }}{{ f is float }}{{ true is boolean }}{{ true is number }}{{ s is string }}{{ d is mapping }}{{ e is iterable }}{{ s is sequence }}{{ none is none }}{{ n is not none }}",
   "{{ 4 is divisibleby 2 }}{{ 3 is even }}{{ 'a' is in 'abc' }}{{ n is eq 7 }}{{ n is gt 3 }}{{ s is lower }}{{ e is defined }}{{ n is sameas 7 }}",

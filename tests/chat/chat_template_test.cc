@@ -313,6 +313,31 @@ TEST(ChatTemplateTest, CyclesAreFreed) {
             "1");
 }
 
+// Everything that walks a value recurses (printing, tojson, ==, freeing):
+// nesting is bounded wherever values come from.
+TEST(ChatTemplateTest, DeeplyNestedValuesAreALimitNotACrash) {
+  absl::StatusOr<std::string> r =
+      Render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+             "{% endfor %}{{ ns.x }}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("nested more than 128 deep"));
+
+  json deep = json::array();
+  for (int i = 0; i < 1000; ++i) deep = json::array({std::move(deep)});
+  r = Render("{{ messages | length }}", {{"messages", deep}});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+
+  // A namespace that holds itself prints until the depth limit, then fails.
+  r = Render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(ChatTemplateTest, TojsonIndentIsBounded) {
+  absl::StatusOr<std::string> r = Render("{{ [[[1]]] | tojson(indent=100000000) }}");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST(ChatTemplateTest, CopiesShareTheParsedTemplate) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse("{{ x }}");
   ASSERT_TRUE(t.ok());
