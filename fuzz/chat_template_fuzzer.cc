@@ -15,8 +15,8 @@
 namespace {
 
 const nlohmann::ordered_json& Context() {
-  static const nlohmann::ordered_json* context = new nlohmann::ordered_json(
-      nlohmann::ordered_json::parse(R"({
+  static const nlohmann::ordered_json* context =
+      new nlohmann::ordered_json(nlohmann::ordered_json::parse(R"({
         "messages": [
           {"role": "system", "content": "Be brief."},
           {"role": "user", "content": " Merhaba dünya 🙂 "},
@@ -38,7 +38,8 @@ const nlohmann::ordered_json& Context() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string source(reinterpret_cast<const char*>(data), size);
-  const absl::StatusOr<dikkat::chat::ChatTemplate> parsed = dikkat::chat::ChatTemplate::Parse(source);
+  const absl::StatusOr<dikkat::chat::ChatTemplate> parsed =
+      dikkat::chat::ChatTemplate::Parse(source);
   if (!parsed.ok()) {
     DIKKAT_FUZZ_CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument,
                       "parse error with code %d", static_cast<int>(parsed.status().code()));
@@ -55,10 +56,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                       first->size());
   } else {
     const absl::StatusCode code = first.status().code();
-    DIKKAT_FUZZ_CHECK(code == absl::StatusCode::kInvalidArgument ||
-                          code == absl::StatusCode::kResourceExhausted,
-                      "render error with code %d: %s", static_cast<int>(code),
-                      std::string(first.status().message()).c_str());
+    DIKKAT_FUZZ_CHECK(
+        code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kResourceExhausted,
+        "render error with code %d: %s", static_cast<int>(code),
+        std::string(first.status().message()).c_str());
   }
   if (source.find("strftime") == std::string::npos) {
     const absl::StatusOr<std::string> second = parsed->Render(Context(), limits);

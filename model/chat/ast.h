@@ -17,21 +17,21 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral,    // literal
-    kName,       // name
-    kList,       // args: items
-    kTuple,      // args: items
-    kDict,       // kwargs-like pairs in dict_items
-    kGetAttr,    // args[0].name
-    kGetItem,    // args[0][args[1]]
-    kSlice,      // args[0][args[1]:args[2]:args[3]] (null parts absent)
-    kCall,       // args[0](args[1:], kwargs)
-    kFilter,     // args[0] | name(args[1:], kwargs); args[0] null in block filters
-    kTest,       // args[0] is [not] name(args[1:]); negated
-    kUnary,      // name: "-", "+", "not"
-    kBinary,     // args[0] name args[1]: + - * / // % ** ~ and or
-    kCompare,    // args[0] ops[0] args[1] ops[1] args[2] ...
-    kCondExpr,   // args[0] if args[1] else args[2] (args[2] may be null)
+    kLiteral,   // literal
+    kName,      // name
+    kList,      // args: items
+    kTuple,     // args: items
+    kDict,      // kwargs-like pairs in dict_items
+    kGetAttr,   // args[0].name
+    kGetItem,   // args[0][args[1]]
+    kSlice,     // args[0][args[1]:args[2]:args[3]] (null parts absent)
+    kCall,      // args[0](args[1:], kwargs)
+    kFilter,    // args[0] | name(args[1:], kwargs); args[0] null in block filters
+    kTest,      // args[0] is [not] name(args[1:]); negated
+    kUnary,     // name: "-", "+", "not"
+    kBinary,    // args[0] name args[1]: + - * / // % ** ~ and or
+    kCompare,   // args[0] ops[0] args[1] ops[1] args[2] ...
+    kCondExpr,  // args[0] if args[1] else args[2] (args[2] may be null)
   };
   Kind kind = Kind::kLiteral;
   int line = 0;
@@ -56,17 +56,17 @@ struct MacroDef {
 
 struct Stmt {
   enum class Kind {
-    kText,        // text
-    kOutput,      // {{ expr }}
-    kIf,          // branches (cond, body); else_body
-    kFor,         // for targets in expr [if cond]: body; else_body
-    kSet,         // set targets = expr, or set targets[0].attr = expr
-    kSetBlock,    // set targets[0] [| filter]: body
-    kFilterBlock, // filter ...: body
-    kMacro,       // macro
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // branches (cond, body); else_body
+    kFor,          // for targets in expr [if cond]: body; else_body
+    kSet,          // set targets = expr, or set targets[0].attr = expr
+    kSetBlock,     // set targets[0] [| filter]: body
+    kFilterBlock,  // filter ...: body
+    kMacro,        // macro
     kBreak,
     kContinue,
-    kBlock,       // body run as is ({% generation %})
+    kBlock,  // body run as is ({% generation %})
   };
   Kind kind = Kind::kText;
   int line = 0;
@@ -74,11 +74,11 @@ struct Stmt {
   ExprPtr expr;
   ExprPtr cond;
   std::vector<std::string> targets;
-  std::string attr;                     // kSet on a namespace attribute
+  std::string attr;  // kSet on a namespace attribute
   std::vector<std::pair<ExprPtr, Body>> branches;
   Body body;
   Body else_body;
-  ExprPtr filter;                       // kSetBlock / kFilterBlock: a kFilter chain
+  ExprPtr filter;  // kSetBlock / kFilterBlock: a kFilter chain
   std::unique_ptr<MacroDef> macro;
 };
 

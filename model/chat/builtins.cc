@@ -28,20 +28,22 @@ bool IsOneOf(const std::string& name, std::initializer_list<const char*> names) 
 // a dict finds these before its keys (`d.items` is the method), as jinja2's
 // getattr-then-getitem does.
 bool IsStringMethod(const std::string& name) {
-  return IsOneOf(name, {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith",
-                        "upper", "lower", "replace", "title", "capitalize", "find", "rfind",
-                        "count", "join", "splitlines", "isdigit", "isalpha", "isalnum",
-                        "isspace", "isupper", "islower", "index", "format", "encode",
-                        "removeprefix", "removesuffix", "zfill", "center", "ljust", "rjust",
-                        "swapcase", "casefold", "partition", "rpartition", "expandtabs"});
+  return IsOneOf(
+      name, {"strip",     "lstrip",  "rstrip",       "split",        "rsplit",     "startswith",
+             "endswith",  "upper",   "lower",        "replace",      "title",      "capitalize",
+             "find",      "rfind",   "count",        "join",         "splitlines", "isdigit",
+             "isalpha",   "isalnum", "isspace",      "isupper",      "islower",    "index",
+             "format",    "encode",  "removeprefix", "removesuffix", "zfill",      "center",
+             "ljust",     "rjust",   "swapcase",     "casefold",     "partition",  "rpartition",
+             "expandtabs"});
 }
 bool IsDictMethod(const std::string& name) {
   return IsOneOf(name, {"items", "keys", "values", "get", "copy", "pop", "popitem", "update",
                         "clear", "setdefault", "fromkeys"});
 }
 bool IsListMethod(const std::string& name) {
-  return IsOneOf(name, {"append", "extend", "insert", "pop", "remove", "clear", "sort",
-                        "reverse", "copy", "index", "count"});
+  return IsOneOf(name, {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+                        "copy", "index", "count"});
 }
 
 Value BoundMethod(const Value& self, const std::string& name) {
@@ -83,8 +85,8 @@ std::string Replace(Interpreter& in, const std::string& s, const std::string& ol
   }
   if (count >= 0 && at.size() > static_cast<size_t>(count)) at.resize(count);
   const double size = static_cast<double>(s.size()) +
-                      static_cast<double>(at.size()) * (static_cast<double>(with.size()) -
-                                                        static_cast<double>(old.size()));
+                      static_cast<double>(at.size()) *
+                          (static_cast<double>(with.size()) - static_cast<double>(old.size()));
   in.Charge(size > 1e18 ? static_cast<size_t>(-1) / 2 : static_cast<size_t>(std::max(0.0, size)));
   std::string out;
   size_t prev = 0;
@@ -131,12 +133,14 @@ Value StringMethod(Interpreter& in, const std::string& s, const std::string& nam
     const bool left = name != "rstrip";
     const bool right = name != "lstrip";
     const Value* chars = args.Get(0, "chars");
-    if (chars == nullptr || chars->is_none()) return in.MakeString(std::string(PyStrip(s, left, right)));
+    if (chars == nullptr || chars->is_none())
+      return in.MakeString(std::string(PyStrip(s, left, right)));
     return in.MakeString(std::string(PyStripChars(s, StringArg(chars, "chars"), left, right)));
   }
   if (name == "split") {
     args.Check("split", 2, {"sep", "maxsplit"});
-    return str_list(Split(in, s, args.Get(0, "sep"), IntArg(args.Get(1, "maxsplit"), -1, "maxsplit")));
+    return str_list(
+        Split(in, s, args.Get(0, "sep"), IntArg(args.Get(1, "maxsplit"), -1, "maxsplit")));
   }
   if (name == "splitlines") return str_list(PySplitLines(s));
   if (name == "startswith" || name == "endswith") {
@@ -494,8 +498,7 @@ bool Interpreter::ApplyTest(const std::string& name, const Value& v, const Args&
     return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
   }
   if (name == "sequence") {
-    return v.is_undefined() || v.is_string() || (v.is_list() && !v.list().generator) ||
-           v.is_dict();
+    return v.is_undefined() || v.is_string() || (v.is_list() && !v.list().generator) || v.is_dict();
   }
   if (name == "equalto" || name == "eq" || name == "==") return Equals(v, need_arg());
   if (name == "ne" || name == "!=") return !Equals(v, need_arg());
@@ -508,7 +511,8 @@ bool Interpreter::ApplyTest(const std::string& name, const Value& v, const Args&
     if (v.kind() != o.kind()) return false;
     // Python's `is`: None, the two bools and CPython's cached small ints are
     // the same object wherever they come from; other values are not known.
-    if (v.kind() == K::kInt) return v.integer() == o.integer() && v.integer() >= -5 && v.integer() <= 256;
+    if (v.kind() == K::kInt)
+      return v.integer() == o.integer() && v.integer() >= -5 && v.integer() <= 256;
     return v.is_none() || v.is_undefined() || (v.kind() == K::kBool && v.boolean() == o.boolean());
   }
   if (name == "odd" || name == "even" || name == "divisibleby") {
@@ -559,7 +563,8 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
     args.Check("trim", 1, {"chars"});
     const Value* chars = args.Get(0, "chars");
     const std::string s = as_text();
-    if (chars == nullptr || chars->is_none()) return MakeString(std::string(PyStrip(s, true, true)));
+    if (chars == nullptr || chars->is_none())
+      return MakeString(std::string(PyStrip(s, true, true)));
     return MakeString(std::string(PyStripChars(s, StringArg(chars, "chars"), true, true)));
   }
   if (name == "string") return v.is_string() ? v : MakeString(as_text());
@@ -591,19 +596,24 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
   }
   if (name == "length" || name == "count") {
     switch (v.kind()) {
-      case K::kUndefined: return Value::Int(0);
-      case K::kString: return Value::Int(static_cast<int64_t>(CodePointOffsets(v.str()).size()) - 1);
+      case K::kUndefined:
+        return Value::Int(0);
+      case K::kString:
+        return Value::Int(static_cast<int64_t>(CodePointOffsets(v.str()).size()) - 1);
       case K::kList:
         if (v.list().generator) Fail("object of type 'generator' has no len()");
         return Value::Int(static_cast<int64_t>(v.list().items.size()));
-      case K::kDict: return Value::Int(static_cast<int64_t>(v.dict().entries.size()));
-      default: Fail("object of type '" + v.TypeName() + "' has no len()");
+      case K::kDict:
+        return Value::Int(static_cast<int64_t>(v.dict().entries.size()));
+      default:
+        Fail("object of type '" + v.TypeName() + "' has no len()");
     }
   }
   if (name == "tojson") {
     args.Check("tojson", 1, {"indent", "ensure_ascii", "separators", "sort_keys"});
     for (const char* unsupported : {"ensure_ascii", "separators", "sort_keys"}) {
-      if (args.Get(99, unsupported) != nullptr) Fail(std::string("tojson(") + unsupported + "=...) is not supported");
+      if (args.Get(99, unsupported) != nullptr)
+        Fail(std::string("tojson(") + unsupported + "=...) is not supported");
     }
     const Value* indent = args.Get(0, "indent");
     std::string unit;
@@ -635,7 +645,8 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
     bool first = true;
     for (const Value& item : Iterate(v)) {
       const Value x = attribute != nullptr && !attribute->is_none()
-                          ? AttributeOf(*this, item, PyStr(*attribute)) : item;
+                          ? AttributeOf(*this, item, PyStr(*attribute))
+                          : item;
       if (!first) out += d;
       first = false;
       out += x.is_string() ? x.str() : PyStr(x);
@@ -675,7 +686,8 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
       const std::string s(PyStrip(v.str(), true, true));
       char* end = nullptr;
       errno = 0;
-      const long long i = std::strtoll(s.c_str(), &end, static_cast<int>(IntArg(args.Get(1, "base"), 10, "base")));
+      const long long i =
+          std::strtoll(s.c_str(), &end, static_cast<int>(IntArg(args.Get(1, "base"), 10, "base")));
       if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return Value::Int(i);
       const double f = std::strtod(s.c_str(), &end);
       if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(f) && std::fabs(f) < 9.2e18) {
@@ -698,7 +710,8 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
   if (name == "abs") {
     if (v.kind() == K::kFloat) return Value::Float(std::fabs(v.number()));
     if (!v.is_number()) Fail("bad operand type for abs(): '" + v.TypeName() + "'");
-    if (v.integer() == INT64_MIN) Fail("integer overflow (values beyond 64 bits are not supported)");
+    if (v.integer() == INT64_MIN)
+      Fail("integer overflow (values beyond 64 bits are not supported)");
     return Value::Int(std::llabs(v.integer()));
   }
   if (name == "replace") {
@@ -715,7 +728,8 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
     const Value* first = args.Get(1, "first");
     const Value* blank = args.Get(2, "blank");
     return MakeString(Indent(*this, as_text(), args.Get(0, "width"),
-                             first != nullptr && first->Truthy(), blank != nullptr && blank->Truthy()));
+                             first != nullptr && first->Truthy(),
+                             blank != nullptr && blank->Truthy()));
   }
   if (name == "reverse") {
     if (v.is_string()) {
@@ -770,8 +784,8 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
     // jinja2 yields nothing for a falsy sequence (None too) without looking further.
     if (!v.Truthy()) return MakeList({}, false, /*generator=*/true);
     for (const Value& item : Iterate(v)) {
-      const Value x = by_attr ? AttributeOf(*this, item, StringArg(&args.positional[0], "attribute"))
-                              : item;
+      const Value x =
+          by_attr ? AttributeOf(*this, item, StringArg(&args.positional[0], "attribute")) : item;
       const bool pass = test.empty() ? x.Truthy() : ApplyTest(test, x, test_args);
       if (pass == keep_if) out.push_back(item);
     }

@@ -150,8 +150,7 @@ Interpreter::Flow Interpreter::Exec(const Body& body, const ScopePtr& scope, std
   return flow;
 }
 
-Interpreter::Flow Interpreter::ExecStmt(const Stmt& stmt, const ScopePtr& scope,
-                                        std::string* out) {
+Interpreter::Flow Interpreter::ExecStmt(const Stmt& stmt, const ScopePtr& scope, std::string* out) {
   Step();
   try {
     switch (stmt.kind) {
@@ -352,7 +351,8 @@ Value Interpreter::Eval(const Expr& expr, const ScopePtr& scope) {
     case Expr::Kind::kUnary: {
       const Value v = Eval(*expr.args[0], scope);
       if (expr.name == "not") return Value::Bool(!v.Truthy());
-      if (!v.is_number()) Fail("bad operand type for unary " + expr.name + ": '" + v.TypeName() + "'");
+      if (!v.is_number())
+        Fail("bad operand type for unary " + expr.name + ": '" + v.TypeName() + "'");
       if (expr.name == "+") return v.kind() == Value::Kind::kBool ? Value::Int(v.integer()) : v;
       if (v.kind() == Value::Kind::kFloat) return Value::Float(-v.number());
       if (v.integer() == INT64_MIN) Overflow();
@@ -388,8 +388,8 @@ Value Interpreter::EvalBinary(const Expr& expr, const ScopePtr& scope) {
   const bool numbers = a.is_number() && b.is_number();
   const bool floats = numbers && (a.kind() == K::kFloat || b.kind() == K::kFloat);
   const auto type_error = [&]() {
-    Fail("unsupported operand type(s) for " + op + ": '" + a.TypeName() + "' and '" +
-         b.TypeName() + "'");
+    Fail("unsupported operand type(s) for " + op + ": '" + a.TypeName() + "' and '" + b.TypeName() +
+         "'");
   };
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
@@ -417,7 +417,9 @@ Value Interpreter::EvalBinary(const Expr& expr, const ScopePtr& scope) {
     return Value::Int(r);
   }
   if (op == "*") {
-    const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
+    const Value* seq = a.is_string() || a.is_list()   ? &a
+                       : b.is_string() || b.is_list() ? &b
+                                                      : nullptr;
     const Value* count = seq == &a ? &b : &a;
     if (seq != nullptr) {
       if (count->kind() != K::kInt && count->kind() != K::kBool) type_error();
@@ -425,11 +427,12 @@ Value Interpreter::EvalBinary(const Expr& expr, const ScopePtr& scope) {
       const int64_t times = std::max<int64_t>(0, count->integer());
       const size_t unit = seq->is_string() ? seq->str().size() : seq->list().items.size();
       // Checked before multiplying, so that no count can overflow the size.
-      const uint64_t cap = seq->is_string() ? limits_.max_output_bytes
-                                            : limits_.max_total_bytes / sizeof(Value);
+      const uint64_t cap =
+          seq->is_string() ? limits_.max_output_bytes : limits_.max_total_bytes / sizeof(Value);
       const size_t total = unit == 0 ? 0
-                           : static_cast<uint64_t>(times) > cap / unit ? cap + 1
-                           : unit * static_cast<size_t>(times);
+                           : static_cast<uint64_t>(times) > cap / unit
+                               ? cap + 1
+                               : unit * static_cast<size_t>(times);
       if (seq->is_string()) {
         Charge(total);
       } else {
@@ -475,7 +478,8 @@ Value Interpreter::EvalBinary(const Expr& expr, const ScopePtr& scope) {
     }
     const int64_t x = a.integer();
     const int64_t y = b.integer();
-    if (x == INT64_MIN && y == -1) Fail("integer overflow (values beyond 64 bits are not supported)");
+    if (x == INT64_MIN && y == -1)
+      Fail("integer overflow (values beyond 64 bits are not supported)");
     int64_t q = x / y;
     int64_t m = x % y;
     if (m != 0 && ((m < 0) != (y < 0))) {

@@ -158,9 +158,9 @@ class Lexer {
     }
     if (IsDigit(c)) return LexNumber(pos);
     if (c == '\'' || c == '"') return LexString(pos);
-    static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%",
-                                       "~",  "(",  ")",  "[",  "]",  "{",  "}", ",", ".", ":", "|",
-                                       "=",  "<",  ">",  ";"};
+    static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                       "/",  "%",  "~",  "(",  ")",  "[",  "]", "{", "}",
+                                       ",",  ".",  ":",  "|",  "=",  "<",  ">", ";"};
     for (const char* op : kOps) {
       const std::string_view view(op);
       if (src_.compare(pos, view.size(), view) != 0) continue;
@@ -180,8 +180,8 @@ class Lexer {
 
   size_t LexNumber(size_t pos) {
     const auto digits = [&](size_t p) {
-      while (p < src_.size() && (IsDigit(src_[p]) || (src_[p] == '_' && p + 1 < src_.size() &&
-                                                      IsDigit(src_[p + 1])))) {
+      while (p < src_.size() && (IsDigit(src_[p]) ||
+                                 (src_[p] == '_' && p + 1 < src_.size() && IsDigit(src_[p + 1])))) {
         ++p;
       }
       return p;
@@ -259,8 +259,10 @@ class Lexer {
         uint32_t cp = 0;
         for (int k = 0; k < count; ++k) {
           const char h = src_[p + k];
-          const int d = IsDigit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                                                : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+          const int d = IsDigit(h)               ? h - '0'
+                        : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                        : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                                 : -1;
           if (d < 0) Error(p, "truncated \\x/\\u escape");
           cp = cp * 16 + static_cast<uint32_t>(d);
         }
@@ -269,20 +271,47 @@ class Lexer {
         AppendUtf8(cp, &value);
       };
       switch (e) {
-        case '\n': break;  // line continuation
-        case '\\': value += '\\'; break;
-        case '\'': value += '\''; break;
-        case '"': value += '"'; break;
-        case 'a': value += '\a'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'n': value += '\n'; break;
-        case 'r': value += '\r'; break;
-        case 't': value += '\t'; break;
-        case 'v': value += '\v'; break;
-        case 'x': hex(2); break;
-        case 'u': hex(4); break;
-        case 'U': hex(8); break;
+        case '\n':
+          break;  // line continuation
+        case '\\':
+          value += '\\';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case 'a':
+          value += '\a';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'n':
+          value += '\n';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'v':
+          value += '\v';
+          break;
+        case 'x':
+          hex(2);
+          break;
+        case 'u':
+          hex(4);
+          break;
+        case 'U':
+          hex(8);
+          break;
         default:
           if (e >= '0' && e <= '7') {
             uint32_t cp = static_cast<uint32_t>(e - '0');

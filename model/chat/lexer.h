@@ -21,8 +21,19 @@
 namespace dikkat::chat {
 
 struct Token {
-  enum class Type { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt,
-                    kFloat, kOp, kEnd };
+  enum class Type {
+    kText,
+    kVarBegin,
+    kVarEnd,
+    kBlockBegin,
+    kBlockEnd,
+    kName,
+    kString,
+    kInt,
+    kFloat,
+    kOp,
+    kEnd
+  };
   Type type = Type::kEnd;
   std::string value;  // text, name, decoded string literal or operator
   int64_t int_value = 0;

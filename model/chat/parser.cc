@@ -35,9 +35,7 @@ class Parser {
   };
 
   const Token& Cur() const { return tokens_[pos_]; }
-  const Token& Peek(size_t k = 1) const {
-    return tokens_[std::min(pos_ + k, tokens_.size() - 1)];
-  }
+  const Token& Peek(size_t k = 1) const { return tokens_[std::min(pos_ + k, tokens_.size() - 1)]; }
   void Next() {
     if (pos_ + 1 < tokens_.size()) ++pos_;
   }
@@ -56,18 +54,23 @@ class Parser {
 
   [[noreturn]] void Error(const std::string& message) const {
     const Token& t = Cur();
-    throw TemplateError{TemplateError::Kind::kInvalid,
-                        "line " + std::to_string(t.line) + ", column " + std::to_string(t.column) +
-                            ": " + message,
-                        t.line};
+    throw TemplateError{
+        TemplateError::Kind::kInvalid,
+        "line " + std::to_string(t.line) + ", column " + std::to_string(t.column) + ": " + message,
+        t.line};
   }
   static std::string Describe(const Token& t) {
     switch (t.type) {
-      case T::kEnd: return "end of template";
-      case T::kBlockEnd: return "'%}'";
-      case T::kVarEnd: return "'}}'";
-      case T::kText: return "text";
-      default: return "'" + t.value + "'";
+      case T::kEnd:
+        return "end of template";
+      case T::kBlockEnd:
+        return "'%}'";
+      case T::kVarEnd:
+        return "'}}'";
+      case T::kText:
+        return "text";
+      default:
+        return "'" + t.value + "'";
     }
   }
   void ExpectOp(const char* op) {
@@ -374,9 +377,9 @@ class Parser {
     ExprPtr cmp;
     while (true) {
       std::string op;
-      if (Cur().type == T::kOp && (Cur().value == "==" || Cur().value == "!=" ||
-                                   Cur().value == "<" || Cur().value == "<=" ||
-                                   Cur().value == ">" || Cur().value == ">=")) {
+      if (Cur().type == T::kOp &&
+          (Cur().value == "==" || Cur().value == "!=" || Cur().value == "<" ||
+           Cur().value == "<=" || Cur().value == ">" || Cur().value == ">=")) {
         op = Cur().value;
         Next();
       } else if (IsName("in")) {

@@ -74,13 +74,27 @@ void JsonString(std::string_view s, std::string* out) {
   *out += '"';
   for (char c : s) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      case '\b': *out += "\\b"; break;
-      case '\f': *out += "\\f"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -109,9 +123,15 @@ void Dump(const Value& v, const std::string* indent, int level, size_t max_bytes
     for (int i = 0; i < at; ++i) *out += *indent;
   };
   switch (v.kind()) {
-    case K::kNone: *out += "null"; return;
-    case K::kBool: *out += v.boolean() ? "true" : "false"; return;
-    case K::kInt: *out += std::to_string(v.integer()); return;
+    case K::kNone:
+      *out += "null";
+      return;
+    case K::kBool:
+      *out += v.boolean() ? "true" : "false";
+      return;
+    case K::kInt:
+      *out += std::to_string(v.integer());
+      return;
     case K::kFloat: {
       const double f = v.number();
       if (std::isnan(f)) {
@@ -123,7 +143,9 @@ void Dump(const Value& v, const std::string* indent, int level, size_t max_bytes
       }
       return;
     }
-    case K::kString: JsonString(v.str(), out); return;
+    case K::kString:
+      JsonString(v.str(), out);
+      return;
     case K::kList: {
       if (v.list().generator) Fail("Object of type generator is not JSON serializable");
       const auto& items = v.list().items;
@@ -203,8 +225,7 @@ std::string_view PyStrip(std::string_view s, bool left, bool right) {
     while (!s.empty()) {
       // Step back to the start of the last code point.
       size_t start = s.size() - 1;
-      while (start > 0 && s.size() - start < 4 &&
-             (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) {
+      while (start > 0 && s.size() - start < 4 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) {
         --start;
       }
       if (start + Utf8Length(s, start) != s.size()) start = s.size() - 1;
@@ -215,8 +236,7 @@ std::string_view PyStrip(std::string_view s, bool left, bool right) {
   return s;
 }
 
-std::string_view PyStripChars(std::string_view s, std::string_view chars, bool left,
-                              bool right) {
+std::string_view PyStripChars(std::string_view s, std::string_view chars, bool left, bool right) {
   std::vector<std::string_view> set;
   for (size_t i = 0; i < chars.size(); i += Utf8Length(chars, i)) {
     set.push_back(chars.substr(i, Utf8Length(chars, i)));
@@ -232,7 +252,8 @@ std::string_view PyStripChars(std::string_view s, std::string_view chars, bool l
   }
   if (right) {
     while (!s.empty()) {
-      const std::vector<size_t> offsets = CodePointOffsets(s.substr(s.size() > 4 ? s.size() - 4 : 0));
+      const std::vector<size_t> offsets =
+          CodePointOffsets(s.substr(s.size() > 4 ? s.size() - 4 : 0));
       const size_t base = s.size() > 4 ? s.size() - 4 : 0;
       const size_t start = base + offsets[offsets.size() - 2];
       if (!in_set(s.substr(start))) break;
@@ -268,8 +289,7 @@ std::vector<std::string> PySplitLines(std::string_view s) {
     size_t n = 0;
     const uint32_t cp = CodePointAt(s, i, &n);
     const bool is_break = cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C ||
-                          (cp >= 0x1C && cp <= 0x1E) || cp == 0x85 || cp == 0x2028 ||
-                          cp == 0x2029;
+                          (cp >= 0x1C && cp <= 0x1E) || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
     if (!is_break) {
       i += n;
       continue;
@@ -288,12 +308,23 @@ std::string HtmlEscape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '\'': out += "&#39;"; break;
-      case '"': out += "&#34;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -329,7 +360,8 @@ uint32_t LowerOf(uint32_t cp) {
   const bool even = cp % 2 == 0;
   if ((InPairRange(cp, 0x100, 0x12F) || InPairRange(cp, 0x132, 0x137) ||
        InPairRange(cp, 0x14A, 0x177) || InPairRange(cp, 0x460, 0x481) ||
-       InPairRange(cp, 0x48A, 0x4BF)) && even) {
+       InPairRange(cp, 0x48A, 0x4BF)) &&
+      even) {
     return cp + 1;
   }
   if ((InPairRange(cp, 0x139, 0x148) || InPairRange(cp, 0x179, 0x17E)) && !even) return cp + 1;
@@ -349,21 +381,32 @@ uint32_t UpperOf(uint32_t cp) {
   const bool even = cp % 2 == 0;
   if ((InPairRange(cp, 0x101, 0x12F) || InPairRange(cp, 0x133, 0x137) ||
        InPairRange(cp, 0x14B, 0x177) || InPairRange(cp, 0x461, 0x481) ||
-       InPairRange(cp, 0x48B, 0x4BF)) && !even) {
+       InPairRange(cp, 0x48B, 0x4BF)) &&
+      !even) {
     return cp - 1;
   }
   if ((InPairRange(cp, 0x13A, 0x148) || InPairRange(cp, 0x17A, 0x17E)) && even) return cp - 1;
   switch (cp) {
-    case 0xFF: return 0x178;
-    case 0xB5: return 0x39C;
-    case 0x131: return 'I';
-    case 0x17F: return 'S';
-    case 0x3C2: return 0x3A3;
-    case 0x3AC: return 0x386;
-    case 0x3CC: return 0x38C;
-    case 0x3CD: return 0x38E;
-    case 0x3CE: return 0x38F;
-    default: break;
+    case 0xFF:
+      return 0x178;
+    case 0xB5:
+      return 0x39C;
+    case 0x131:
+      return 'I';
+    case 0x17F:
+      return 'S';
+    case 0x3C2:
+      return 0x3A3;
+    case 0x3AC:
+      return 0x386;
+    case 0x3CC:
+      return 0x38C;
+    case 0x3CD:
+      return 0x38E;
+    case 0x3CE:
+      return 0x38F;
+    default:
+      break;
   }
   if (cp >= 0x3AD && cp <= 0x3AF) return cp - 37;
   if ((cp >= 0x3B1 && cp <= 0x3C1) || (cp >= 0x3C3 && cp <= 0x3CB)) return cp - 32;
@@ -485,12 +528,18 @@ std::string Str(const Value& value, int depth) {
     FailLimit("a value nested more than " + std::to_string(kMaxValueDepth) + " deep to print");
   }
   switch (value.kind()) {
-    case K::kUndefined: return "";
-    case K::kNone: return "None";
-    case K::kBool: return value.boolean() ? "True" : "False";
-    case K::kInt: return std::to_string(value.integer());
-    case K::kFloat: return PyFloat(value.number());
-    case K::kString: return value.str();
+    case K::kUndefined:
+      return "";
+    case K::kNone:
+      return "None";
+    case K::kBool:
+      return value.boolean() ? "True" : "False";
+    case K::kInt:
+      return std::to_string(value.integer());
+    case K::kFloat:
+      return PyFloat(value.number());
+    case K::kString:
+      return value.str();
     case K::kList: {
       const List& list = value.list();
       if (list.generator) return "<generator object>";
@@ -513,7 +562,8 @@ std::string Str(const Value& value, int depth) {
       }
       return out + (value.kind() == K::kNamespace ? "}>" : "}");
     }
-    case K::kCallable: return "<function " + value.callable().name + ">";
+    case K::kCallable:
+      return "<function " + value.callable().name + ">";
   }
   return "";
 }
@@ -527,7 +577,8 @@ std::string PyStr(const Value& value) { return Str(value, 0); }
 std::string JsonDumps(const Value& value, const std::string* indent, size_t max_bytes) {
   std::string out;
   Dump(value, indent, 0, max_bytes, &out);
-  if (out.size() > max_bytes) FailLimit("tojson output exceeds " + std::to_string(max_bytes) + " bytes");
+  if (out.size() > max_bytes)
+    FailLimit("tojson output exceeds " + std::to_string(max_bytes) + " bytes");
   return out;
 }
 

@@ -83,10 +83,14 @@ int NestedDepth(int deepest_child) {
 
 int Value::depth() const {
   switch (kind_) {
-    case Kind::kList: return list_->depth;
-    case Kind::kDict: return dict_->depth;
-    case Kind::kNamespace: return 1;
-    default: return 0;
+    case Kind::kList:
+      return list_->depth;
+    case Kind::kDict:
+      return dict_->depth;
+    case Kind::kNamespace:
+      return 1;
+    default:
+      return 0;
   }
 }
 
@@ -186,16 +190,26 @@ bool Value::Truthy() const {
 
 std::string Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return list_->generator ? "generator" : list_->tuple ? "tuple" : "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kCallable: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return list_->generator ? "generator" : list_->tuple ? "tuple" : "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kCallable:
+      return "function";
   }
   return "?";
 }
@@ -257,8 +271,7 @@ bool Less(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  Fail("'<' not supported between instances of '" + a.TypeName() + "' and '" + b.TypeName() +
-       "'");
+  Fail("'<' not supported between instances of '" + a.TypeName() + "' and '" + b.TypeName() + "'");
 }
 
 }  // namespace dikkat::chat

@@ -68,17 +68,27 @@ struct Callable {
   enum class Type { kMacro, kMethod, kGlobal };
   Type type = Type::kGlobal;
   std::string name;
-  const MacroDef* macro = nullptr;      // kMacro
+  const MacroDef* macro = nullptr;  // kMacro
   // kMacro: the scope it was defined in. Weak: that scope holds the macro,
   // and a strong pointer would make a cycle that is never freed.
   std::weak_ptr<Scope> closure;
-  std::shared_ptr<const Value> self;    // kMethod: the receiver
+  std::shared_ptr<const Value> self;  // kMethod: the receiver
 };
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace,
-                    kCallable };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kNamespace,
+    kCallable
+  };
 
   Value() = default;  // undefined
   static Value None();
@@ -112,7 +122,7 @@ class Value {
   double number() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(integer()); }
   const std::string& str() const { return *s_; }
   const List& list() const { return *list_; }
-  const Dict& dict() const { return *dict_; }   // kDict and kNamespace
+  const Dict& dict() const { return *dict_; }  // kDict and kNamespace
   Dict& namespace_attributes() const { return *dict_; }
   const std::shared_ptr<Dict>& shared_namespace() const { return dict_; }
   const Callable& callable() const { return *fn_; }

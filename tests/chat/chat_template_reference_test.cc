@@ -34,8 +34,8 @@ fs::path TemplateDir() { return fs::path(DIKKAT_SOURCE_DIR) / "tests/chat/data/c
 class ChatTemplateReferenceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const fs::path out =
-        fs::path(::testing::TempDir()) / ("chat_template_reference_" + std::to_string(getpid()) + ".json");
+    const fs::path out = fs::path(::testing::TempDir()) /
+                         ("chat_template_reference_" + std::to_string(getpid()) + ".json");
     std::string cmd = std::string("/usr/bin/python3 ") + DIKKAT_SOURCE_DIR +
                       "/tests/chat/chat_template_reference.py " + out.string();
     for (const auto& entry : fs::directory_iterator(TemplateDir())) {
@@ -86,7 +86,8 @@ TEST_F(ChatTemplateReferenceTest, EveryTemplateMatchesJinja2ByteForByte) {
       ++rendered[name];
     } else {
       EXPECT_FALSE(got.ok()) << "jinja2 raised " << c["error"].get<std::string>()
-                             << " but we rendered:\n" << *got;
+                             << " but we rendered:\n"
+                             << *got;
       if (!got.ok() && c["raised"].get<bool>()) {
         EXPECT_EQ(std::string(got.status().message()),
                   "chat template raised: " + c["error"].get<std::string>());

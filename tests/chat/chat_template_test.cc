@@ -51,7 +51,8 @@ TEST(ChatTemplateTest, SyntaxErrorsSayWhere) {
   absl::StatusOr<std::string> r = Render("hello\n  {{ 'abc }}");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("line 2, column 6: unterminated string"));
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("line 2, column 6: unterminated string"));
 
   r = Render("{% if x %}\nno end");
   ASSERT_FALSE(r.ok());
@@ -87,10 +88,10 @@ TEST(ChatTemplateTest, RenderErrorsNameTheLine) {
 }
 
 TEST(ChatTemplateTest, RaiseExceptionKeepsTheTemplatesMessage) {
-  absl::StatusOr<std::string> r =
-      Render("a{% if messages[0].role == 'system' %}{{ raise_exception('System role not "
-             "supported') }}{% endif %}",
-             {{"messages", {{{"role", "system"}, {"content", "x"}}}}});
+  absl::StatusOr<std::string> r = Render(
+      "a{% if messages[0].role == 'system' %}{{ raise_exception('System role not "
+      "supported') }}{% endif %}",
+      {{"messages", {{{"role", "system"}, {"content", "x"}}}}});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(std::string(r.status().message()), "chat template raised: System role not supported");
@@ -110,9 +111,9 @@ TEST(ChatTemplateTest, UndefinedBehavesAsJinja2s) {
   EXPECT_EQ(Ok("{{ {'a': 1}.b is defined }}{{ {'a': 1}['b'] is defined }}{{ [1][3] is defined }}"),
             "FalseFalseFalse");
   EXPECT_EQ(Ok("{{ nope == nope }}{{ nope in [1] }}{{ 1 in nope }}"), "TrueFalseFalse");
-  for (const char* raises : {"{{ nope.x }}", "{{ nope['x'] }}", "{{ nope() }}", "{{ nope + 'a' }}",
-                             "{{ 'a' + nope }}", "{{ nope | tojson }}", "{{ nope.x.y }}",
-                             "{{ nope[1:] }}", "{{ nope < 1 }}"}) {
+  for (const char* raises :
+       {"{{ nope.x }}", "{{ nope['x'] }}", "{{ nope() }}", "{{ nope + 'a' }}", "{{ 'a' + nope }}",
+        "{{ nope | tojson }}", "{{ nope.x.y }}", "{{ nope[1:] }}", "{{ nope < 1 }}"}) {
     EXPECT_EQ(Render(raises).status().code(), absl::StatusCode::kInvalidArgument) << raises;
   }
 }
@@ -181,9 +182,9 @@ TEST(ChatTemplateTest, TotalBytesLimitBoundsMemoryAcrossALoop) {
 TEST(ChatTemplateTest, StepLimit) {
   RenderLimits limits;
   limits.max_steps = 10'000;
-  absl::StatusOr<std::string> r = Render(
-      "{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", json::object(),
-      limits);
+  absl::StatusOr<std::string> r =
+      Render("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
+             json::object(), limits);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("10000 evaluation steps"));
@@ -217,11 +218,11 @@ TEST(ChatTemplateTest, DeepNestingIsAParseErrorNotACrash) {
       EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
     }
   }
-  EXPECT_THAT(ChatTemplate::Parse("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') +
-                                  " }}")
-                  .status()
-                  .ToString(),
-              HasSubstr("nested too deeply"));
+  EXPECT_THAT(
+      ChatTemplate::Parse("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}")
+          .status()
+          .ToString(),
+      HasSubstr("nested too deeply"));
 }
 
 TEST(ChatTemplateTest, RendersConcurrentlyFromOneParse) {
@@ -258,15 +259,17 @@ TEST(ChatTemplateTest, DefaultLimitsLeaveRoomForLongConversations) {
   json messages = json::array();
   messages.push_back({{"role", "system"}, {"content", "You are helpful."}});
   for (int i = 0; i < 33; ++i) {
-    messages.push_back({{"role", "user"}, {"content", "Weather in city " + std::to_string(i) + "?"}});
+    messages.push_back(
+        {{"role", "user"}, {"content", "Weather in city " + std::to_string(i) + "?"}});
     messages.push_back(json::parse(R"({"role": "assistant", "content": null, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "get_weather",
          "arguments": "{\"city\": \"Ankara\"}"}}]})"));
     messages.push_back({{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "{\"t\": 21}"}});
   }
-  const json context = {{"messages", messages}, {"tools", tools}, {"add_generation_prompt", true},
-                        {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"functions", "[]"},
-                        {"datetime", "2026-11-24"}, {"date_string", "24 Nov 2026"}};
+  const json context = {{"messages", messages},          {"tools", tools},
+                        {"add_generation_prompt", true}, {"bos_token", "<s>"},
+                        {"eos_token", "</s>"},           {"functions", "[]"},
+                        {"datetime", "2026-11-24"},      {"date_string", "24 Nov 2026"}};
   const RenderLimits defaults;
   namespace fs = std::filesystem;
   int rendered = 0;
@@ -296,8 +299,7 @@ TEST(ChatTemplateTest, DefaultLimitsLeaveRoomForLongConversations) {
         lo = probe.max_steps + 1;
       }
     }
-    std::printf("%7lld steps  %s\n", static_cast<long long>(lo),
-                entry.path().filename().c_str());
+    std::printf("%7lld steps  %s\n", static_cast<long long>(lo), entry.path().filename().c_str());
   }
   EXPECT_GE(rendered, 8);
 }
@@ -316,9 +318,9 @@ TEST(ChatTemplateTest, CyclesAreFreed) {
 // Everything that walks a value recurses (printing, tojson, ==, freeing):
 // nesting is bounded wherever values come from.
 TEST(ChatTemplateTest, DeeplyNestedValuesAreALimitNotACrash) {
-  absl::StatusOr<std::string> r =
-      Render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
-             "{% endfor %}{{ ns.x }}");
+  absl::StatusOr<std::string> r = Render(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+      "{% endfor %}{{ ns.x }}");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("nested more than 128 deep"));
