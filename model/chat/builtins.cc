@@ -197,8 +197,7 @@ Value StringMethod(Interpreter& in, const std::string& s, const std::string& nam
       if (!first) out += s;
       first = false;
       out += v.str();
-      in.Charge(0);
-      if (out.size() > (64u << 20)) in.Charge(out.size());
+      if (out.size() > in.max_value_bytes()) in.Charge(out.size());  // fails
     }
     return in.MakeString(std::move(out));
   }
@@ -612,7 +611,7 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
   if (name == "tojson") {
     args.Check("tojson", 1, {"indent", "ensure_ascii", "separators", "sort_keys"});
     for (const char* unsupported : {"ensure_ascii", "separators", "sort_keys"}) {
-      if (args.Get(99, unsupported) != nullptr)
+      if (args.Named(unsupported) != nullptr)
         Fail(std::string("tojson(") + unsupported + "=...) is not supported");
     }
     const Value* indent = args.Get(0, "indent");
@@ -794,9 +793,9 @@ Value Interpreter::ApplyFilter(const std::string& name, const Value& v, const Ar
   if (name == "map") {
     std::vector<Value> out;
     if (!v.Truthy()) return MakeList({}, false, /*generator=*/true);
-    const Value* attribute = args.Get(99, "attribute");
+    const Value* attribute = args.Named("attribute");
     if (attribute != nullptr) {
-      const Value* dflt = args.Get(99, "default");
+      const Value* dflt = args.Named("default");
       for (const Value& item : Iterate(v)) {
         Value x = AttributeOf(*this, item, PyStr(*attribute));
         if (x.is_undefined() && dflt != nullptr) x = *dflt;

@@ -9,6 +9,8 @@
 namespace dikkat::chat {
 namespace {
 
+constexpr int kMaxExecDepth = 256;
+
 [[noreturn]] void Overflow() { Fail("integer overflow (values beyond 64 bits are not supported)"); }
 
 // Python's slice.indices(): normalised start/stop for `step`.
@@ -44,6 +46,13 @@ const Value* Scope::Find(const std::string& name) const {
 
 const Value* Args::Get(size_t index, const char* name) const {
   if (index < positional.size()) return &positional[index];
+  for (const auto& [key, value] : named) {
+    if (key == name) return &value;
+  }
+  return nullptr;
+}
+
+const Value* Args::Named(const char* name) const {
   for (const auto& [key, value] : named) {
     if (key == name) return &value;
   }
@@ -137,9 +146,10 @@ void Interpreter::Append(std::string* out, std::string_view text) {
 // ---- statements --------------------------------------------------------------
 
 Interpreter::Flow Interpreter::Exec(const Body& body, const ScopePtr& scope, std::string* out) {
-  if (++depth_ > limits_.max_call_depth * 4) {
-    FailLimit("blocks and macro calls nested more than " +
-              std::to_string(limits_.max_call_depth * 4) + " deep");
+  // The parser bounds nesting within a template; macro calls multiply it.
+  if (++depth_ > kMaxExecDepth) {
+    FailLimit("blocks and macro calls nested more than " + std::to_string(kMaxExecDepth) +
+              " deep");
   }
   Flow flow = Flow::kNormal;
   for (const auto& stmt : body) {

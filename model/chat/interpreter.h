@@ -37,6 +37,8 @@ struct Args {
 
   // The argument at `index` or named `name`, or null.
   const Value* Get(size_t index, const char* name) const;
+  // The keyword argument `name`, or null.
+  const Value* Named(const char* name) const;
   // Fails unless at most `max_positional` positional arguments and only the
   // named ones listed were given.
   void Check(const char* what, size_t max_positional,
@@ -55,6 +57,7 @@ class Interpreter {
 
   // ---- used by the builtins (builtins.cc) ----
   void Step();
+  size_t max_value_bytes() const { return limits_.max_output_bytes; }
   // Fails if a value of `bytes` would exceed max_output_bytes, else charges
   // it to max_total_bytes.
   void Charge(size_t bytes);

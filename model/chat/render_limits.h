@@ -26,7 +26,8 @@ struct RenderLimits {
   size_t max_total_bytes = 64 << 20;
   // Evaluation steps: every expression node, statement and loop iteration.
   int64_t max_steps = 1'000'000;
-  // Nested macro calls (recursion) and nested blocks at run time.
+  // Nested macro calls (recursion). Blocks nested at run time, inside and
+  // across macro calls, stop at 256 whatever this says.
   int max_call_depth = 32;
 };
 
