@@ -138,6 +138,20 @@ def tool_turns(arguments_as_string, content_none):
     ]
 
 
+def parallel_tool_turns():
+    """Two calls in one assistant message (with content), two tool results."""
+    calls = [{"id": f"call_{i}", "type": "function",
+              "function": {"name": "get_current_weather",
+                           "arguments": {"location": city, "days": i + 1}}}
+             for i, city in enumerate(["Ankara", "Kars"])]
+    return [
+        {"role": "user", "content": "Weather in Ankara and Kars?"},
+        {"role": "assistant", "content": "Let me check both.", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "call_0", "content": "{\"t\": 21}"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"t\": -3.5}"},
+    ]
+
+
 def cases():
     """(name, messages, extra variables) of each conversation."""
     yield "user_only", [USER], {}
@@ -153,6 +167,11 @@ def cases():
     yield "tool_calls_dict_args", tool_turns(False, False), {"tools": TOOLS}
     yield "tool_calls_string_args", tool_turns(True, False), {"tools": TOOLS}
     yield "tool_calls_none_content", tool_turns(True, True), {"tools": TOOLS}
+    yield "parallel_tool_calls", parallel_tool_turns(), {"tools": TOOLS}
+    yield "template_syntax_in_content", [
+        {"role": "user", "content": "\n\n{{ not a template }} {% if %} {# x #} <|im_end|>\n  "},
+        {"role": "assistant", "content": "  <think>plan</think>\n\nAnswer: {{x}}  "},
+        {"role": "user", "content": "\t"}], {}
     yield "documents", [USER], {"documents": [{"title": "Ankara", "text": "Başkent."},
                                               {"title": "İzmir", "text": "Ege."}]}
 
