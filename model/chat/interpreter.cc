@@ -148,8 +148,7 @@ void Interpreter::Append(std::string* out, std::string_view text) {
 Interpreter::Flow Interpreter::Exec(const Body& body, const ScopePtr& scope, std::string* out) {
   // The parser bounds nesting within a template; macro calls multiply it.
   if (++depth_ > kMaxExecDepth) {
-    FailLimit("blocks and macro calls nested more than " + std::to_string(kMaxExecDepth) +
-              " deep");
+    FailLimit("blocks and macro calls nested more than " + std::to_string(kMaxExecDepth) + " deep");
   }
   Flow flow = Flow::kNormal;
   for (const auto& stmt : body) {
