@@ -1,17 +1,15 @@
 #include "model/chat/interpreter.h"
 
-#include <cmath>
 #include <string>
 #include <utility>
 
+#include "model/chat/operators.h"
 #include "model/chat/python_text.h"
 
 namespace dikkat::chat {
 namespace {
 
 constexpr int kMaxExecDepth = 256;
-
-[[noreturn]] void Overflow() { Fail("integer overflow (values beyond 64 bits are not supported)"); }
 
 // Python's slice.indices(): normalised start/stop for `step`.
 void SliceIndices(int64_t length, const Value* start, const Value* stop, int64_t step,
@@ -360,12 +358,7 @@ Value Interpreter::Eval(const Expr& expr, const ScopePtr& scope) {
     case Expr::Kind::kUnary: {
       const Value v = Eval(*expr.args[0], scope);
       if (expr.name == "not") return Value::Bool(!v.Truthy());
-      if (!v.is_number())
-        Fail("bad operand type for unary " + expr.name + ": '" + v.TypeName() + "'");
-      if (expr.name == "+") return v.kind() == Value::Kind::kBool ? Value::Int(v.integer()) : v;
-      if (v.kind() == Value::Kind::kFloat) return Value::Float(-v.number());
-      if (v.integer() == INT64_MIN) Overflow();
-      return Value::Int(-v.integer());
+      return UnaryOperator(expr.name, v);
     }
     case Expr::Kind::kBinary:
       return EvalBinary(expr, scope);
@@ -390,128 +383,7 @@ Value Interpreter::EvalBinary(const Expr& expr, const ScopePtr& scope) {
     Charge(s.size() + t.size());
     return Value::Str(s + t);
   }
-  if (a.is_undefined() || b.is_undefined()) {
-    Fail("undefined value in '" + op + "' (jinja2's Undefined supports no arithmetic)");
-  }
-  using K = Value::Kind;
-  const bool numbers = a.is_number() && b.is_number();
-  const bool floats = numbers && (a.kind() == K::kFloat || b.kind() == K::kFloat);
-  const auto type_error = [&]() {
-    Fail("unsupported operand type(s) for " + op + ": '" + a.TypeName() + "' and '" + b.TypeName() +
-         "'");
-  };
-  if (op == "+") {
-    if (a.is_string() && b.is_string()) {
-      if (a.is_markup() != b.is_markup()) {
-        // Markup + str escapes the str (markupsafe), either way round.
-        const std::string left = a.is_markup() ? a.str() : HtmlEscape(a.str());
-        const std::string right = b.is_markup() ? b.str() : HtmlEscape(b.str());
-        Charge(left.size() + right.size());
-        return Value::Markup(left + right);
-      }
-      Charge(a.str().size() + b.str().size());
-      return a.is_markup() ? Value::Markup(a.str() + b.str()) : Value::Str(a.str() + b.str());
-    }
-    if (a.is_list() && b.is_list() && !a.list().generator && !b.list().generator &&
-        a.list().tuple == b.list().tuple) {
-      std::vector<Value> items = a.list().items;
-      ChargeSlots((items.size() + b.list().items.size()));
-      items.insert(items.end(), b.list().items.begin(), b.list().items.end());
-      return Value::MakeList(std::move(items), a.list().tuple);
-    }
-    if (!numbers) type_error();
-    if (floats) return Value::Float(a.number() + b.number());
-    int64_t r = 0;
-    if (__builtin_add_overflow(a.integer(), b.integer(), &r)) Overflow();
-    return Value::Int(r);
-  }
-  if (op == "*") {
-    const Value* seq = a.is_string() || a.is_list()   ? &a
-                       : b.is_string() || b.is_list() ? &b
-                                                      : nullptr;
-    const Value* count = seq == &a ? &b : &a;
-    if (seq != nullptr) {
-      if (count->kind() != K::kInt && count->kind() != K::kBool) type_error();
-      if (seq->is_list() && seq->list().generator) type_error();
-      const int64_t times = std::max<int64_t>(0, count->integer());
-      const size_t unit = seq->is_string() ? seq->str().size() : seq->list().items.size();
-      // Checked before multiplying, so that no count can overflow the size.
-      const uint64_t cap =
-          seq->is_string() ? limits_.max_output_bytes : limits_.max_total_bytes / sizeof(Value);
-      const size_t total = unit == 0 ? 0
-                           : static_cast<uint64_t>(times) > cap / unit
-                               ? cap + 1
-                               : unit * static_cast<size_t>(times);
-      if (seq->is_string()) {
-        Charge(total);
-      } else {
-        ChargeSlots(total);
-      }
-      if (seq->is_string()) {
-        std::string s;
-        s.reserve(unit * times);
-        for (int64_t i = 0; i < times; ++i) s += seq->str();
-        return Value::Str(std::move(s));
-      }
-      std::vector<Value> items;
-      for (int64_t i = 0; i < times; ++i) {
-        items.insert(items.end(), seq->list().items.begin(), seq->list().items.end());
-      }
-      return Value::MakeList(std::move(items), seq->list().tuple);
-    }
-    if (!numbers) type_error();
-    if (floats) return Value::Float(a.number() * b.number());
-    int64_t r = 0;
-    if (__builtin_mul_overflow(a.integer(), b.integer(), &r)) Overflow();
-    return Value::Int(r);
-  }
-  if (!numbers) type_error();
-  if (op == "-") {
-    if (floats) return Value::Float(a.number() - b.number());
-    int64_t r = 0;
-    if (__builtin_sub_overflow(a.integer(), b.integer(), &r)) Overflow();
-    return Value::Int(r);
-  }
-  if (op == "/") {
-    if (b.number() == 0) Fail("division by zero");
-    return Value::Float(a.number() / b.number());
-  }
-  if (op == "//" || op == "%") {
-    if (b.number() == 0) Fail(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
-    if (floats) {
-      const double q = std::floor(a.number() / b.number());
-      if (op == "//") return Value::Float(q);
-      double m = std::fmod(a.number(), b.number());
-      if (m != 0 && ((m < 0) != (b.number() < 0))) m += b.number();
-      return Value::Float(m);
-    }
-    const int64_t x = a.integer();
-    const int64_t y = b.integer();
-    if (x == INT64_MIN && y == -1)
-      Fail("integer overflow (values beyond 64 bits are not supported)");
-    int64_t q = x / y;
-    int64_t m = x % y;
-    if (m != 0 && ((m < 0) != (y < 0))) {
-      --q;
-      m += y;
-    }
-    return Value::Int(op == "//" ? q : m);
-  }
-  if (op == "**") {
-    if (!floats && b.integer() >= 0) {
-      const int64_t base = a.integer();
-      if (base == 0 || base == 1) return Value::Int(b.integer() == 0 ? 1 : base);
-      if (base == -1) return Value::Int(b.integer() % 2 == 0 ? 1 : -1);
-      int64_t r = 1;  // |base| >= 2: overflows within 63 multiplications
-      for (int64_t i = 0; i < b.integer(); ++i) {
-        if (__builtin_mul_overflow(r, base, &r)) Overflow();
-      }
-      return Value::Int(r);
-    }
-    return Value::Float(std::pow(a.number(), b.number()));
-  }
-  type_error();
-  return Value();
+  return BinaryOperator(*this, op, a, b);
 }
 
 Value Interpreter::EvalCompare(const Expr& expr, const ScopePtr& scope) {

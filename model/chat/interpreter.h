@@ -58,6 +58,7 @@ class Interpreter {
   // ---- used by the builtins (builtins.cc) ----
   void Step();
   size_t max_value_bytes() const { return limits_.max_output_bytes; }
+  size_t max_total_bytes() const { return limits_.max_total_bytes; }
   // Fails if a value of `bytes` would exceed max_output_bytes, else charges
   // it to max_total_bytes.
   void Charge(size_t bytes);
