@@ -132,6 +132,133 @@ Value Global(Interpreter& in, const std::string& name, const Args& args) {
   Fail("'" + name + "' is not callable");
 }
 
+// A list of new strings, charged to the render.
+Value StrList(Interpreter& in, std::vector<std::string> parts) {
+  std::vector<Value> items;
+  size_t bytes = 0;
+  for (auto& p : parts) {
+    bytes += p.size();
+    items.push_back(Value::Str(std::move(p)));
+  }
+  in.Charge(bytes);
+  return in.MakeList(std::move(items));
+}
+
+Value StripMethod(Interpreter& in, const std::string& s, const std::string& name,
+                  const Args& args) {
+  args.Check(name.c_str(), 1, {});
+  const bool left = name != "rstrip";
+  const bool right = name != "lstrip";
+  const Value* chars = args.Get(0, "chars");
+  if (chars == nullptr || chars->is_none())
+    return in.MakeString(std::string(PyStrip(s, left, right)));
+  return in.MakeString(std::string(PyStripChars(s, StringArg(chars, "chars"), left, right)));
+}
+
+Value SplitMethod(Interpreter& in, const std::string& s, const std::string& /*name*/,
+                  const Args& args) {
+  args.Check("split", 2, {"sep", "maxsplit"});
+  return StrList(in,
+                 Split(in, s, args.Get(0, "sep"), IntArg(args.Get(1, "maxsplit"), -1, "maxsplit")));
+}
+
+Value StartsOrEndsWith(Interpreter& /*in*/, const std::string& s, const std::string& name,
+                       const Args& args) {
+  args.Check(name.c_str(), 1, {});
+  const Value* arg = args.Get(0, "prefix");
+  std::vector<Value> options;
+  if (arg != nullptr && arg->is_list() && arg->list().tuple) {
+    options = arg->list().items;
+  } else if (arg != nullptr) {
+    options.push_back(*arg);
+  }
+  if (options.empty() && arg == nullptr) Fail(name + "() takes at least 1 argument");
+  for (const Value& o : options) {
+    const std::string& p = StringArg(&o, name.c_str());
+    if (p.size() > s.size()) continue;
+    if (name == "startswith" ? s.compare(0, p.size(), p) == 0
+                             : s.compare(s.size() - p.size(), p.size(), p) == 0) {
+      return Value::Bool(true);
+    }
+  }
+  return Value::Bool(false);
+}
+
+Value ReplaceMethod(Interpreter& in, const std::string& s, const std::string& /*name*/,
+                    const Args& args) {
+  args.Check("replace", 3, {});
+  return in.MakeString(Replace(in, s, StringArg(args.Get(0, ""), "replace() argument 1"),
+                               StringArg(args.Get(1, ""), "replace() argument 2"),
+                               IntArg(args.Get(2, ""), -1, "count")));
+}
+
+Value FindOrCount(Interpreter& /*in*/, const std::string& s, const std::string& name,
+                  const Args& args) {
+  const std::string& sub = StringArg(args.Get(0, "sub"), name.c_str());
+  if (name == "count") {
+    int64_t n = 0;
+    if (sub.empty()) return Value::Int(static_cast<int64_t>(CodePointOffsets(s).size()));
+    for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+    return Value::Int(n);
+  }
+  const size_t p = name == "rfind" ? s.rfind(sub) : s.find(sub);
+  if (p == std::string::npos) {
+    if (name == "index") Fail("substring not found");
+    return Value::Int(-1);
+  }
+  // Python counts code points.
+  return Value::Int(static_cast<int64_t>(CodePointOffsets(s.substr(0, p)).size()) - 1);
+}
+
+Value JoinMethod(Interpreter& in, const std::string& s, const std::string& /*name*/,
+                 const Args& args) {
+  std::string out;
+  bool first = true;
+  for (const Value& v : in.Iterate(*args.Get(0, "iterable"))) {
+    if (!v.is_string()) Fail("join() expects strings, got " + v.TypeName());
+    if (!first) out += s;
+    first = false;
+    out += v.str();
+    if (out.size() > in.max_value_bytes()) in.Charge(out.size());  // fails
+  }
+  return in.MakeString(std::move(out));
+}
+
+Value IsCharacterClass(Interpreter& /*in*/, const std::string& s, const std::string& name,
+                       const Args& /*args*/) {
+  if (s.empty()) return Value::Bool(false);
+  bool all = true;
+  bool cased = false;
+  for (char c : s) {
+    const bool digit = c >= '0' && c <= '9';
+    const bool lower = c >= 'a' && c <= 'z';
+    const bool upper = c >= 'A' && c <= 'Z';
+    cased = cased || lower || upper;
+    if (name == "isdigit") all = all && digit;
+    if (name == "isalpha") all = all && (lower || upper);
+    if (name == "isalnum") all = all && (lower || upper || digit);
+    if (name == "isspace") all = all && (c == ' ' || (c >= '\t' && c <= '\r'));
+    if (name == "isupper") all = all && !lower;
+    if (name == "islower") all = all && !upper;
+  }
+  if (name == "isupper" || name == "islower") all = all && cased;
+  return Value::Bool(all);
+}
+
+Value RemoveAffix(Interpreter& in, const std::string& s, const std::string& name,
+                  const Args& args) {
+  const std::string& p = StringArg(args.Get(0, "affix"), name.c_str());
+  if (p.size() <= s.size()) {
+    if (name == "removeprefix" && s.compare(0, p.size(), p) == 0) {
+      return in.MakeString(s.substr(p.size()));
+    }
+    if (name == "removesuffix" && s.compare(s.size() - p.size(), p.size(), p) == 0) {
+      return in.MakeString(s.substr(0, s.size() - p.size()));
+    }
+  }
+  return Value::Str(s);
+}
+
 }  // namespace
 
 const std::string& StringArg(const Value* v, const char* what) {
@@ -181,121 +308,23 @@ std::string Replace(Interpreter& in, const std::string& s, const std::string& ol
 
 Value StringMethod(Interpreter& in, const std::string& s, const std::string& name,
                    const Args& args) {
-  const auto str_list = [&](std::vector<std::string> parts) {
-    std::vector<Value> items;
-    size_t bytes = 0;
-    for (auto& p : parts) {
-      bytes += p.size();
-      items.push_back(Value::Str(std::move(p)));
-    }
-    in.Charge(bytes);
-    return in.MakeList(std::move(items));
-  };
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    args.Check(name.c_str(), 1, {});
-    const bool left = name != "rstrip";
-    const bool right = name != "lstrip";
-    const Value* chars = args.Get(0, "chars");
-    if (chars == nullptr || chars->is_none())
-      return in.MakeString(std::string(PyStrip(s, left, right)));
-    return in.MakeString(std::string(PyStripChars(s, StringArg(chars, "chars"), left, right)));
-  }
-  if (name == "split") {
-    args.Check("split", 2, {"sep", "maxsplit"});
-    return str_list(
-        Split(in, s, args.Get(0, "sep"), IntArg(args.Get(1, "maxsplit"), -1, "maxsplit")));
-  }
-  if (name == "splitlines") return str_list(PySplitLines(s));
-  if (name == "startswith" || name == "endswith") {
-    args.Check(name.c_str(), 1, {});
-    const Value* arg = args.Get(0, "prefix");
-    std::vector<Value> options;
-    if (arg != nullptr && arg->is_list() && arg->list().tuple) {
-      options = arg->list().items;
-    } else if (arg != nullptr) {
-      options.push_back(*arg);
-    }
-    if (options.empty() && arg == nullptr) Fail(name + "() takes at least 1 argument");
-    for (const Value& o : options) {
-      const std::string& p = StringArg(&o, name.c_str());
-      if (p.size() > s.size()) continue;
-      if (name == "startswith" ? s.compare(0, p.size(), p) == 0
-                               : s.compare(s.size() - p.size(), p.size(), p) == 0) {
-        return Value::Bool(true);
-      }
-    }
-    return Value::Bool(false);
-  }
+  if (name == "strip" || name == "lstrip" || name == "rstrip")
+    return StripMethod(in, s, name, args);
+  if (name == "split") return SplitMethod(in, s, name, args);
+  if (name == "splitlines") return StrList(in, PySplitLines(s));
+  if (name == "startswith" || name == "endswith") return StartsOrEndsWith(in, s, name, args);
   if (name == "upper") return in.MakeString(PyUpper(s));
   if (name == "lower" || name == "casefold") return in.MakeString(PyLower(s));
-  if (name == "replace") {
-    args.Check("replace", 3, {});
-    return in.MakeString(Replace(in, s, StringArg(args.Get(0, ""), "replace() argument 1"),
-                                 StringArg(args.Get(1, ""), "replace() argument 2"),
-                                 IntArg(args.Get(2, ""), -1, "count")));
-  }
+  if (name == "replace") return ReplaceMethod(in, s, name, args);
   if (name == "capitalize") return in.MakeString(PyCapitalize(s));
   if (name == "title") return in.MakeString(PyTitle(s));
-  if (name == "find" || name == "rfind" || name == "count" || name == "index") {
-    const std::string& sub = StringArg(args.Get(0, "sub"), name.c_str());
-    if (name == "count") {
-      int64_t n = 0;
-      if (sub.empty()) return Value::Int(static_cast<int64_t>(CodePointOffsets(s).size()));
-      for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
-      return Value::Int(n);
-    }
-    const size_t p = name == "rfind" ? s.rfind(sub) : s.find(sub);
-    if (p == std::string::npos) {
-      if (name == "index") Fail("substring not found");
-      return Value::Int(-1);
-    }
-    // Python counts code points.
-    return Value::Int(static_cast<int64_t>(CodePointOffsets(s.substr(0, p)).size()) - 1);
-  }
-  if (name == "join") {
-    std::string out;
-    bool first = true;
-    for (const Value& v : in.Iterate(*args.Get(0, "iterable"))) {
-      if (!v.is_string()) Fail("join() expects strings, got " + v.TypeName());
-      if (!first) out += s;
-      first = false;
-      out += v.str();
-      if (out.size() > in.max_value_bytes()) in.Charge(out.size());  // fails
-    }
-    return in.MakeString(std::move(out));
-  }
+  if (name == "find" || name == "rfind" || name == "count" || name == "index")
+    return FindOrCount(in, s, name, args);
+  if (name == "join") return JoinMethod(in, s, name, args);
   if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" ||
-      name == "isupper" || name == "islower") {
-    if (s.empty()) return Value::Bool(false);
-    bool all = true;
-    bool cased = false;
-    for (char c : s) {
-      const bool digit = c >= '0' && c <= '9';
-      const bool lower = c >= 'a' && c <= 'z';
-      const bool upper = c >= 'A' && c <= 'Z';
-      cased = cased || lower || upper;
-      if (name == "isdigit") all = all && digit;
-      if (name == "isalpha") all = all && (lower || upper);
-      if (name == "isalnum") all = all && (lower || upper || digit);
-      if (name == "isspace") all = all && (c == ' ' || (c >= '\t' && c <= '\r'));
-      if (name == "isupper") all = all && !lower;
-      if (name == "islower") all = all && !upper;
-    }
-    if (name == "isupper" || name == "islower") all = all && cased;
-    return Value::Bool(all);
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    const std::string& p = StringArg(args.Get(0, "affix"), name.c_str());
-    if (p.size() <= s.size()) {
-      if (name == "removeprefix" && s.compare(0, p.size(), p) == 0) {
-        return in.MakeString(s.substr(p.size()));
-      }
-      if (name == "removesuffix" && s.compare(s.size() - p.size(), p.size(), p) == 0) {
-        return in.MakeString(s.substr(0, s.size() - p.size()));
-      }
-    }
-    return Value::Str(s);
-  }
+      name == "isupper" || name == "islower")
+    return IsCharacterClass(in, s, name, args);
+  if (name == "removeprefix" || name == "removesuffix") return RemoveAffix(in, s, name, args);
   Fail("str." + name + "() is not supported");
 }
 
