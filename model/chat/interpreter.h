@@ -55,7 +55,7 @@ class Interpreter {
   // Renders the template body; throws TemplateError.
   std::string Render(const Body& body);
 
-  // ---- used by the builtins (builtins.cc) ----
+  // ---- used by the built-ins (methods.cc, filters.cc, jinja_tests.cc, operators.cc) ----
   void Step();
   size_t max_value_bytes() const { return limits_.max_output_bytes; }
   size_t max_total_bytes() const { return limits_.max_total_bytes; }
