@@ -342,6 +342,31 @@ def main():
         a2.target.tokens.ids.extend([0, 9])
         req("attention_cross", 2, 2, a2)
 
+    chat_template_seeds()
+
+
+def chat_template_seeds():
+    """The real chat templates of the reference test, plus small ones."""
+    templates = os.path.join(ROOT, "tests", "chat", "data", "chat_templates")
+    for name in sorted(os.listdir(templates)):
+        if name.endswith(".jinja"):
+            with open(os.path.join(templates, name), "rb") as f:
+                out("chat_template", name[:-len(".jinja")], f.read())
+    small = {
+        "loop": "{%- for m in messages -%}{{ loop.index }}:{{ m.role | upper }}\n{%- endfor %}",
+        "macro": "{% macro f(x, y=1) %}{{ x ~ y }}{% endmacro %}{{ f('a') }}{{ f(y=2, x='b') }}",
+        "namespace": "{% set ns = namespace(n=0) %}{% for i in range(n) %}"
+                     "{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}",
+        "filters": "{{ tools | map(attribute='function') | list | tojson(indent=2) }}"
+                   "{{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
+        "strings": "{{ 'a,b'.split(',')[-1] ~ ' x '.strip() ~ 'abc'[::-1] ~ 'é' | title }}",
+        "blocks": "{% set t %}{% filter trim %}  x  {% endfilter %}{% endset %}[{{ t }}]"
+                  "{% if f > 1 %}no{% elif f %}yes{% else %}none{% endif %}",
+        "raise": "{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}",
+    }
+    for name, source in small.items():
+        out("chat_template", name, source)
+
 
 if __name__ == "__main__":
     main()

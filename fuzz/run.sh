@@ -44,12 +44,13 @@ declare -A RUNS=(
   [safetensors_index]=12000      # ~4 500/s
   [tokenizer_files]=600          # ~130/s: two temp files and SHA-256s per load
   [metrics_http_request]=120000  # ~30 000/s
+  [chat_template]=12000          # ~2 500/s
 )
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
   TARGETS=(safetensors torch_checkpoint config byte_tokenizer gpt2_bpe_tokenizer
            llama_bpe_tokenizer wordpiece_tokenizer request torch_pickle safetensors_index
-           tokenizer_files metrics_http_request)
+           tokenizer_files metrics_http_request chat_template)
 fi
 
 mkdir -p "$ARTIFACTS"

@@ -26,6 +26,9 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-grpcio python3-protobuf
   # tokenizer references: SentencePiece trainer/encoder; Unicode categories for GPT-2 pre-tokenization
   python3-sentencepiece libicu-dev
+  # chat-template reference: Debian's jinja2, configured as Hugging Face's
+  # apply_chat_template configures it (tests/chat/chat_template_reference.py)
+  python3-jinja2
   # word list the shipped language model's test measures its output against
   wamerican
 )
