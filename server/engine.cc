@@ -220,14 +220,11 @@ absl::Status EngineImpl::Admit(Request* r) {
     // Sample i of a group uses the call's seed + i: one seed reproduces
     // every sample, and sample i alone with seed + i.
     uint64_t seed = 0;
-    if (r->gen.sampling.seed.has_value()) {
-      seed = *r->gen.sampling.seed;
-    } else if (r->group != nullptr) {
-      seed = r->group->base_seed(&seed_source_);
+    if (r->group != nullptr) {
+      seed = r->group->base_seed(&seed_source_) + static_cast<uint64_t>(r->sample_index);
     } else {
-      seed = seed_source_();
+      seed = r->gen.sampling.seed.value_or(seed_source_());
     }
-    seed += static_cast<uint64_t>(r->sample_index);
     r->gen.sampling.seed = seed;
     r->sampler = std::make_unique<model::Sampler>(r->gen.sampling, seed);
     r->text = std::make_unique<TextStream>(tokenizer_.get(), r->gen.stop_strings,

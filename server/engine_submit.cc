@@ -144,7 +144,8 @@ absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
   }
   // Several samples: one request each, sharing the prompt through the prefix
   // cache; sample 0 alone scores the prompt.
-  auto group = std::make_shared<SampleGroup>(std::move(observer), request.n, request.best_of);
+  auto group = std::make_shared<SampleGroup>(std::move(observer), request.n, request.best_of,
+                                             request.sampling.seed);
   std::vector<std::unique_ptr<Request>> samples;
   for (int32_t i = 0; i < request.best_of; ++i) {
     auto sample = std::make_unique<Request>();

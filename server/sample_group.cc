@@ -6,13 +6,15 @@
 
 namespace dikkat::server {
 
-SampleGroup::SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of)
+SampleGroup::SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of,
+                         std::optional<uint64_t> seed)
     : observer_(std::move(observer)),
       n_(n),
       best_of_(best_of),
       held_(best_of > n ? best_of : 0),
       reasons_(best_of, FinishReason::kLength),
-      cumulative_(best_of, 0.0) {}
+      cumulative_(best_of, 0.0),
+      base_seed_(seed) {}
 
 void SampleGroup::Forward(GeneratedChunk chunk) {
   if (!prompt_logprobs_.empty()) chunk.prompt_logprobs = std::move(prompt_logprobs_);
@@ -52,7 +54,8 @@ bool SampleGroup::OnSampleFinish(int32_t index, const GenerateSummary& summary,
     }
     summary_.total_time = std::max(summary_.total_time, summary.total_time);
   }
-  summary_.seed = summary.seed - static_cast<uint64_t>(index);  // sample i used seed + i
+  // Sample i used seed + i; a call whose samples never started reports 0.
+  summary_.seed = base_seed_.value_or(0);
   if (ended_.has_value()) return false;  // the others are being stopped already
   const bool ends_call = summary.reason == FinishReason::kError ||
                          summary.reason == FinishReason::kDeadline ||

@@ -30,7 +30,9 @@ namespace dikkat::server {
 
 class SampleGroup {
  public:
-  SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of);
+  // `seed`: the call's, when it gave one (else drawn at the first admission).
+  SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of,
+              std::optional<uint64_t> seed);
 
   int32_t n() const { return n_; }
   int32_t best_of() const { return best_of_; }
@@ -38,8 +40,8 @@ class SampleGroup {
   std::vector<RequestId>& members() { return members_; }
   const std::vector<RequestId>& members() const { return members_; }
 
-  // The seed the call's samples derive theirs from (sample i: + i): drawn
-  // from `source` by the first sample admitted, when the call gave none.
+  // The seed the call's samples derive theirs from (sample i: + i): the
+  // call's, or drawn from `source` by the first sample admitted.
   uint64_t base_seed(std::mt19937_64* source) {
     if (!base_seed_.has_value()) base_seed_ = (*source)();
     return *base_seed_;
@@ -68,15 +70,14 @@ class SampleGroup {
   const int32_t best_of_;
   std::vector<RequestId> members_;
   int32_t finished_ = 0;
-  bool forwarded_any_ = false;
   std::vector<GeneratedToken> prompt_logprobs_;  // until a chunk carries them
   // best_of > n: every sample's chunks, its finish and cumulative logprob.
   std::vector<std::vector<GeneratedChunk>> held_;
   std::vector<FinishReason> reasons_;
   std::vector<double> cumulative_;
   GenerateSummary summary_;
-  std::optional<FinishReason> ended_;
-  std::optional<uint64_t> base_seed_;  // kError / kDeadline / kCancelled of the first such sample
+  std::optional<FinishReason> ended_;  // kError / kDeadline / kCancelled of the first such sample
+  std::optional<uint64_t> base_seed_;
 };
 
 }  // namespace dikkat::server
