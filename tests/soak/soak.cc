@@ -78,6 +78,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -151,12 +152,14 @@ enum class Kind {
   kProbeOverload,   // the latency probe during the overload phase
   kRestart,         // restart mode: calls while the server is killed and restarted
   kDrain,           // drain mode: calls while the server drains
+  kSamples,         // n = 3 samples, a beam search, prompt scoring (compared), or an
+                    // n = 4 stream cancelled after two messages
   kNumKinds
 };
 constexpr const char* kKindNames[] = {
     "greedy",     "long",          "reader-cancel", "handle-cancel", "deadline", "disconnect", "invalid",
     "unary",      "burst",         "slow-reader",   "auth",     "oversized",  "good",
-    "probe",      "probe-overload", "restart",      "drain"};
+    "probe",      "probe-overload", "restart",      "drain",    "samples"};
 static_assert(sizeof(kKindNames) / sizeof(kKindNames[0]) == static_cast<int>(Kind::kNumKinds));
 
 bool Allowed(Kind kind, StatusCode code) {
@@ -196,6 +199,8 @@ bool Allowed(Kind kind, StatusCode code) {
     case Kind::kRestart:
     case Kind::kDrain:
       return ok || code == StatusCode::kUnavailable;
+    case Kind::kSamples:
+      return ok || code == StatusCode::kCancelled || overload;
     case Kind::kNumKinds:
       break;
   }
@@ -209,7 +214,7 @@ struct MixEntry {
   Kind kind;
 };
 constexpr MixEntry kChaosMix[] = {
-    {18, Kind::kGreedy},     {10, Kind::kReaderCancel}, {8, Kind::kHandleCancel},
+    {12, Kind::kGreedy},     {6, Kind::kSamples},       {10, Kind::kReaderCancel}, {8, Kind::kHandleCancel},
     {8, Kind::kDeadline},    {4, Kind::kDisconnect},    {10, Kind::kInvalid},
     {3, Kind::kOversized},   {10, Kind::kSlowReader},   {10, Kind::kAuth},
     {19, Kind::kUnary}};
@@ -219,7 +224,7 @@ constexpr MixEntry kChaosMix[] = {
 // under this and under the abusive mix measures what the abuse costs the
 // well-behaved clients, not what 64 more clients cost on 2 cores.
 constexpr MixEntry kPoliteMix[] = {
-    {45, Kind::kGreedy}, {20, Kind::kLong}, {35, Kind::kUnary}};
+    {35, Kind::kGreedy}, {10, Kind::kSamples}, {20, Kind::kLong}, {35, Kind::kUnary}};
 
 // Soak phases; the probe's samples are filed under the phase they started and
 // ended in (a sample that spans a change is dropped).
@@ -242,6 +247,71 @@ v1::GenerateRequest GreedyRequest(size_t prompt, const std::string& model) {
 }
 
 // Long enough to be interrupted.
+// The kSamples shapes: 0: n = 3 seeded samples; 1: beam search (3 beams, 2
+// hypotheses); 2: prompt scoring only; 3: n = 4 (cancelled mid-stream).
+v1::GenerateRequest SamplesRequest(int shape, const std::string& model) {
+  v1::GenerateRequest r;
+  r.set_model(model);
+  r.mutable_input()->set_text(shape == 2 ? "score this text, please" : "Several samples of");
+  r.set_max_new_tokens(shape == 2 ? 0 : 12);
+  r.set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(0.8f);
+  r.mutable_sampling()->set_seed(11);
+  switch (shape) {
+    case 0:
+      r.set_n(3);
+      break;
+    case 1:
+      r.set_beam_width(3);
+      r.set_n(2);
+      break;
+    case 2:
+      r.set_prompt_logprobs(1);
+      break;
+    default:
+      r.set_n(4);
+      r.set_max_new_tokens(200);
+      break;
+  }
+  return r;
+}
+
+// Whether a kSamples call of `shape` returned what the same call did alone
+// (`ref`). Samples are compared token for token (seeded). Numbers may move
+// in their last bits with the batch around them (another kernel route), so
+// prompt logprobs are compared within 1e-3, and a beam search, whose choices
+// among the tiny model's near-flat proposals such a change can flip, by its
+// shape and its best score within 0.05: a corrupted KV block moves it by far
+// more.
+bool SameSamples(int shape, const client::GenerateResult& got, const client::GenerateResult& ref) {
+  if (got.samples.size() != ref.samples.size()) return false;
+  for (size_t i = 0; i < got.samples.size(); ++i) {
+    const client::GenerateSample& a = got.samples[i];
+    const client::GenerateSample& b = ref.samples[i];
+    if (a.finish_reason != b.finish_reason || a.token_ids.size() != b.token_ids.size()) return false;
+    if (shape == 0 && a.token_ids != b.token_ids) return false;
+  }
+  if (shape == 1 && std::abs(got.samples[0].beam_score - ref.samples[0].beam_score) > 0.05) {
+    return false;
+  }
+  if (got.prompt_logprobs.size() != ref.prompt_logprobs.size()) return false;
+  for (size_t i = 0; i < got.prompt_logprobs.size(); ++i) {
+    if (got.prompt_logprobs[i].id() != ref.prompt_logprobs[i].id() ||
+        std::abs(got.prompt_logprobs[i].logprob() - ref.prompt_logprobs[i].logprob()) > 1e-3) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string SamplesDigest(const client::GenerateResult& r) {
+  std::string out;
+  for (const client::GenerateSample& s : r.samples) {
+    absl::StrAppend(&out, "[", absl::StrJoin(s.token_ids, ","), "]");
+  }
+  return out;
+}
+
 v1::GenerateRequest LongRequest(const std::string& model) {
   v1::GenerateRequest r;
   r.set_model(model);
@@ -335,6 +405,11 @@ class Soak {
       absl::StatusOr<client::GenerateResult> r = client_->Generate(GreedyRequest(p, model_));
       if (!r.ok()) return r.status();
       references_.push_back({r->token_ids, r->text});
+    }
+    for (int shape = 0; shape < 3; ++shape) {
+      absl::StatusOr<client::GenerateResult> r = client_->Generate(SamplesRequest(shape, model_));
+      if (!r.ok()) return r.status();
+      samples_references_.push_back(*r);
     }
     return absl::OkStatus();
   }
@@ -569,6 +644,9 @@ class Soak {
         case Kind::kLong:
           Long();
           break;
+        case Kind::kSamples:
+          Samples(static_cast<int>(rng() % 4));
+          break;
         case Kind::kReaderCancel:
           ReaderCancel(1 + static_cast<int>(rng() % 4));
           break;
@@ -629,6 +707,32 @@ class Soak {
         c->Generate(GreedyRequest(prompt, model_), Timeout(absl::Seconds(60)));
     Record(kind, r.status());
     if (r.ok()) Compare(prompt, r->token_ids, r->text);
+  }
+
+  void Samples(int shape) {
+    CountStream();
+    if (shape == 3) {  // read two messages of an n = 4 stream, then cancel
+      int messages = 0;
+      absl::Status s = client_->GenerateStream(
+          SamplesRequest(shape, model_),
+          [&messages](const v1::GenerateResponse&) { return ++messages < 2; },
+          Timeout(absl::Seconds(60)));
+      Record(Kind::kSamples, s);
+      return;
+    }
+    absl::StatusOr<client::GenerateResult> r =
+        client_->Generate(SamplesRequest(shape, model_), Timeout(absl::Seconds(60)));
+    Record(Kind::kSamples, r.status());
+    if (!r.ok()) return;
+    dikkat::MutexLock lock(&mu_);
+    ++compared_;
+    if (!SameSamples(shape, *r, samples_references_[shape])) {
+      ++mismatches_;
+      if (unexpected_.size() < 20) {
+        unexpected_.push_back(absl::StrCat("samples shape ", shape, " gave ", SamplesDigest(*r),
+                                           ", alone ", SamplesDigest(samples_references_[shape])));
+      }
+    }
   }
 
   void Long() {
@@ -1001,6 +1105,8 @@ class Soak {
   std::vector<std::string> unexpected_ ABSL_GUARDED_BY(mu_);
   int64_t compared_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t mismatches_ ABSL_GUARDED_BY(mu_) = 0;
+  // By SamplesRequest shape 0..2; set before the workers start.
+  std::vector<client::GenerateResult> samples_references_;
   int64_t streams_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
