@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/sync.h"
 #include "server/engine.h"
+#include "tests/server/generate_collector.h"
 #include "tests/parity/parity_util.h"
 
 namespace dikkat::server {
@@ -37,34 +38,6 @@ struct Case {
   float length_penalty;
   bool early_stopping;
   bool ignore_eos;
-};
-
-class BeamCollector : public GenerateObserver {
- public:
-  void OnChunk(GeneratedChunk chunk) override {
-    dikkat::MutexLock lock(&mu_);
-    chunks_.push_back(std::move(chunk));
-  }
-  void OnFinish(GenerateSummary summary) override {
-    dikkat::MutexLock lock(&mu_);
-    summary_ = summary;
-    done_.Notify();
-  }
-  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
-  std::vector<GeneratedChunk> chunks() {
-    dikkat::MutexLock lock(&mu_);
-    return chunks_;
-  }
-  GenerateSummary summary() {
-    dikkat::MutexLock lock(&mu_);
-    return summary_;
-  }
-
- private:
-  dikkat::Mutex mu_;
-  std::vector<GeneratedChunk> chunks_;
-  GenerateSummary summary_;
-  dikkat::Notification done_;
 };
 
 std::string ReasonName(FinishReason r) {
@@ -147,27 +120,26 @@ TEST(BeamSearchParityTest, SameHypothesesAsTheTextbookAlgorithmOnPyTorch) {
     r.length_penalty = c.length_penalty;
     r.early_stopping = c.early_stopping;
     r.ignore_eos = c.ignore_eos;
-    auto collector = std::make_shared<BeamCollector>();
+    auto collector = std::make_shared<GenerateCollector>();
     ASSERT_TRUE(engines[c.model]->SubmitGenerate(r, collector).ok());
     ASSERT_TRUE(collector->Wait());
     ASSERT_TRUE(collector->summary().status.ok()) << collector->summary().status;
-    const std::vector<GeneratedChunk> got_chunks = collector->chunks();
+    const std::map<int32_t, CollectedSample> got = collector->samples();
     const nlohmann::json& expected = reference[i]["hypotheses"];
     const double gap = reference[i]["min_gap"].get<double>();
     std::printf("[ beams  ] %s '%s': %zu hypotheses, smallest selection gap %.3g\n",
                 c.model.c_str(), c.text.c_str(), expected.size(), gap);
-    ASSERT_EQ(got_chunks.size(), expected.size());
+    ASSERT_EQ(got.size(), expected.size());
     for (size_t h = 0; h < expected.size(); ++h) {
-      const GeneratedChunk& chunk = got_chunks[h];
-      EXPECT_EQ(chunk.index, static_cast<int32_t>(h));
-      ASSERT_TRUE(chunk.finish.has_value() && chunk.beam_score.has_value());
-      EXPECT_NEAR(*chunk.beam_score, expected[h]["score"].get<double>(), 2e-3) << "hypothesis " << h;
-      EXPECT_NEAR(chunk.cumulative_logprob, expected[h]["sum"].get<double>(), 2e-3);
+      const CollectedSample& hypothesis = got.at(static_cast<int32_t>(h));
+      ASSERT_TRUE(hypothesis.finish.has_value() && hypothesis.beam_score.has_value());
+      EXPECT_NEAR(*hypothesis.beam_score, expected[h]["score"].get<double>(), 2e-3)
+          << "hypothesis " << h;
+      EXPECT_NEAR(hypothesis.cumulative, expected[h]["sum"].get<double>(), 2e-3);
       if (gap < 1e-3) continue;
-      std::vector<int32_t> ids;
-      for (const GeneratedToken& t : chunk.tokens) ids.push_back(t.token_id);
-      EXPECT_EQ(ids, expected[h]["tokens"].get<std::vector<int32_t>>()) << "hypothesis " << h;
-      EXPECT_EQ(ReasonName(*chunk.finish), expected[h]["reason"].get<std::string>());
+      EXPECT_EQ(hypothesis.ids, expected[h]["tokens"].get<std::vector<int32_t>>())
+          << "hypothesis " << h;
+      EXPECT_EQ(ReasonName(*hypothesis.finish), expected[h]["reason"].get<std::string>());
     }
   }
   for (auto& [name, engine] : engines) {

@@ -19,44 +19,11 @@
 
 #include "common/sync.h"
 #include "server/engine.h"
+#include "tests/server/generate_collector.h"
 #include "tests/parity/hf_parity_util.h"
 
 namespace dikkat::server {
 namespace {
-
-class PromptCollector : public GenerateObserver {
- public:
-  void OnChunk(GeneratedChunk chunk) override {
-    dikkat::MutexLock lock(&mu_);
-    if (!chunk.prompt_logprobs.empty()) scores_ = chunk.prompt_logprobs;
-    for (const GeneratedToken& t : chunk.tokens) ids_.push_back(t.token_id);
-  }
-  void OnFinish(GenerateSummary summary) override {
-    dikkat::MutexLock lock(&mu_);
-    summary_ = summary;
-    done_.Notify();
-  }
-  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
-  std::vector<GeneratedToken> scores() {
-    dikkat::MutexLock lock(&mu_);
-    return scores_;
-  }
-  std::vector<int32_t> ids() {
-    dikkat::MutexLock lock(&mu_);
-    return ids_;
-  }
-  GenerateSummary summary() {
-    dikkat::MutexLock lock(&mu_);
-    return summary_;
-  }
-
- private:
-  dikkat::Mutex mu_;
-  std::vector<GeneratedToken> scores_;
-  std::vector<int32_t> ids_;
-  GenerateSummary summary_;
-  dikkat::Notification done_;
-};
 
 class PromptLogprobsParityTest : public ::testing::TestWithParam<std::string> {};
 
@@ -79,14 +46,14 @@ TEST_P(PromptLogprobsParityTest, MatchesLogSoftmaxOfPyTorchLogits) {
     other.prompt = prompt;
     other.sampling.temperature = 0;
     other.max_new_tokens = 8;
-    auto other_c = std::make_shared<PromptCollector>();
+    auto other_c = std::make_shared<GenerateCollector>();
     ASSERT_TRUE((*engine)->SubmitGenerate(other, other_c).ok());
     GenerateRequest r;
     r.prompt = prompt;
     r.sampling.temperature = 0;
     r.max_new_tokens = 2;
     r.prompt_logprobs = kTop;
-    auto c = std::make_shared<PromptCollector>();
+    auto c = std::make_shared<GenerateCollector>();
     ASSERT_TRUE((*engine)->SubmitGenerate(r, c).ok());
     ASSERT_TRUE(c->Wait());
     ASSERT_TRUE(other_c->Wait());
@@ -95,7 +62,7 @@ TEST_P(PromptLogprobsParityTest, MatchesLogSoftmaxOfPyTorchLogits) {
 
     const at::Tensor logits = (*suite)->Expected("logits", b).to(at::kDouble);  // [T, V]
     const at::Tensor reference = at::log_softmax(logits, -1);
-    const std::vector<GeneratedToken> scores = c->scores();
+    const std::vector<GeneratedToken> scores = c->prompt_logprobs();
     ASSERT_EQ(scores.size(), prompt.size() - 1);
     for (size_t p = 0; p + 1 < prompt.size(); ++p) {
       const at::Tensor row = reference[static_cast<int64_t>(p)];

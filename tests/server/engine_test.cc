@@ -2,6 +2,7 @@
 // equivalence, cancellation and deadlines freeing KV blocks, backpressure,
 // Encode and Attention.
 #include "server/engine.h"
+#include "tests/server/generate_collector.h"
 
 #include <atomic>
 #include <memory>
@@ -20,49 +21,6 @@ namespace {
 std::string ModelPath(const std::string& name) {
   return std::string(DIKKAT_BINARY_DIR) + "/models/" + name;
 }
-
-// Collects one Generate stream and lets a test wait for its end.
-class Collector : public GenerateObserver {
- public:
-  void OnChunk(GeneratedChunk chunk) override {
-    dikkat::MutexLock lock(&mu_);
-    for (const GeneratedToken& t : chunk.tokens) ids_.push_back(t.token_id);
-    text_ += chunk.text;
-    ++chunks_;
-  }
-  void OnFinish(GenerateSummary summary) override {
-    dikkat::MutexLock lock(&mu_);
-    summary_ = summary;
-    done_.Notify();
-  }
-  bool Wait(absl::Duration timeout = absl::Seconds(60)) {
-    return done_.WaitForNotificationWithTimeout(timeout);
-  }
-  std::vector<int32_t> ids() {
-    dikkat::MutexLock lock(&mu_);
-    return ids_;
-  }
-  std::string text() {
-    dikkat::MutexLock lock(&mu_);
-    return text_;
-  }
-  int chunks() {
-    dikkat::MutexLock lock(&mu_);
-    return chunks_;
-  }
-  GenerateSummary summary() {
-    dikkat::MutexLock lock(&mu_);
-    return summary_;
-  }
-
- private:
-  dikkat::Mutex mu_;
-  std::vector<int32_t> ids_;
-  std::string text_;
-  int chunks_ = 0;
-  GenerateSummary summary_;
-  dikkat::Notification done_;
-};
 
 GenerateRequest Greedy(const std::string& prompt, int max_new) {
   GenerateRequest r;
@@ -100,7 +58,7 @@ class EngineTest : public ::testing::Test {
   }
 
   std::vector<int32_t> RunAlone(Engine& engine, const GenerateRequest& request) {
-    auto c = std::make_shared<Collector>();
+    auto c = std::make_shared<GenerateCollector>();
     EXPECT_TRUE(engine.SubmitGenerate(request, c).ok());
     EXPECT_TRUE(c->Wait());
     return c->ids();
@@ -119,7 +77,7 @@ TEST_F(EngineTest, GeneratesExactlyMaxNewTokensAndFreesBlocks) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);
   ASSERT_TRUE(engine->Warmup().ok());
-  auto c = std::make_shared<Collector>();
+  auto c = std::make_shared<GenerateCollector>();
   ASSERT_TRUE(engine->SubmitGenerate(Greedy("Hello, dikkat", 20), c).ok());
   ASSERT_TRUE(c->Wait());
   EXPECT_EQ(c->ids().size(), 20u);
@@ -141,9 +99,9 @@ TEST_F(EngineTest, ConcurrentGreedyStreamsMatchEachAlone) {
   }
   std::vector<std::vector<int32_t>> alone;
   for (const auto& r : requests) alone.push_back(RunAlone(*engine, r));
-  std::vector<std::shared_ptr<Collector>> collectors;
+  std::vector<std::shared_ptr<GenerateCollector>> collectors;
   for (const auto& r : requests) {
-    collectors.push_back(std::make_shared<Collector>());
+    collectors.push_back(std::make_shared<GenerateCollector>());
     ASSERT_TRUE(engine->SubmitGenerate(r, collectors.back()).ok());
   }
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -164,11 +122,11 @@ TEST_F(EngineTest, AHighPriorityRequestOvertakesAFullBatch) {
   high.priority = 5;
   const std::vector<int32_t> high_alone = RunAlone(*engine, high);
   const std::vector<int32_t> low_alone = RunAlone(*engine, low);
-  auto low1 = std::make_shared<Collector>(), low2 = std::make_shared<Collector>();
+  auto low1 = std::make_shared<GenerateCollector>(), low2 = std::make_shared<GenerateCollector>();
   ASSERT_TRUE(engine->SubmitGenerate(low, low1).ok());
   ASSERT_TRUE(engine->SubmitGenerate(low, low2).ok());
   while (low2->ids().size() < 5) absl::SleepFor(absl::Milliseconds(1));  // both run
-  auto urgent = std::make_shared<Collector>();
+  auto urgent = std::make_shared<GenerateCollector>();
   const bool raced = low1->ids().size() > 400;  // this thread slept through most of it
   ASSERT_TRUE(engine->SubmitGenerate(high, urgent).ok());
   ASSERT_TRUE(urgent->Wait());
@@ -191,7 +149,7 @@ TEST_F(EngineTest, AHighPriorityRequestOvertakesAFullBatch) {
 TEST_F(EngineTest, CancelStopsGenerationAndFreesBlocks) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);
-  auto c = std::make_shared<Collector>();
+  auto c = std::make_shared<GenerateCollector>();
   auto id = engine->SubmitGenerate(Greedy("cancel me", 400), c);
   ASSERT_TRUE(id.ok());
   while (c->chunks() < 2) absl::SleepFor(absl::Milliseconds(1));
@@ -206,7 +164,7 @@ TEST_F(EngineTest, CancelStopsGenerationAndFreesBlocks) {
 TEST_F(EngineTest, DeadlineStopsGeneration) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);
-  auto c = std::make_shared<Collector>();
+  auto c = std::make_shared<GenerateCollector>();
   GenerateRequest r = Greedy("deadline", 480);
   r.deadline = absl::Now() + absl::Milliseconds(30);
   ASSERT_TRUE(engine->SubmitGenerate(r, c).ok());
@@ -221,10 +179,10 @@ TEST_F(EngineTest, FullQueueIsResourceExhausted) {
   options.max_queue = 2;
   auto engine = Make("tiny-lm", options);
   ASSERT_NE(engine, nullptr);
-  std::vector<std::shared_ptr<Collector>> collectors;
+  std::vector<std::shared_ptr<GenerateCollector>> collectors;
   int exhausted = 0;
   for (int i = 0; i < 20; ++i) {
-    collectors.push_back(std::make_shared<Collector>());
+    collectors.push_back(std::make_shared<GenerateCollector>());
     auto id = engine->SubmitGenerate(Greedy("overload", 50), collectors.back());
     if (!id.ok()) {
       EXPECT_EQ(id.status().code(), absl::StatusCode::kResourceExhausted) << id.status();
@@ -239,7 +197,7 @@ TEST_F(EngineTest, FullQueueIsResourceExhausted) {
 TEST_F(EngineTest, InvalidRequestsAreRejectedWithTheField) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);
-  auto c = std::make_shared<Collector>();
+  auto c = std::make_shared<GenerateCollector>();
   GenerateRequest empty;
   auto s = engine->SubmitGenerate(empty, c);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
@@ -272,7 +230,7 @@ TEST_F(EngineTest, StopStringEndsTheTextBeforeIt) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);
   // Find what the model says greedily, then stop on a piece of it.
-  auto first = std::make_shared<Collector>();
+  auto first = std::make_shared<GenerateCollector>();
   ASSERT_TRUE(engine->SubmitGenerate(Greedy("stop test", 12), first).ok());
   ASSERT_TRUE(first->Wait());
   const std::vector<int32_t> ids = first->ids();
@@ -284,7 +242,7 @@ TEST_F(EngineTest, StopStringEndsTheTextBeforeIt) {
   if (stop.size() < 2) GTEST_SKIP() << "random model produced non-ASCII bytes";
   GenerateRequest r = Greedy("stop test", 12);
   r.stop_strings = {stop};
-  auto c = std::make_shared<Collector>();
+  auto c = std::make_shared<GenerateCollector>();
   ASSERT_TRUE(engine->SubmitGenerate(r, c).ok());
   ASSERT_TRUE(c->Wait());
   EXPECT_EQ(c->summary().reason, FinishReason::kStop);
@@ -502,7 +460,7 @@ TEST_F(EngineTest, EncoderFailureAtAdmissionFailsOnlyThatRequest) {
   r.max_new_tokens = 4;
   r.ignore_eos = true;
   SetFailpoint("engine.encode_source", true);
-  auto failing = std::make_shared<Collector>();
+  auto failing = std::make_shared<GenerateCollector>();
   ASSERT_TRUE(engine->SubmitGenerate(r, failing).ok());
   const bool finished = failing->Wait();
   SetFailpoint("engine.encode_source", false);
@@ -511,7 +469,7 @@ TEST_F(EngineTest, EncoderFailureAtAdmissionFailsOnlyThatRequest) {
   EXPECT_THAT(std::string(failing->summary().status.message()),
               ::testing::HasSubstr("encoder forward failed"));
   EXPECT_EQ(failing->summary().reason, FinishReason::kError);
-  auto ok = std::make_shared<Collector>();
+  auto ok = std::make_shared<GenerateCollector>();
   ASSERT_TRUE(engine->SubmitGenerate(r, ok).ok());
   ASSERT_TRUE(ok->Wait());
   EXPECT_EQ(ok->ids().size(), 4u);
@@ -528,12 +486,12 @@ TEST_F(EngineTest, EncoderDecoderGeneratesAndShutsDownCleanly) {
   r.sampling.temperature = 0;
   r.max_new_tokens = 10;
   r.ignore_eos = true;
-  auto c = std::make_shared<Collector>();
+  auto c = std::make_shared<GenerateCollector>();
   ASSERT_TRUE(engine->SubmitGenerate(r, c).ok());
   ASSERT_TRUE(c->Wait());
   EXPECT_EQ(c->ids().size(), 10u);
   engine->Shutdown(absl::Seconds(1));
-  auto after = engine->SubmitGenerate(r, std::make_shared<Collector>());
+  auto after = engine->SubmitGenerate(r, std::make_shared<GenerateCollector>());
   EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable);
 }
 
@@ -571,7 +529,7 @@ TEST_F(EngineTest, ManyCallerThreadsSubmitCancelAndShutDown) {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 24;
   std::atomic<int> accepted{0}, refused{0}, finished{0}, encodes{0}, attentions{0};
-  std::vector<std::shared_ptr<Collector>> collectors[kThreads];
+  std::vector<std::shared_ptr<GenerateCollector>> collectors[kThreads];
   std::vector<std::thread> threads;
   std::atomic<bool> stop_reader{false};
   std::thread reader([&] {
@@ -631,7 +589,7 @@ TEST_F(EngineTest, ManyCallerThreadsSubmitCancelAndShutDown) {
         }
         GenerateRequest r = Greedy(std::string(3 + i % 9, static_cast<char>('a' + t)), 6 + i % 20);
         if (kind == 1) r.deadline = absl::Now() + absl::Milliseconds(2 + i % 5);
-        auto c = std::make_shared<Collector>();
+        auto c = std::make_shared<GenerateCollector>();
         auto id = with_backoff([&] { return engine->SubmitGenerate(r, c); });
         if (!id.ok()) {
           count_refusal(id.status());
@@ -652,7 +610,7 @@ TEST_F(EngineTest, ManyCallerThreadsSubmitCancelAndShutDown) {
   // The last submissions race the shutdown; some are refused UNAVAILABLE.
   std::thread late([&] {
     for (int i = 0; i < 8; ++i) {
-      auto c = std::make_shared<Collector>();
+      auto c = std::make_shared<GenerateCollector>();
       auto id = engine->SubmitGenerate(Greedy("late", 5), c);
       if (id.ok()) {
         ++accepted;

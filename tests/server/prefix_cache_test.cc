@@ -21,39 +21,12 @@
 
 #include "common/sync.h"
 #include "server/engine.h"
+#include "tests/server/generate_collector.h"
 
 namespace dikkat::server {
 namespace {
 
 constexpr float kLogprobTolerance = 1e-4f;
-
-class Stream : public GenerateObserver {
- public:
-  void OnChunk(GeneratedChunk chunk) override {
-    dikkat::MutexLock lock(&mu_);
-    for (const GeneratedToken& t : chunk.tokens) tokens_.push_back(t);
-  }
-  void OnFinish(GenerateSummary summary) override {
-    dikkat::MutexLock lock(&mu_);
-    summary_ = summary;
-    done_.Notify();
-  }
-  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
-  std::vector<GeneratedToken> tokens() {
-    dikkat::MutexLock lock(&mu_);
-    return tokens_;
-  }
-  GenerateSummary summary() {
-    dikkat::MutexLock lock(&mu_);
-    return summary_;
-  }
-
- private:
-  dikkat::Mutex mu_;
-  std::vector<GeneratedToken> tokens_;
-  GenerateSummary summary_;
-  dikkat::Notification done_;
-};
 
 std::vector<int32_t> Ids(const std::string& text) {
   std::vector<int32_t> ids;
@@ -80,19 +53,19 @@ std::unique_ptr<Engine> Make(bool prefix_caching, int64_t kv_cache_bytes = 8 << 
   return engine.ok() ? std::move(*engine) : nullptr;
 }
 
-std::shared_ptr<Stream> Start(Engine& engine, const GenerateRequest& request) {
-  auto s = std::make_shared<Stream>();
+std::shared_ptr<GenerateCollector> Start(Engine& engine, const GenerateRequest& request) {
+  auto s = std::make_shared<GenerateCollector>();
   EXPECT_TRUE(engine.SubmitGenerate(request, s).ok());
   return s;
 }
 
-std::shared_ptr<Stream> RunToEnd(Engine& engine, const GenerateRequest& request) {
+std::shared_ptr<GenerateCollector> RunToEnd(Engine& engine, const GenerateRequest& request) {
   auto s = Start(engine, request);
   EXPECT_TRUE(s->Wait());
   return s;
 }
 
-void ExpectSameOutput(Stream& cached, Stream& plain, const std::string& what) {
+void ExpectSameOutput(GenerateCollector& cached, GenerateCollector& plain, const std::string& what) {
   const std::vector<GeneratedToken> a = cached.tokens(), b = plain.tokens();
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -172,9 +145,9 @@ TEST(PrefixCacheTest, ConcurrentSharersWithPreemptionMatchPlainRuns) {
     requests.push_back(
         Greedy(Ids(kPrefix + std::string(1 + i % 5, static_cast<char>('a' + i))), 36));
   }
-  std::vector<std::shared_ptr<Stream>> alone;
+  std::vector<std::shared_ptr<GenerateCollector>> alone;
   for (const auto& r : requests) alone.push_back(RunToEnd(*plain, r));
-  std::vector<std::shared_ptr<Stream>> together;
+  std::vector<std::shared_ptr<GenerateCollector>> together;
   for (const auto& r : requests) together.push_back(Start(*cached, r));
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_TRUE(together[i]->Wait());

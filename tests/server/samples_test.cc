@@ -16,6 +16,7 @@
 
 #include "common/sync.h"
 #include "server/engine.h"
+#include "tests/server/generate_collector.h"
 
 namespace dikkat::server {
 namespace {
@@ -24,68 +25,11 @@ std::string ModelPath(const std::string& name) {
   return std::string(DIKKAT_BINARY_DIR) + "/models/" + name;
 }
 
-struct SampleOutput {
-  std::vector<int32_t> ids;
-  std::vector<float> logprobs;
-  std::string text;
-  std::optional<FinishReason> finish;
-  double cumulative = 0.0;
-};
-
-// Collects a call's chunks per sample index.
-class SampleCollector : public GenerateObserver {
- public:
-  void OnChunk(GeneratedChunk chunk) override {
-    dikkat::MutexLock lock(&mu_);
-    ASSERT_FALSE(done_.HasBeenNotified()) << "a chunk after OnFinish";
-    SampleOutput& s = samples_[chunk.index];
-    EXPECT_FALSE(s.finish.has_value()) << "sample " << chunk.index << " has a chunk after its end";
-    for (const GeneratedToken& t : chunk.tokens) {
-      s.ids.push_back(t.token_id);
-      s.logprobs.push_back(t.logprob);
-    }
-    s.text += chunk.text;
-    if (chunk.finish.has_value()) {
-      s.finish = chunk.finish;
-      s.cumulative = chunk.cumulative_logprob;
-    }
-    if (!chunk.prompt_logprobs.empty()) {
-      EXPECT_TRUE(prompt_logprobs_.empty()) << "prompt logprobs sent twice";
-      prompt_logprobs_ = chunk.prompt_logprobs;
-    }
-    ++chunks_;
-  }
-  void OnFinish(GenerateSummary summary) override {
-    dikkat::MutexLock lock(&mu_);
-    summary_ = summary;
-    done_.Notify();
-  }
-  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
-  std::map<int32_t, SampleOutput> samples() {
-    dikkat::MutexLock lock(&mu_);
-    return samples_;
-  }
-  std::vector<GeneratedToken> prompt_logprobs() {
-    dikkat::MutexLock lock(&mu_);
-    return prompt_logprobs_;
-  }
-  GenerateSummary summary() {
-    dikkat::MutexLock lock(&mu_);
-    return summary_;
-  }
-  int chunks() {
-    dikkat::MutexLock lock(&mu_);
-    return chunks_;
-  }
-
- private:
-  dikkat::Mutex mu_;
-  std::map<int32_t, SampleOutput> samples_;
-  std::vector<GeneratedToken> prompt_logprobs_;
-  GenerateSummary summary_;
-  int chunks_ = 0;
-  dikkat::Notification done_;
-};
+double SumLogprobs(const CollectedSample& s) {
+  double sum = 0.0;
+  for (const GeneratedToken& t : s.tokens) sum += t.logprob;
+  return sum;
+}
 
 GenerateRequest Sampled(const std::string& prompt, int max_new, uint64_t seed) {
   GenerateRequest r;
@@ -106,8 +50,8 @@ class SamplesTest : public ::testing::Test {
     return engine.ok() ? std::move(*engine) : nullptr;
   }
 
-  std::shared_ptr<SampleCollector> Run(Engine& engine, const GenerateRequest& request) {
-    auto c = std::make_shared<SampleCollector>();
+  std::shared_ptr<GenerateCollector> Run(Engine& engine, const GenerateRequest& request) {
+    auto c = std::make_shared<GenerateCollector>();
     absl::StatusOr<RequestId> id = engine.SubmitGenerate(request, c);
     EXPECT_TRUE(id.ok()) << id.status();
     if (id.ok()) {
@@ -156,8 +100,7 @@ TEST_F(SamplesTest, EachSampleEqualsTheSingleRunWithItsSeed) {
       EXPECT_EQ(samples.at(i).text, alone.at(0).text) << "sample " << i;
       ASSERT_TRUE(samples.at(i).finish.has_value());
       EXPECT_EQ(*samples.at(i).finish, FinishReason::kLength);
-      const double sum = std::accumulate(samples.at(i).logprobs.begin(),
-                                         samples.at(i).logprobs.end(), 0.0);
+      const double sum = SumLogprobs(samples.at(i));
       EXPECT_NEAR(samples.at(i).cumulative, sum, 1e-3);
       if (std::find(distinct.begin(), distinct.end(), samples.at(i).ids) == distinct.end()) {
         distinct.push_back(samples.at(i).ids);
@@ -194,7 +137,7 @@ TEST_F(SamplesTest, BestOfReturnsTheMostLikelySamplesBestFirst) {
   std::vector<std::pair<double, std::vector<int32_t>>> runs;
   for (int i = 0; i < 4; ++i) {
     auto alone = Run(*engine, Sampled(prompt, 8, 99 + i))->samples().at(0);
-    runs.emplace_back(std::accumulate(alone.logprobs.begin(), alone.logprobs.end(), 0.0),
+    runs.emplace_back(SumLogprobs(alone),
                       alone.ids);
   }
   std::stable_sort(runs.begin(), runs.end(),
@@ -219,7 +162,7 @@ TEST_F(SamplesTest, CancellingTheCallStopsEverySample) {
   ASSERT_NE(engine, nullptr);
   GenerateRequest call = Sampled("cancel all of us", 400, 5);
   call.n = 3;
-  auto c = std::make_shared<SampleCollector>();
+  auto c = std::make_shared<GenerateCollector>();
   absl::StatusOr<RequestId> id = engine->SubmitGenerate(call, c);
   ASSERT_TRUE(id.ok());
   while (c->chunks() < 6) absl::SleepFor(absl::Milliseconds(1));
@@ -234,7 +177,7 @@ TEST_F(SamplesTest, RejectsBadSampleCounts) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);
   auto submit = [&](GenerateRequest r) {
-    return engine->SubmitGenerate(std::move(r), std::make_shared<SampleCollector>()).status();
+    return engine->SubmitGenerate(std::move(r), std::make_shared<GenerateCollector>()).status();
   };
   GenerateRequest r = Sampled("x", 4, 1);
   r.n = 17;
@@ -259,7 +202,7 @@ TEST_F(SamplesTest, BeamSearchChecksAndCancellation) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);
   auto submit = [&](GenerateRequest r) {
-    return engine->SubmitGenerate(std::move(r), std::make_shared<SampleCollector>()).status();
+    return engine->SubmitGenerate(std::move(r), std::make_shared<GenerateCollector>()).status();
   };
   GenerateRequest r = Sampled("beams", 8, 1);
   r.beam_width = 3;
@@ -283,7 +226,7 @@ TEST_F(SamplesTest, BeamSearchChecksAndCancellation) {
   // A long search, cancelled: it ends CANCELLED and frees every block.
   GenerateRequest slow = Sampled("cancel the beams", 400, 1);
   slow.beam_width = 4;
-  auto c = std::make_shared<SampleCollector>();
+  auto c = std::make_shared<GenerateCollector>();
   absl::StatusOr<RequestId> id = engine->SubmitGenerate(slow, c);
   ASSERT_TRUE(id.ok()) << id.status();
   absl::SleepFor(absl::Milliseconds(50));
