@@ -113,9 +113,14 @@ void EngineImpl::DrainInbox() {
   PublishQueued();
 }
 
+int32_t EngineImpl::WaitingBeams() const {
+  return static_cast<int32_t>(std::count_if(beam_jobs_.begin(), beam_jobs_.end(),
+                                            [](const Request* r) { return r->beam == nullptr; }));
+}
+
 void EngineImpl::PublishQueued() {
-  engine_queued_ =
-      static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size() + beam_jobs_.size());
+  engine_queued_ = static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size()) +
+                   WaitingBeams();
 }
 
 // Moves new requests and cancellations into engine-thread state; waits when
@@ -506,9 +511,11 @@ void EngineImpl::FinishAuxiliary(Request* r, absl::Status status) {
 }
 
 void EngineImpl::PublishStats() {
-  stat_running_.store(static_cast<int32_t>(scheduler_.running().size()));
-  stat_waiting_.store(
-      static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size() + beam_jobs_.size()));
+  const int32_t waiting_beams = WaitingBeams();
+  stat_running_.store(static_cast<int32_t>(scheduler_.running().size() + beam_jobs_.size()) -
+                      waiting_beams);
+  stat_waiting_.store(static_cast<int32_t>(scheduler_.waiting().size() + auxiliary_.size()) +
+                      waiting_beams);
   stat_blocks_used_.store(cache_->allocator().num_used());
   stat_blocks_cached_.store(cache_->allocator().num_cached());
   std::map<int32_t, int32_t> by_priority;

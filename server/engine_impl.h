@@ -138,6 +138,8 @@ class EngineImpl final : public Engine {
   bool TakeInbox();
   void DrainInbox() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Beam-search requests not started yet (they count as queued).
+  int32_t WaitingBeams() const;
   void ExpireAuxiliary(absl::Time now);
   // ---- beam search, engine thread: engine_beams.cc ----
   // One step of every beam-search request (a forward over all their live
