@@ -23,15 +23,9 @@ if [ ! -f "$MODEL/model.safetensors" ]; then
     --layers 6 --heads 8 --max-positions 256
 fi
 SOURCE="The quick brown fox jumps over a"
-log=$(mktemp)
-"$BUILD/server/dikkat-server" --model="$MODEL" --listen=127.0.0.1:0 --metrics_listen= \
-  --threads="$THREADS" --kv_cache_bytes=256MiB > "$log" 2>&1 &
-server=$!
-# shellcheck disable=SC2064  # the pid is meant to be fixed now
-trap "kill -TERM $server 2>/dev/null || true; rm -f $log" EXIT
-for _ in $(seq 1 600); do grep -q "serving" "$log" && break; sleep 0.1; done
-addr=$(sed -n 's/^listening on //p' "$log")
-CLI=("$BUILD/client/dikkat" --target="$addr" --timeout=600)
+. bench/lib.sh
+bench_start_server "$BUILD" "$MODEL" --kv_cache_bytes=256MiB
+CLI=("$BUILD/client/dikkat" --target="$BENCH_ADDR" --timeout=600)
 
 : > "$OUT/beam.jsonl"
 for round in $(seq 1 "$ROUNDS"); do

@@ -17,31 +17,20 @@ THREADS=${BENCH_THREADS:-2}
 MODEL=$BUILD/bench/gpt2-small
 OUT=$BUILD/bench/results
 mkdir -p "$OUT"
-if [ ! -f "$MODEL/model.safetensors" ]; then
-  /usr/bin/python3 tools/make_tiny_model.py "$MODEL" --d-model 768 --layers 12 --heads 12 \
-    --max-positions 1024 --vocab 50257
-fi
+. bench/lib.sh
+bench_gpt2_small "$MODEL"
 # 400 bytes of text: the shared prefix.
 PREFIX=$(/usr/bin/python3 -c 'import sys; s="You are a careful assistant. Answer briefly and cite the rules. "; sys.stdout.write((s*10)[:400])')
 
 run_one() {  # $1: on|off -> "ttft_mean_ms ttft_p50_ms tokens_per_s"
   local flag=""
   [ "$1" = off ] && flag="--noprefix_caching"
-  local log
-  log=$(mktemp)
-  "$BUILD/server/dikkat-server" --model="$MODEL" --listen=127.0.0.1:0 --metrics_listen= \
-    --threads="$THREADS" --kv_cache_bytes=512MiB $flag > "$log" 2>&1 &
-  local server=$!
-  # shellcheck disable=SC2064  # the pid is meant to be fixed now
-  trap "kill -TERM $server 2>/dev/null || true" EXIT
-  for _ in $(seq 1 600); do grep -q "serving" "$log" && break; sleep 0.1; done
-  local addr
-  addr=$(sed -n 's/^listening on //p' "$log")
+  bench_start_server "$BUILD" "$MODEL" --kv_cache_bytes=512MiB $flag || exit 1
+  local addr=$BENCH_ADDR
   local report
   report=$("$BUILD/client/dikkat" --target="$addr" --timeout=600 bench --concurrency=32 --requests=32 \
     --max-tokens=16 --temperature=0 --ignore-eos --warmup=0 --prompt="$PREFIX" --unique-suffix=16) || true
-  kill -TERM $server; wait $server || true; rm -f "$log"
-  trap - EXIT
+  bench_stop_server
   if ! grep -q '^completed: 32 ok, 0 failed' <<< "$report"; then
     echo "prefix_cache.sh: a request failed with caching $1:" >&2
     echo "$report" >&2

@@ -20,23 +20,14 @@ THREADS=${BENCH_THREADS:-2}
 MODEL=$BUILD/bench/gpt2-small
 OUT=$BUILD/bench/results
 mkdir -p "$OUT"
-if [ ! -f "$MODEL/model.safetensors" ]; then
-  /usr/bin/python3 tools/make_tiny_model.py "$MODEL" --d-model 768 --layers 12 --heads 12 \
-    --max-positions 1024 --vocab 50257
-fi
+. bench/lib.sh
+bench_gpt2_small "$MODEL"
 prompt() {  # $1: a tag that makes the prompt unique -> 400 bytes
   /usr/bin/python3 -c 'import sys; s=sys.argv[1] + " You are a careful assistant. Answer briefly. "; sys.stdout.write((s*20)[:400])' "$1"
 }
 
-log=$(mktemp)
-"$BUILD/server/dikkat-server" --model="$MODEL" --listen=127.0.0.1:0 --metrics_listen= \
-  --threads="$THREADS" --kv_cache_bytes=512MiB > "$log" 2>&1 &
-server=$!
-# shellcheck disable=SC2064  # the pid is meant to be fixed now
-trap "kill -TERM $server 2>/dev/null || true; rm -f $log" EXIT
-for _ in $(seq 1 600); do grep -q "serving" "$log" && break; sleep 0.1; done
-addr=$(sed -n 's/^listening on //p' "$log")
-CLI=("$BUILD/client/dikkat" --target="$addr" --timeout=600)
+bench_start_server "$BUILD" "$MODEL" --kv_cache_bytes=512MiB
+CLI=("$BUILD/client/dikkat" --target="$BENCH_ADDR" --timeout=600)
 
 server_total() {  # generate flags... -> the server's total seconds of the call
   "${CLI[@]}" generate --show-stats "$@" 2>&1 >/dev/null | sed -n 's/^server: .*total \([0-9.]*\) s.*/\1/p'
