@@ -38,6 +38,7 @@
 #include "server/metrics.h"
 #include "server/metrics_http.h"
 #include "server/model_registry.h"
+#include "server/openai_http.h"
 #include "server/runtime.h"
 #include "server/security.h"
 #include "server/service.h"
@@ -57,6 +58,14 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "'listening on HOST:PORT'.");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9090",
           "HTTP address for /metrics (Prometheus text format) and /healthz. Empty disables it.");
+ABSL_FLAG(std::string, openai_listen, "",
+          "HTTP address host:port of the OpenAI-compatible API (/v1/completions, "
+          "/v1/chat/completions, /v1/embeddings, /v1/models) over the same models, limits and "
+          "bearer tokens as gRPC. Empty (the default) disables it. Port 0 picks a free port; the "
+          "chosen one is printed as 'openai on http://HOST:PORT/v1'.");
+ABSL_FLAG(int32_t, openai_max_connections, 64,
+          "Connections the OpenAI HTTP port serves at once (a stream holds one for its whole "
+          "length); as many more may wait, past that new ones get 503.");
 ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu or cuda:N.");
 ABSL_FLAG(std::string, dtype, "float32",
           "Weights dtype: float32, bfloat16, float16, or int8 (weight-only int8 "
@@ -483,6 +492,33 @@ int Run(int argc, char** argv) {
     return 1;
   }
 
+  // The OpenAI-compatible port: 503 until the models are warm, like health.
+  OpenAiHttpOptions openai_options;
+  openai_options.max_workers = std::max(1, absl::GetFlag(FLAGS_openai_max_connections));
+  openai_options.max_waiting = openai_options.max_workers;
+  openai_options.max_body_bytes = absl::GetFlag(FLAGS_max_message_bytes).bytes;
+  openai_options.max_text_bytes = service_options.max_text_bytes;
+  openai_options.max_response_bytes = max_response;
+  openai_options.max_stream_pending_bytes = service_options.max_stream_pending_bytes;
+  OpenAiHttpServer openai(&registry, auth->get(), &metrics, [&serving] { return serving.load(); },
+                          openai_options);
+  const std::string openai_listen = absl::GetFlag(FLAGS_openai_listen);
+  if (!openai_listen.empty()) {
+    absl::StatusOr<int> openai_port = openai.Start(openai_listen);
+    if (!openai_port.ok()) {
+      absl::FPrintF(stderr, "dikkat-server: %s\n", openai_port.status().ToString());
+      registry.ShutdownAll(absl::ZeroDuration());
+      health.Shutdown();
+      server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      return 1;
+    }
+    const std::string openai_host = SplitHostPort(openai_listen)->first;
+    absl::FPrintF(stderr, "dikkat-server: openai on http://%s:%d/v1\n",
+                  absl::StrContains(openai_host, ':') ? absl::StrCat("[", openai_host, "]")
+                                                      : openai_host,
+                  *openai_port);
+  }
+
   const std::string host = SplitHostPort(listen).ok() ? SplitHostPort(listen)->first : listen;
   absl::PrintF("listening on %s:%d\n", absl::StrContains(host, ':') ? absl::StrCat("[", host, "]")
                                                                     : host,
@@ -535,6 +571,7 @@ int Run(int argc, char** argv) {
   // Watch streams end here rather than hold the transport's shutdown up.
   health.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  openai.Stop();
   http.Stop();
   absl::FPrintF(stderr, "dikkat-server: stopped\n");
   return 0;

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/sync.h"
+#include "server/http_worker_pool.h"
 #include "server/metrics_http_request.h"
 
 namespace dikkat::server {
@@ -42,89 +42,11 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& add
 
 namespace {
 
-// Set on the accept thread while WorkerPool turns a connection away: the
-// connection's task then answers 503 and closes instead of serving.
-thread_local bool t_refuse_connection = false;
-
 constexpr int kListenBacklog = 128;
 
 constexpr char kBusyResponse[] =
     "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: text/plain\r\n"
     "Content-Length: 31\r\n\r\nmetrics port busy; retry later\n";
-
-// Workers for accepted connections: up to `max_workers` threads, started as
-// connections need them; up to `max_waiting` connections wait for a free
-// worker. Past that, enqueue runs the connection's task at once on the
-// accept thread with t_refuse_connection set, which answers 503 without
-// reading anything (httplib 0.11.4's TaskQueue cannot refuse a task, and the
-// task owns the socket).
-class WorkerPool final : public httplib::TaskQueue {
- public:
-  WorkerPool(int max_workers, int max_waiting)
-      : max_workers_(std::max(max_workers, 1)), max_waiting_(std::max(max_waiting, 0)) {}
-  ~WorkerPool() override { shutdown(); }
-
-  void enqueue(std::function<void()> fn) override {
-    {
-      dikkat::MutexLock lock(&mu_);
-      // Idle workers each take one queued job; the rest wait.
-      const int queued = static_cast<int>(jobs_.size());
-      bool accept = queued < idle_;
-      if (!accept && static_cast<int>(threads_.size()) < max_workers_) {
-        ++idle_;
-        threads_.emplace_back([this] { Work(); });
-        accept = true;
-      }
-      if (!accept) accept = queued - idle_ < max_waiting_;
-      if (accept) {
-        jobs_.push_back(std::move(fn));
-        return;
-      }
-    }
-    t_refuse_connection = true;
-    fn();
-    t_refuse_connection = false;
-  }
-
-  // Runs what is queued (each connection is bounded by its deadlines), then
-  // joins the workers. Idempotent.
-  void shutdown() override {
-    std::vector<std::thread> threads;
-    {
-      dikkat::MutexLock lock(&mu_);
-      shutdown_ = true;
-      threads.swap(threads_);
-    }
-    for (std::thread& t : threads) t.join();
-  }
-
- private:
-  void Work() {
-    dikkat::MutexLock lock(&mu_);
-    while (true) {
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !jobs_.empty() || shutdown_;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (jobs_.empty()) return;  // shut down
-      std::function<void()> job = std::move(jobs_.front());
-      jobs_.pop_front();
-      --idle_;
-      mu_.Unlock();
-      job();
-      mu_.Lock();
-      ++idle_;
-    }
-  }
-
-  const int max_workers_;
-  const int max_waiting_;
-  dikkat::Mutex mu_;
-  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
-  int idle_ ABSL_GUARDED_BY(mu_) = 0;  // workers not running a job
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
-};
 
 // One connection's socket as httplib reads and writes it, with the limits
 // httplib 0.11.4 lacks: the request must arrive within one deadline and one
@@ -268,7 +190,7 @@ class ConnectionStream final : public httplib::Stream {
 }  // namespace
 
 // httplib::Server whose connections are served one request each through a
-// ConnectionStream by a WorkerPool. process_and_close_socket is httplib's
+// ConnectionStream by an HttpWorkerPool. process_and_close_socket is httplib's
 // (private, virtual) per-connection entry point, called by its accept loop
 // through the task queue; process_request (protected) parses the request,
 // routes it and writes the response.
@@ -276,7 +198,9 @@ class MetricsHttpServer::BoundedServer final : public httplib::Server {
  public:
   explicit BoundedServer(const MetricsHttpOptions& options)
       : options_(options), stop_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-    new_task_queue = [this] { return new WorkerPool(options_.max_workers, options_.max_waiting); };
+    new_task_queue = [this] {
+      return new HttpWorkerPool(options_.max_workers, options_.max_waiting);
+    };
     // Backstops for anything httplib reads itself: no body, no second
     // request on the connection, socket timeouts like ours.
     set_payload_max_length(0);
@@ -308,7 +232,7 @@ class MetricsHttpServer::BoundedServer final : public httplib::Server {
  private:
   bool process_and_close_socket(socket_t sock) override {
     bool served = false;
-    if (t_refuse_connection) {
+    if (HttpWorkerPool::RefusingConnection()) {
       if (send(sock, kBusyResponse, sizeof(kBusyResponse) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
         // The client is gone or its buffer is full: closing says enough.
       }

@@ -1,0 +1,656 @@
+#include "server/openai_http.h"
+
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/sync.h"
+#include "server/chat_prompt.h"
+#include "server/convert.h"
+#include "server/http_worker_pool.h"
+#include "server/metrics_http.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/status_util.h"
+
+namespace dikkat::server {
+namespace {
+
+using openai::Api;
+using openai::Json;
+
+constexpr int kListenBacklog = 128;
+// How often a waiting HTTP thread looks at its client and the server's stop.
+constexpr absl::Duration kPollInterval = absl::Milliseconds(50);
+// A stream with nothing to say for this long sends an SSE comment, so that a
+// client that went away is noticed by the failed write.
+constexpr absl::Duration kKeepAliveComment = absl::Seconds(5);
+
+// Set by the handlers when the connection must not serve another request
+// (a refused request whose body was never read).
+thread_local bool t_close_connection = false;
+
+// One connection's socket as httplib reads and writes it, with the limits
+// httplib 0.11.4 lacks: each request (head and body) within a byte budget
+// and a deadline from its first wait, each write within the write timeout.
+// Every wait also ends when `stop_fd` becomes readable (the server stops).
+class ConnectionStream final : public httplib::Stream {
+ public:
+  ConnectionStream(int fd, int stop_fd, const OpenAiHttpOptions& options)
+      : fd_(fd), stop_fd_(stop_fd), options_(options) {}
+
+  // Waits up to `idle` for the next request's first byte, then starts its
+  // budget and deadline. False: none came (or the server stops).
+  bool NextRequest(absl::Duration idle) {
+    if (pos_ == len_ && !Wait(POLLIN, absl::Now() + idle)) return false;
+    received_ = 0;
+    read_deadline_ = absl::Now() + options_.request_timeout;
+    return true;
+  }
+
+  // The client closed its side or reset (checked without blocking).
+  bool PeerClosed() const {
+    char byte;
+    const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return true;
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  }
+  bool Stopping() const {
+    pollfd fd = {stop_fd_, POLLIN, 0};
+    return poll(&fd, 1, 0) > 0;
+  }
+
+  bool is_readable() const override { return pos_ < len_ || Wait(POLLIN, read_deadline_); }
+  bool is_writable() const override { return Wait(POLLOUT, absl::Now() + options_.write_timeout); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (pos_ == len_) {
+      const int64_t budget = options_.max_head_bytes + options_.max_body_bytes - received_;
+      if (budget <= 0 || !Wait(POLLIN, read_deadline_)) return -1;
+      ssize_t n;
+      do {
+        n = recv(fd_, buffer_, std::min<size_t>(sizeof(buffer_), static_cast<size_t>(budget)), 0);
+      } while (n < 0 && errno == EINTR);
+      if (n <= 0) return n;
+      received_ += n;
+      pos_ = 0;
+      len_ = static_cast<size_t>(n);
+    }
+    const size_t n = std::min(size, len_ - pos_);
+    std::memcpy(ptr, buffer_ + pos_, n);
+    pos_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!Wait(POLLOUT, absl::Now() + options_.write_timeout)) return -1;
+    const ssize_t n = send(fd_, ptr, size, MSG_NOSIGNAL);
+    return n < 0 && errno == EINTR ? 0 : n;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) Describe(addr, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) Describe(addr, ip, port);
+  }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  static void Describe(const sockaddr_storage& addr, std::string& ip, int& port) {
+    char text[INET6_ADDRSTRLEN] = {};
+    if (addr.ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+      inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+      port = ntohs(in->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+      inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+      port = ntohs(in6->sin6_port);
+    }
+    ip = text;
+  }
+
+  // Whether `fd_` is ready for `events` before `deadline` (false on timeout,
+  // on a stop, and on errors other than a hang-up, which read/write report).
+  bool Wait(short events, absl::Time deadline) const {
+    while (true) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return false;
+      pollfd fds[2] = {{fd_, events, 0}, {stop_fd_, POLLIN, 0}};
+      const int ms = static_cast<int>(
+          std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
+                            60 * 1000));
+      const int ready = poll(fds, 2, ms);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0 || (fds[1].revents & POLLIN) != 0) return false;
+      if (fds[0].revents != 0) return (fds[0].revents & POLLNVAL) == 0;
+    }
+  }
+
+  const int fd_;
+  const int stop_fd_;
+  const OpenAiHttpOptions& options_;
+  absl::Time read_deadline_ = absl::InfinitePast();
+  int64_t received_ = 0;
+  char buffer_[16384];
+  size_t pos_ = 0;
+  size_t len_ = 0;
+};
+
+// The connection the current worker serves (handlers run on it).
+thread_local const ConnectionStream* t_connection = nullptr;
+
+// One Generate call's output between the engine thread (OnChunk/OnFinish,
+// which only append under a short lock) and the HTTP thread (Take). Past
+// `max_pending_bytes` of output not yet taken the call is marked cut: the
+// HTTP thread then cancels it and ends the response.
+class GenerateOutput final : public GenerateObserver {
+ public:
+  explicit GenerateOutput(int64_t max_pending_bytes) : max_pending_bytes_(max_pending_bytes) {}
+
+  void OnChunk(GeneratedChunk chunk) override {
+    const int64_t bytes = static_cast<int64_t>(
+        chunk.text.size() + 16 * (chunk.tokens.size() + chunk.prompt_logprobs.size()) +
+        (chunk.tokens.empty() ? 0 : 16 * chunk.tokens.size() * chunk.tokens[0].top.size()));
+    dikkat::MutexLock lock(&mu_);
+    if (cut_) return;
+    pending_bytes_ += bytes;
+    if (max_pending_bytes_ > 0 && pending_bytes_ > max_pending_bytes_) {
+      cut_ = true;
+      chunks_.clear();
+      return;
+    }
+    chunks_.push_back(std::move(chunk));
+  }
+
+  void OnFinish(GenerateSummary summary) override {
+    dikkat::MutexLock lock(&mu_);
+    summary_ = std::move(summary);
+  }
+
+  struct Taken {
+    std::vector<GeneratedChunk> chunks;
+    std::optional<GenerateSummary> summary;  // set once, with the last chunks
+    bool cut = false;
+  };
+
+  // Waits up to `timeout` for output, then takes all of it.
+  Taken Take(absl::Duration timeout) {
+    dikkat::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !chunks_.empty() || (summary_.has_value() && !summary_taken_) || cut_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    Taken taken;
+    taken.cut = cut_;
+    taken.chunks.assign(std::make_move_iterator(chunks_.begin()),
+                        std::make_move_iterator(chunks_.end()));
+    chunks_.clear();
+    pending_bytes_ = 0;
+    if (summary_.has_value() && !summary_taken_) {
+      summary_taken_ = true;
+      taken.summary = summary_;
+    }
+    return taken;
+  }
+
+  bool finished() const {
+    dikkat::MutexLock lock(&mu_);
+    return summary_.has_value();
+  }
+
+ private:
+  const int64_t max_pending_bytes_;
+  mutable dikkat::Mutex mu_;
+  std::deque<GeneratedChunk> chunks_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cut_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<GenerateSummary> summary_ ABSL_GUARDED_BY(mu_);
+  bool summary_taken_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+void SetError(httplib::Response& res, int http_status, absl::string_view message,
+              absl::string_view code = "") {
+  res.status = http_status;
+  res.set_content(openai::ErrorBody(http_status, message, code), "application/json");
+}
+
+void SetStatusError(httplib::Response& res, const absl::Status& status) {
+  const int http = openai::HttpStatusOf(status);
+  SetError(res, http, status.message(),
+           status.code() == absl::StatusCode::kNotFound ? "model_not_found" : "");
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    // Whole seconds, rounded up (HTTP's Retry-After has no fractions).
+    res.set_header("Retry-After", std::to_string((RetryAfterMs(status) + 999) / 1000));
+  }
+}
+
+std::string SseEvent(const Json& event) {
+  return absl::StrCat("data: ", event.dump(-1, ' ', false, Json::error_handler_t::replace),
+                      "\n\n");
+}
+
+}  // namespace
+
+// The route handlers; state shared by every worker is read-only after Start.
+class OpenAiHttpServer::Handlers {
+ public:
+  Handlers(const ModelRegistry* registry, const BearerTokenAuthenticator* auth,
+           std::function<bool()> serving, const OpenAiHttpOptions& options)
+      : registry_(registry), auth_(auth), serving_(std::move(serving)), options_(options) {}
+
+  absl::Status LoadChatTemplates() {
+    for (const ModelRegistry::Entry& e : registry_->entries()) {
+      absl::StatusOr<ChatPrompt> prompt = ChatPrompt::Load(e.engine->description().path);
+      if (!prompt.ok()) return prompt.status();
+      chat_.emplace(e.name, std::move(*prompt));
+    }
+    return absl::OkStatus();
+  }
+
+  void Install(httplib::Server& http) {
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      return PreRoute(req, res);
+    });
+    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&,
+                                                                   httplib::Response& res) {
+      if (res.status == 413) t_close_connection = true;
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      const std::string message =
+          res.status == 404   ? "no such endpoint: see GET /v1/models, POST /v1/completions, "
+                                "/v1/chat/completions, /v1/embeddings"
+          : res.status == 413 ? "the request body is larger than the server accepts"
+                              : absl::StrCat("HTTP status ", res.status);
+      SetError(res, res.status, message);
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      Json data = Json::array();
+      for (const ModelRegistry::Entry& e : registry_->entries()) {
+        data.push_back(openai::ModelObject(e.name, created_));
+      }
+      res.set_content(Json{{"object", "list"}, {"data", std::move(data)}}.dump(),
+                      "application/json");
+    });
+    http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      const std::string name = req.matches[1];
+      for (const ModelRegistry::Entry& e : registry_->entries()) {
+        if (e.name == name) {
+          res.set_content(openai::ModelObject(e.name, created_).dump(), "application/json");
+          return;
+        }
+      }
+      SetError(res, 404, absl::StrCat("model '", name, "' is not served here"),
+               "model_not_found");
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      Generate(Api::kCompletions, req, res);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      Generate(Api::kChat, req, res);
+    });
+    http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+      Embeddings(req, res);
+    });
+  }
+
+  void set_stopping() { stopping_ = true; }
+
+ private:
+  // Runs after the head, before any body is read: callers without a valid
+  // token and calls while the server is not serving are refused unread.
+  httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res) {
+    if (auth_ != nullptr) {
+      absl::Status auth = auth_->CheckAuthorization(req.get_header_value("Authorization"));
+      if (!auth.ok()) {
+        t_close_connection = true;
+        SetError(res, 401, auth.message(), "invalid_api_key");
+        res.set_header("WWW-Authenticate", "Bearer");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    if (req.method == "POST" && (serving_ != nullptr && !serving_())) {
+      t_close_connection = true;
+      SetError(res, 503, "the server is starting or draining; retry on another replica or later");
+      res.set_header("Retry-After", "1");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+
+  struct Target {
+    Engine* engine = nullptr;
+    std::string name;
+    ModelLimits limits;
+  };
+
+  // The model the body names, and its limits.
+  absl::StatusOr<Target> FindModel(const Json& body) const {
+    absl::StatusOr<std::string> name = openai::ModelName(body);
+    if (!name.ok()) return name.status();
+    absl::StatusOr<Engine*> engine = registry_->Find(*name);
+    if (!engine.ok()) return engine.status();
+    Target t;
+    t.engine = *engine;
+    t.name = std::string(registry_->ResolveName(*name));
+    t.limits.config = &t.engine->description().config;
+    t.limits.tokenizer = &t.engine->tokenizer();
+    t.limits.options = &t.engine->options();
+    t.limits.max_response_bytes = options_.max_response_bytes;
+    t.limits.max_text_bytes = options_.max_text_bytes;
+    return t;
+  }
+
+  openai::BodyLimits body_limits() const {
+    return openai::BodyLimits{options_.max_json_depth, options_.max_chat_messages};
+  }
+
+  // Whether the HTTP thread should stop waiting: client gone or server stopping.
+  bool Abandoned() const {
+    return stopping_ || (t_connection != nullptr &&
+                         (t_connection->PeerClosed() || t_connection->Stopping()));
+  }
+
+  void Generate(Api api, const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<Json> body = openai::ParseBody(req.body, body_limits());
+    if (!body.ok()) return SetStatusError(res, body.status());
+    absl::StatusOr<Target> target = FindModel(*body);
+    if (!target.ok()) return SetStatusError(res, target.status());
+    absl::StatusOr<openai::GenerateCall> call;
+    if (api == Api::kChat) {
+      call = openai::ParseChatRequest(*body, chat_.at(target->name), body_limits(),
+                                      target->limits);
+    } else {
+      call = openai::ParseCompletionRequest(*body, target->limits);
+    }
+    if (!call.ok()) return SetStatusError(res, call.status());
+    auto shared_call = std::make_shared<openai::GenerateCall>(std::move(*call));
+    auto output = std::make_shared<GenerateOutput>(options_.max_stream_pending_bytes);
+    absl::StatusOr<RequestId> id = target->engine->SubmitGenerate(shared_call->request, output);
+    if (!id.ok()) return SetStatusError(res, id.status());
+    auto builder = std::make_shared<openai::ChoiceBuilder>(
+        openai::NewResponseMeta(api, target->name), *shared_call, target->engine->tokenizer());
+    if (shared_call->stream) {
+      Stream(target->engine, *id, std::move(shared_call), std::move(output), std::move(builder),
+             res);
+    } else {
+      Collect(target->engine, *id, *output, *builder, res);
+    }
+  }
+
+  // Non-streaming: waits for the whole output (cancelling it if the client
+  // goes away) and answers one JSON object.
+  void Collect(Engine* engine, RequestId id, GenerateOutput& output,
+               openai::ChoiceBuilder& builder, httplib::Response& res) {
+    bool cancelled = false;
+    while (true) {
+      GenerateOutput::Taken taken = output.Take(kPollInterval);
+      for (const GeneratedChunk& chunk : taken.chunks) builder.Add(chunk);
+      if (taken.summary.has_value()) {
+        const GenerateSummary& summary = *taken.summary;
+        if (summary.reason == FinishReason::kError) return SetStatusError(res, summary.status);
+        if (summary.reason == FinishReason::kCancelled) {
+          return SetError(res, 503, "the generation was cancelled (the server is stopping)");
+        }
+        res.set_content(
+            builder.Response(summary).dump(-1, ' ', false, Json::error_handler_t::replace),
+            "application/json");
+        return;
+      }
+      if (!cancelled && (taken.cut || Abandoned())) {
+        cancelled = true;
+        engine->Cancel(id);  // OnFinish(kCancelled) follows
+      }
+    }
+  }
+
+  // Streaming: server-sent events written by the HTTP thread as the engine
+  // produces them. A failed write (client gone, or not reading within the
+  // write timeout), a cut buffer or a stop ends the response; the releaser
+  // then cancels a generation that has not finished.
+  void Stream(Engine* engine, RequestId id, std::shared_ptr<openai::GenerateCall> call,
+              std::shared_ptr<GenerateOutput> output,
+              std::shared_ptr<openai::ChoiceBuilder> builder, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto started = std::make_shared<bool>(false);
+    auto last_write = std::make_shared<absl::Time>(absl::Now());
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, output, builder, started, last_write](size_t, httplib::DataSink& sink) {
+          std::string out;
+          if (!*started) {
+            *started = true;
+            for (const Json& e : builder->StartEvents()) out += SseEvent(e);
+          }
+          GenerateOutput::Taken taken = output->Take(out.empty() ? kPollInterval
+                                                                 : absl::ZeroDuration());
+          if (taken.cut || Abandoned()) return false;
+          for (const GeneratedChunk& chunk : taken.chunks) {
+            for (const Json& e : builder->ChunkEvents(chunk)) out += SseEvent(e);
+          }
+          bool done = false;
+          if (taken.summary.has_value()) {
+            const GenerateSummary& summary = *taken.summary;
+            if (summary.reason == FinishReason::kError ||
+                summary.reason == FinishReason::kCancelled) {
+              const absl::Status status =
+                  summary.reason == FinishReason::kError
+                      ? summary.status
+                      : absl::UnavailableError("the generation was cancelled");
+              out += SseEvent(Json::parse(
+                  openai::ErrorBody(openai::HttpStatusOf(status), status.message())));
+            } else {
+              for (const Json& e : builder->FinishEvents(summary)) out += SseEvent(e);
+              out += "data: [DONE]\n\n";
+            }
+            done = true;
+          }
+          if (out.empty() && absl::Now() - *last_write > kKeepAliveComment) out = ": ping\n\n";
+          if (!out.empty()) {
+            if (!sink.write(out.data(), out.size())) return false;
+            *last_write = absl::Now();
+          }
+          if (done) sink.done();
+          return true;
+        },
+        [engine, id, output, call](bool) {
+          if (!output->finished()) engine->Cancel(id);
+        });
+  }
+
+  void Embeddings(const httplib::Request& req, httplib::Response& res) {
+    absl::StatusOr<Json> body = openai::ParseBody(req.body, body_limits());
+    if (!body.ok()) return SetStatusError(res, body.status());
+    absl::StatusOr<Target> target = FindModel(*body);
+    if (!target.ok()) return SetStatusError(res, target.status());
+    absl::StatusOr<openai::EmbeddingsCall> call =
+        openai::ParseEmbeddingsRequest(*body, target->limits);
+    if (!call.ok()) return SetStatusError(res, call.status());
+    struct Done {
+      dikkat::Mutex mu;
+      std::optional<absl::StatusOr<EncodeResult>> result ABSL_GUARDED_BY(mu);
+    };
+    auto done = std::make_shared<Done>();
+    absl::StatusOr<RequestId> id = target->engine->SubmitEncode(
+        std::move(call->request), [done](absl::StatusOr<EncodeResult> result) {
+          dikkat::MutexLock lock(&done->mu);
+          done->result = std::move(result);
+        });
+    if (!id.ok()) return SetStatusError(res, id.status());
+    bool cancelled = false;
+    dikkat::MutexLock lock(&done->mu);
+    auto ready = [&done]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(done->mu) {
+      return done->result.has_value();
+    };
+    while (!done->mu.AwaitWithTimeout(absl::Condition(&ready), kPollInterval)) {
+      if (!cancelled && Abandoned()) {
+        cancelled = true;
+        target->engine->Cancel(*id);
+      }
+    }
+    if (!done->result->ok()) return SetStatusError(res, done->result->status());
+    res.set_content(openai::EmbeddingsResponse(**done->result, call->base64, target->name).dump(),
+                    "application/json");
+  }
+
+  const ModelRegistry* registry_;
+  const BearerTokenAuthenticator* auth_;
+  std::function<bool()> serving_;
+  const OpenAiHttpOptions& options_;
+  std::map<std::string, ChatPrompt> chat_;  // by model name; filled before serving
+  const int64_t created_ = absl::ToUnixSeconds(absl::Now());
+  std::atomic<bool> stopping_{false};
+};
+
+// httplib::Server whose connections are served by an HttpWorkerPool through
+// a ConnectionStream, in dikkat's own keep-alive loop (httplib's
+// process_and_close_socket is private and virtual; process_request parses
+// one request, routes it and writes the response).
+class OpenAiHttpServer::BoundedServer final : public httplib::Server {
+ public:
+  explicit BoundedServer(const OpenAiHttpOptions& options)
+      : options_(options), stop_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    new_task_queue = [this] {
+      return new HttpWorkerPool(options_.max_workers, options_.max_waiting);
+    };
+    set_payload_max_length(static_cast<size_t>(std::max<int64_t>(options.max_body_bytes, 0)));
+    set_read_timeout(absl::ToChronoSeconds(absl::Ceil(options.request_timeout, absl::Seconds(1))));
+    set_write_timeout(absl::ToChronoSeconds(absl::Ceil(options.write_timeout, absl::Seconds(1))));
+    // What the Keep-Alive response header announces; the loop below enforces it.
+    set_keep_alive_max_count(static_cast<size_t>(std::max(options.max_requests_per_connection, 1)));
+    set_keep_alive_timeout(
+        absl::ToInt64Seconds(absl::Ceil(options.idle_timeout, absl::Seconds(1))));
+  }
+  ~BoundedServer() override {
+    if (stop_fd_ >= 0) close(stop_fd_);
+  }
+
+  void WidenBacklog() {
+    if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, kListenBacklog);
+  }
+
+  void EndConnections() {
+    const uint64_t one = 1;
+    if (stop_fd_ >= 0 && ::write(stop_fd_, &one, sizeof(one)) < 0) {
+      // Connections still end at their deadlines.
+    }
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    bool served = false;
+    if (HttpWorkerPool::RefusingConnection()) {
+      const std::string body = openai::ErrorBody(503, "the server is busy; retry later");
+      const std::string response = absl::StrCat(
+          "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n"
+          "Content-Type: application/json\r\nContent-Length: ",
+          body.size(), "\r\n\r\n", body);
+      if (send(sock, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+        // The client is gone or its buffer is full: closing says enough.
+      }
+    } else {
+      ConnectionStream stream(sock, stop_fd_, options_);
+      t_connection = &stream;
+      for (int i = 0; i < options_.max_requests_per_connection; ++i) {
+        if (!stream.NextRequest(i == 0 ? options_.request_timeout : options_.idle_timeout)) break;
+        t_close_connection = false;
+        const bool last = i + 1 == options_.max_requests_per_connection;
+        bool connection_closed = false;
+        served = process_request(stream, last, connection_closed, nullptr);
+        if (!served || connection_closed || t_close_connection) break;
+      }
+      t_connection = nullptr;
+      shutdown(sock, SHUT_WR);
+    }
+    shutdown(sock, SHUT_RDWR);
+    close(sock);
+    return served;
+  }
+
+  const OpenAiHttpOptions options_;
+  const int stop_fd_;
+};
+
+OpenAiHttpServer::OpenAiHttpServer(const ModelRegistry* registry,
+                                   const BearerTokenAuthenticator* auth, Metrics* metrics,
+                                   std::function<bool()> serving, OpenAiHttpOptions options)
+    : registry_(registry),
+      auth_(auth),
+      metrics_(metrics),
+      serving_(std::move(serving)),
+      options_(options) {}
+
+OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
+
+absl::StatusOr<int> OpenAiHttpServer::Start(const std::string& address) {
+  auto host_port = SplitHostPort(address);
+  if (!host_port.ok()) return host_port.status();
+  const auto& [host, port] = *host_port;
+  handlers_ = std::make_unique<Handlers>(registry_, auth_, serving_, options_);
+  if (absl::Status loaded = handlers_->LoadChatTemplates(); !loaded.ok()) {
+    handlers_.reset();
+    return loaded;
+  }
+  http_ = std::make_unique<BoundedServer>(options_);
+  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second
+  // process bind the same port and take half of the calls.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  handlers_->Install(*http_);
+  int bound = port;
+  if (port == 0) {
+    bound = http_->bind_to_any_port(host);
+    if (bound < 0) bound = 0;
+  } else if (!http_->bind_to_port(host, port)) {
+    bound = 0;
+  }
+  if (bound <= 0) {
+    http_.reset();
+    handlers_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind the OpenAI HTTP address ", address, " (in use or not local?)"));
+  }
+  http_->WidenBacklog();
+  thread_ = std::thread([server = http_.get()] { server->listen_after_bind(); });
+  while (!http_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return bound;
+}
+
+void OpenAiHttpServer::Stop() {
+  if (http_ == nullptr) return;
+  handlers_->set_stopping();
+  http_->EndConnections();
+  http_->stop();
+  if (thread_.joinable()) thread_.join();
+  http_.reset();
+  handlers_.reset();
+}
+
+}  // namespace dikkat::server

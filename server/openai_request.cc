@@ -1,0 +1,396 @@
+#include "server/openai_request.h"
+
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "dikkat/v1/dikkat.pb.h"
+
+namespace dikkat::server::openai {
+namespace {
+
+// OpenAI's default for /v1/completions.
+constexpr int32_t kDefaultCompletionMaxTokens = 16;
+
+absl::Status Invalid(std::string message) {
+  return absl::InvalidArgumentError(std::move(message));
+}
+
+const char* TypeName(const Json& v) {
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_array()) return "a list";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+// The field, or nullptr when absent or null (OpenAI clients send null for
+// "unset").
+const Json* Field(const Json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::StatusOr<std::optional<double>> OptionalNumber(const Json& body, const char* name) {
+  const Json* v = Field(body, name);
+  if (v == nullptr) return std::optional<double>();
+  if (!v->is_number()) {
+    return Invalid(absl::StrCat(name, ": expected a number, got ", TypeName(*v)));
+  }
+  return std::optional<double>(v->get<double>());
+}
+
+absl::StatusOr<std::optional<int64_t>> OptionalInteger(const Json& body, const char* name,
+                                                       int64_t min, int64_t max) {
+  const Json* v = Field(body, name);
+  if (v == nullptr) return std::optional<int64_t>();
+  if (!v->is_number_integer()) {
+    return Invalid(absl::StrCat(name, ": expected an integer, got ", TypeName(*v)));
+  }
+  // Unsigned values beyond int64 read as negative through get<int64_t>.
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max)) {
+    return Invalid(absl::StrCat(name, " = ", v->dump(), " is out of range: allowed ", min, "..",
+                                max));
+  }
+  const int64_t value = v->get<int64_t>();
+  if (value < min || value > max) {
+    return Invalid(absl::StrCat(name, " = ", value, " is out of range: allowed ", min, "..", max));
+  }
+  return std::optional<int64_t>(value);
+}
+
+absl::StatusOr<bool> OptionalBool(const Json& body, const char* name) {
+  const Json* v = Field(body, name);
+  if (v == nullptr) return false;
+  if (!v->is_boolean()) {
+    return Invalid(absl::StrCat(name, ": expected true or false, got ", TypeName(*v)));
+  }
+  return v->get<bool>();
+}
+
+// A list of token ids (each a non-negative int32).
+absl::StatusOr<std::vector<int32_t>> TokenIds(const Json& list, const std::string& field) {
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Json& id = list[i];
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
+        (id.is_number_unsigned() &&
+         id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))) {
+      return Invalid(absl::StrCat(field, "[", i, "]: expected a token id (an integer >= 0), got ",
+                                  id.dump()));
+    }
+    ids.push_back(id.get<int32_t>());
+  }
+  return ids;
+}
+
+bool IsTokenList(const Json& v) {
+  return v.is_array() && !v.empty() && v.front().is_number();
+}
+
+// The sampling and stopping fields shared by completions and chat.
+absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
+  v1::SamplingOptions* s = out->mutable_sampling();
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> temperature, OptionalNumber(body, "temperature"));
+  if (temperature) s->set_temperature(static_cast<float>(*temperature));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> top_p, OptionalNumber(body, "top_p"));
+  if (top_p) s->set_top_p(static_cast<float>(*top_p));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> min_p, OptionalNumber(body, "min_p"));
+  if (min_p) s->set_min_p(static_cast<float>(*min_p));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> repetition,
+                          OptionalNumber(body, "repetition_penalty"));
+  if (repetition) s->set_repetition_penalty(static_cast<float>(*repetition));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> presence,
+                          OptionalNumber(body, "presence_penalty"));
+  if (presence) s->set_presence_penalty(static_cast<float>(*presence));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> frequency,
+                          OptionalNumber(body, "frequency_penalty"));
+  if (frequency) s->set_frequency_penalty(static_cast<float>(*frequency));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> top_k,
+                          OptionalInteger(body, "top_k", -1, std::numeric_limits<int32_t>::max()));
+  // vLLM's -1 means off, as our 0.
+  if (top_k && *top_k > 0) s->set_top_k(static_cast<int32_t>(*top_k));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> seed,
+                          OptionalInteger(body, "seed", 0, std::numeric_limits<int64_t>::max()));
+  if (seed) s->set_seed(static_cast<uint64_t>(*seed));
+
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> n, OptionalInteger(body, "n", 1, kMaxSamples));
+  if (n) out->set_n(static_cast<int32_t>(*n));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> best_of,
+                          OptionalInteger(body, "best_of", 1, kMaxSamples));
+  if (best_of) out->set_best_of(static_cast<int32_t>(*best_of));
+  DIKKAT_ASSIGN_OR_RETURN(bool ignore_eos, OptionalBool(body, "ignore_eos"));
+  out->set_ignore_eos(ignore_eos);
+
+  if (const Json* stop = Field(body, "stop")) {
+    if (stop->is_string()) {
+      out->add_stop(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      // The count is bounded by the engine's check; a huge list is bounded by
+      // the body size already.
+      for (size_t i = 0; i < stop->size(); ++i) {
+        if (!(*stop)[i].is_string()) {
+          return Invalid(absl::StrCat("stop[", i, "]: expected a string, got ",
+                                      TypeName((*stop)[i])));
+        }
+        out->add_stop((*stop)[i].get<std::string>());
+      }
+    } else {
+      return Invalid(absl::StrCat("stop: expected a string or a list of strings, got ",
+                                  TypeName(*stop)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetStream(const Json& body, GenerateCall* call) {
+  DIKKAT_ASSIGN_OR_RETURN(call->stream, OptionalBool(body, "stream"));
+  if (const Json* options = Field(body, "stream_options")) {
+    if (!options->is_object()) {
+      return Invalid(absl::StrCat("stream_options: expected an object, got ", TypeName(*options)));
+    }
+    DIKKAT_ASSIGN_OR_RETURN(call->include_usage, OptionalBool(*options, "include_usage"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerateCall> Convert(const v1::GenerateRequest& wire, GenerateCall call,
+                                     const ModelLimits& limits) {
+  DIKKAT_ASSIGN_OR_RETURN(GenerateConversion conversion, ToGenerateRequest(wire, limits));
+  call.request = std::move(conversion.request);
+  call.prompt_ids = std::move(conversion.input_ids);
+  return call;
+}
+
+// One chat message's content as the template sees it: a string (a list of
+// text parts is joined; other parts are not served).
+absl::StatusOr<Json> MessageContent(const Json& content, size_t index) {
+  if (content.is_string() || content.is_null()) return content;
+  if (!content.is_array()) {
+    return Invalid(absl::StrCat("messages[", index,
+                                "].content: expected a string or a list of text parts, got ",
+                                TypeName(content)));
+  }
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      return Invalid(absl::StrCat("messages[", index, "].content[", i,
+                                  "]: only {\"type\": \"text\", \"text\": ...} parts are served"));
+    }
+    text += part["text"].get<std::string>();
+  }
+  return Json(text);
+}
+
+absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limits) {
+  const Json* messages = Field(body, "messages");
+  if (messages == nullptr || !messages->is_array() || messages->empty()) {
+    return Invalid("messages: expected a non-empty list of {role, content} objects");
+  }
+  if (messages->size() > static_cast<size_t>(body_limits.max_chat_messages)) {
+    return Invalid(absl::StrCat("messages: ", messages->size(), " messages; at most ",
+                                body_limits.max_chat_messages, " are allowed"));
+  }
+  Json out = Json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& m = (*messages)[i];
+    if (!m.is_object()) {
+      return Invalid(absl::StrCat("messages[", i, "]: expected an object, got ", TypeName(m)));
+    }
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return Invalid(absl::StrCat("messages[", i, "].role: expected a string"));
+    }
+    Json copy = m;
+    auto content = m.find("content");
+    if (content != m.end()) {
+      DIKKAT_ASSIGN_OR_RETURN(copy["content"], MessageContent(*content, i));
+    }
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits) {
+  // Depth on the bytes: brackets outside strings.
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limits.max_json_depth) {
+        return Invalid(absl::StrCat("the request body nests JSON deeper than ",
+                                    limits.max_json_depth, " levels"));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return Invalid("the request body is not valid JSON");
+  if (!parsed.is_object()) return Invalid("the request body must be a JSON object");
+  return parsed;
+}
+
+absl::StatusOr<std::string> ModelName(const Json& body) {
+  const Json* model = Field(body, "model");
+  if (model == nullptr) return std::string();
+  if (!model->is_string()) {
+    return Invalid(absl::StrCat("model: expected a string, got ", TypeName(*model)));
+  }
+  return model->get<std::string>();
+}
+
+absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const ModelLimits& limits) {
+  GenerateCall call;
+  v1::GenerateRequest wire;
+  const Json* prompt = Field(body, "prompt");
+  if (prompt != nullptr && prompt->is_array() && prompt->size() == 1 &&
+      ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
+    prompt = &(*prompt)[0];  // a batch of one
+  }
+  if (prompt == nullptr) {
+    return Invalid("prompt: required (a string or a list of token ids)");
+  } else if (prompt->is_string()) {
+    wire.mutable_input()->set_text(prompt->get<std::string>());
+    call.echo_text = prompt->get<std::string>();
+  } else if (IsTokenList(*prompt)) {
+    DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> ids, TokenIds(*prompt, "prompt"));
+    wire.mutable_input()->mutable_tokens()->mutable_ids()->Assign(ids.begin(), ids.end());
+  } else if (prompt->is_array() && !prompt->empty()) {
+    return Invalid(absl::StrCat("prompt: a list of ", prompt->size(),
+                                " prompts; this server takes one prompt per request"));
+  } else {
+    return Invalid(absl::StrCat("prompt: expected a string or a list of token ids, got ",
+                                prompt->is_array() ? "an empty list" : TypeName(*prompt)));
+  }
+  DIKKAT_RETURN_IF_ERROR(SetSampling(body, &wire));
+  DIKKAT_RETURN_IF_ERROR(SetStream(body, &call));
+  DIKKAT_ASSIGN_OR_RETURN(
+      std::optional<int64_t> max_tokens,
+      OptionalInteger(body, "max_tokens", 1, std::numeric_limits<int32_t>::max()));
+  wire.set_max_new_tokens(max_tokens ? static_cast<int32_t>(*max_tokens)
+                                     : kDefaultCompletionMaxTokens);
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> logprobs,
+                          OptionalInteger(body, "logprobs", 0, kMaxPromptLogprobs));
+  DIKKAT_ASSIGN_OR_RETURN(call.echo, OptionalBool(body, "echo"));
+  if (logprobs) {
+    call.want_logprobs = true;
+    wire.set_top_logprobs(static_cast<int32_t>(*logprobs));
+    if (call.echo) wire.set_prompt_logprobs(static_cast<int32_t>(*logprobs));
+  }
+  DIKKAT_ASSIGN_OR_RETURN(call, Convert(wire, std::move(call), limits));
+  if (call.echo && prompt->is_array()) {
+    call.echo_text = limits.tokenizer->Decode(call.prompt_ids, /*skip_special_tokens=*/false);
+  }
+  return call;
+}
+
+absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt& chat,
+                                              const BodyLimits& body_limits,
+                                              const ModelLimits& limits) {
+  GenerateCall call;
+  v1::GenerateRequest wire;
+  DIKKAT_ASSIGN_OR_RETURN(Json messages, ChatMessages(body, body_limits));
+  const Json* tools = Field(body, "tools");
+  if (tools != nullptr && !tools->is_array()) {
+    return Invalid(absl::StrCat("tools: expected a list, got ", TypeName(*tools)));
+  }
+  DIKKAT_ASSIGN_OR_RETURN(std::string prompt,
+                          chat.Render(messages, tools == nullptr ? Json(nullptr) : *tools));
+  // The rendered prompt is bounded like any text field, before tokenizing.
+  DIKKAT_RETURN_IF_ERROR(CheckTextBytes(prompt.size(), "messages (rendered)", limits));
+  wire.mutable_input()->set_text(std::move(prompt));
+  wire.mutable_input()->set_add_special_tokens(false);
+  DIKKAT_RETURN_IF_ERROR(SetSampling(body, &wire));
+  DIKKAT_RETURN_IF_ERROR(SetStream(body, &call));
+  DIKKAT_ASSIGN_OR_RETURN(
+      std::optional<int64_t> max_tokens,
+      OptionalInteger(body, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max()));
+  if (!max_tokens) {
+    DIKKAT_ASSIGN_OR_RETURN(
+        max_tokens, OptionalInteger(body, "max_tokens", 1, std::numeric_limits<int32_t>::max()));
+  }
+  if (max_tokens) wire.set_max_new_tokens(static_cast<int32_t>(*max_tokens));
+  DIKKAT_ASSIGN_OR_RETURN(call.want_logprobs, OptionalBool(body, "logprobs"));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> top_logprobs,
+                          OptionalInteger(body, "top_logprobs", 0, kMaxPromptLogprobs));
+  if (top_logprobs && !call.want_logprobs) {
+    return Invalid("top_logprobs: needs logprobs set to true");
+  }
+  if (call.want_logprobs) wire.set_top_logprobs(static_cast<int32_t>(top_logprobs.value_or(0)));
+  return Convert(wire, std::move(call), limits);
+}
+
+absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body,
+                                                      const ModelLimits& limits) {
+  EmbeddingsCall call;
+  v1::EncodeRequest wire;
+  const Json* input = Field(body, "input");
+  if (input == nullptr) {
+    return Invalid("input: required (a string, a list of strings or of token id lists)");
+  }
+  if (input->is_string()) {
+    wire.add_inputs()->set_text(input->get<std::string>());
+  } else if (IsTokenList(*input)) {
+    DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> ids, TokenIds(*input, "input"));
+    wire.add_inputs()->mutable_tokens()->mutable_ids()->Assign(ids.begin(), ids.end());
+  } else if (input->is_array() && !input->empty()) {
+    // Bound the work before it: the count before anything is converted.
+    DIKKAT_RETURN_IF_ERROR(CheckEncodeInputCount(static_cast<int64_t>(input->size()),
+                                                 *limits.options));
+    for (size_t i = 0; i < input->size(); ++i) {
+      const Json& item = (*input)[i];
+      if (item.is_string()) {
+        wire.add_inputs()->set_text(item.get<std::string>());
+      } else if (IsTokenList(item)) {
+        DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                                TokenIds(item, absl::StrCat("input[", i, "]")));
+        wire.add_inputs()->mutable_tokens()->mutable_ids()->Assign(ids.begin(), ids.end());
+      } else {
+        return Invalid(absl::StrCat("input[", i, "]: expected a string or a list of token ids"));
+      }
+    }
+  } else {
+    return Invalid(absl::StrCat(
+        "input: expected a string, a list of strings or of token id lists, got ",
+        input->is_array() ? "an empty list" : TypeName(*input)));
+  }
+  if (const Json* format = Field(body, "encoding_format")) {
+    if (!format->is_string() || (*format != "float" && *format != "base64")) {
+      return Invalid(absl::StrCat("encoding_format: ", format->dump(),
+                                  " is not served; allowed \"float\" or \"base64\""));
+    }
+    call.base64 = *format == "base64";
+  }
+  if (Field(body, "dimensions") != nullptr) {
+    return Invalid("dimensions: not served (embeddings have the model's width)");
+  }
+  wire.set_normalize(true);
+  DIKKAT_ASSIGN_OR_RETURN(call.request, ToEncodeRequest(wire, limits));
+  DIKKAT_RETURN_IF_ERROR(CheckResponseBytes(
+      EstimateEncodeResponseBytes(call.request, *limits.config, v1::DTYPE_FLOAT32),
+      limits.max_response_bytes, "the embeddings", "send fewer inputs per request"));
+  return call;
+}
+
+}  // namespace dikkat::server::openai

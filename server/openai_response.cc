@@ -1,0 +1,355 @@
+#include "server/openai_response.h"
+
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace dikkat::server::openai {
+namespace {
+
+const char* ErrorType(int http_status) {
+  switch (http_status) {
+    case 400:
+    case 404:
+    case 413:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 429:
+      return "rate_limit_error";
+    default:
+      return "server_error";
+  }
+}
+
+std::string RandomHex(int bytes) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::string out;
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < bytes; ++i) {
+    const uint64_t v = rng();
+    out += kHex[(v >> 4) & 15];
+    out += kHex[v & 15];
+  }
+  return out;
+}
+
+Json Bytes(const std::string& text) {
+  Json out = Json::array();
+  for (unsigned char c : text) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+}  // namespace
+
+int HttpStatusOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+std::string ErrorBody(int http_status, absl::string_view message, absl::string_view code) {
+  Json error = {{"message", std::string(message)},
+                {"type", ErrorType(http_status)},
+                {"param", nullptr},
+                {"code", code.empty() ? Json(nullptr) : Json(std::string(code))}};
+  return Json{{"error", std::move(error)}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+const char* FinishReasonString(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEos:
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+    case FinishReason::kDeadline:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "error";
+}
+
+ResponseMeta NewResponseMeta(Api api, std::string model) {
+  ResponseMeta meta;
+  meta.api = api;
+  meta.id = absl::StrCat(api == Api::kChat ? "chatcmpl-" : "cmpl-", RandomHex(12));
+  meta.created = absl::ToUnixSeconds(absl::Now());
+  meta.model = std::move(model);
+  return meta;
+}
+
+Json Usage(const GenerateSummary& summary) {
+  return Json{{"prompt_tokens", summary.prompt_tokens},
+              {"completion_tokens", summary.generated_tokens},
+              {"total_tokens", summary.prompt_tokens + summary.generated_tokens}};
+}
+
+ChoiceBuilder::ChoiceBuilder(ResponseMeta meta, const GenerateCall& call,
+                             const model::Tokenizer& tokenizer)
+    : meta_(std::move(meta)), call_(call), tokenizer_(tokenizer) {
+  choices_.resize(static_cast<size_t>(std::max(call.request.n, 1)));
+}
+
+ChoiceBuilder::Choice& ChoiceBuilder::ChoiceAt(int32_t index) {
+  // The engine numbers samples 0..n-1; anything else is a bug, kept safe.
+  if (index < 0) index = 0;
+  if (static_cast<size_t>(index) >= choices_.size()) choices_.resize(index + 1);
+  return choices_[index];
+}
+
+void ChoiceBuilder::AppendCompletionLogprob(const GeneratedToken& token, bool known,
+                                            Json& logprobs, int64_t& offset) const {
+  if (logprobs.is_null()) {
+    logprobs = Json{{"tokens", Json::array()},
+                    {"token_logprobs", Json::array()},
+                    {"top_logprobs", Json::array()},
+                    {"text_offset", Json::array()}};
+  }
+  const std::string text = tokenizer_.TokenText(token.token_id);
+  logprobs["tokens"].push_back(text);
+  logprobs["token_logprobs"].push_back(known ? Json(token.logprob) : Json(nullptr));
+  if (known) {
+    Json top = Json::object();
+    for (const TokenAlternative& alt : token.top) {
+      top[tokenizer_.TokenText(alt.token_id)] = alt.logprob;
+    }
+    logprobs["top_logprobs"].push_back(std::move(top));
+  } else {
+    logprobs["top_logprobs"].push_back(nullptr);
+  }
+  logprobs["text_offset"].push_back(offset);
+  offset += static_cast<int64_t>(text.size());
+}
+
+Json ChoiceBuilder::ChatLogprob(const GeneratedToken& token) const {
+  const std::string text = tokenizer_.TokenText(token.token_id);
+  Json top = Json::array();
+  for (const TokenAlternative& alt : token.top) {
+    const std::string alt_text = tokenizer_.TokenText(alt.token_id);
+    top.push_back({{"token", alt_text}, {"logprob", alt.logprob}, {"bytes", Bytes(alt_text)}});
+  }
+  return Json{{"token", text},
+              {"logprob", token.logprob},
+              {"bytes", Bytes(text)},
+              {"top_logprobs", std::move(top)}};
+}
+
+void ChoiceBuilder::Consume(const GeneratedChunk& chunk, Choice& choice, std::string* text,
+                            Json* logprobs) {
+  if (!chunk.prompt_logprobs.empty() && prompt_logprobs_.empty()) {
+    prompt_logprobs_ = chunk.prompt_logprobs;
+  }
+  const bool chat = meta_.api == Api::kChat;
+  if (!choice.started) {
+    choice.started = true;
+    if (call_.echo) {
+      *text += call_.echo_text;
+      if (call_.want_logprobs && !chat && !call_.prompt_ids.empty()) {
+        // The first prompt token has no logprob; the others come from the
+        // engine's prompt_logprobs, in order.
+        AppendCompletionLogprob(GeneratedToken{call_.prompt_ids[0], 0.0f, {}}, false, *logprobs,
+                                choice.text_offset);
+        for (const GeneratedToken& t : prompt_logprobs_) {
+          AppendCompletionLogprob(t, true, *logprobs, choice.text_offset);
+        }
+      }
+    }
+  }
+  *text += chunk.text;
+  if (call_.want_logprobs) {
+    for (const GeneratedToken& t : chunk.tokens) {
+      if (chat) {
+        if (logprobs->is_null()) *logprobs = Json{{"content", Json::array()}};
+        (*logprobs)["content"].push_back(ChatLogprob(t));
+      } else {
+        AppendCompletionLogprob(t, true, *logprobs, choice.text_offset);
+      }
+    }
+  }
+  choice.text += *text;
+}
+
+void ChoiceBuilder::Add(const GeneratedChunk& chunk) {
+  Choice& choice = ChoiceAt(chunk.index);
+  std::string text;
+  Json logprobs;
+  Consume(chunk, choice, &text, &logprobs);
+  if (!logprobs.is_null()) {
+    if (choice.logprobs.is_null()) {
+      choice.logprobs = std::move(logprobs);
+    } else {
+      for (auto& [key, values] : logprobs.items()) {
+        for (auto& v : values) choice.logprobs[key].push_back(std::move(v));
+      }
+    }
+  }
+  if (chunk.finish.has_value()) {
+    choice.finished = true;
+    choice.finish = *chunk.finish;
+  }
+}
+
+Json ChoiceBuilder::Response(const GenerateSummary& summary) const {
+  Json choices = Json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    std::string text = c.text;
+    if (!c.started && call_.echo) text = call_.echo_text;
+    const FinishReason finish = c.finished ? c.finish : summary.reason;
+    Json choice = {{"index", i}};
+    if (meta_.api == Api::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", std::move(text)}};
+      choice["logprobs"] = call_.want_logprobs && c.logprobs.is_null()
+                               ? Json{{"content", Json::array()}}
+                               : c.logprobs;
+    } else {
+      choice["text"] = std::move(text);
+      choice["logprobs"] = c.logprobs;
+    }
+    choice["finish_reason"] = FinishReasonString(finish);
+    choices.push_back(std::move(choice));
+  }
+  return Json{{"id", meta_.id},
+              {"object", meta_.api == Api::kChat ? "chat.completion" : "text_completion"},
+              {"created", meta_.created},
+              {"model", meta_.model},
+              {"choices", std::move(choices)},
+              {"usage", Usage(summary)}};
+}
+
+Json ChoiceBuilder::Event(Json choices) const {
+  return Json{{"id", meta_.id},
+              {"object", meta_.api == Api::kChat ? "chat.completion.chunk" : "text_completion"},
+              {"created", meta_.created},
+              {"model", meta_.model},
+              {"choices", std::move(choices)}};
+}
+
+Json ChoiceBuilder::ChoiceDelta(int32_t index, const std::string& text,
+                                const Json& logprobs) const {
+  if (meta_.api == Api::kChat) {
+    return Json{{"index", index},
+                {"delta", {{"content", text}}},
+                {"logprobs", logprobs},
+                {"finish_reason", nullptr}};
+  }
+  return Json{{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", nullptr}};
+}
+
+Json ChoiceBuilder::FinishEvent(int32_t index, FinishReason reason) const {
+  Json choice = meta_.api == Api::kChat
+                    ? Json{{"index", index}, {"delta", Json::object()}, {"logprobs", nullptr}}
+                    : Json{{"index", index}, {"text", ""}, {"logprobs", nullptr}};
+  choice["finish_reason"] = FinishReasonString(reason);
+  return Event(Json::array({std::move(choice)}));
+}
+
+std::vector<Json> ChoiceBuilder::StartEvents() const {
+  std::vector<Json> events;
+  if (meta_.api != Api::kChat) return events;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    events.push_back(Event(Json::array({Json{{"index", i},
+                                             {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                             {"logprobs", nullptr},
+                                             {"finish_reason", nullptr}}})));
+  }
+  return events;
+}
+
+std::vector<Json> ChoiceBuilder::ChunkEvents(const GeneratedChunk& chunk) {
+  std::vector<Json> events;
+  Choice& choice = ChoiceAt(chunk.index);
+  std::string text;
+  Json logprobs;
+  Consume(chunk, choice, &text, &logprobs);
+  if (!text.empty() || !logprobs.is_null()) {
+    events.push_back(Event(Json::array({ChoiceDelta(chunk.index, text, logprobs)})));
+  }
+  if (chunk.finish.has_value() && !choice.finished) {
+    choice.finished = true;
+    events.push_back(FinishEvent(chunk.index, *chunk.finish));
+  }
+  return events;
+}
+
+std::vector<Json> ChoiceBuilder::FinishEvents(const GenerateSummary& summary) {
+  std::vector<Json> events;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    if (!c.started && call_.echo && !call_.echo_text.empty()) {
+      // Nothing was generated (e.g. max_tokens reached at once): still echo.
+      c.started = true;
+      events.push_back(Event(Json::array({ChoiceDelta(static_cast<int32_t>(i), call_.echo_text,
+                                                      nullptr)})));
+    }
+    if (c.finished) continue;
+    c.finished = true;
+    events.push_back(FinishEvent(static_cast<int32_t>(i), summary.reason));
+  }
+  if (call_.include_usage) {
+    Json usage = Event(Json::array());
+    usage["usage"] = Usage(summary);
+    events.push_back(std::move(usage));
+  }
+  return events;
+}
+
+Json EmbeddingsResponse(const EncodeResult& result, bool base64, const std::string& model) {
+  Json data = Json::array();
+  for (size_t i = 0; i < result.embeddings.size(); ++i) {
+    const std::vector<float>& values = result.embeddings[i].values;
+    Json embedding;
+    if (base64) {
+      std::string bytes(values.size() * 4, '\0');
+      for (size_t j = 0; j < values.size(); ++j) {
+        uint32_t bits;
+        std::memcpy(&bits, &values[j], 4);
+        for (int b = 0; b < 4; ++b) bytes[j * 4 + b] = static_cast<char>((bits >> (8 * b)) & 0xff);
+      }
+      embedding = absl::Base64Escape(bytes);
+    } else {
+      embedding = values;
+    }
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", std::move(embedding)}});
+  }
+  return Json{{"object", "list"},
+              {"data", std::move(data)},
+              {"model", model},
+              {"usage", {{"prompt_tokens", result.prompt_tokens},
+                         {"total_tokens", result.prompt_tokens}}}};
+}
+
+Json ModelObject(const std::string& name, int64_t created) {
+  return Json{{"id", name}, {"object", "model"}, {"created", created}, {"owned_by", "dikkat"}};
+}
+
+}  // namespace dikkat::server::openai

@@ -1,0 +1,121 @@
+// OpenAI-compatible HTTP API: the JSON the server answers with. Engine
+// output (server/engine.h) becomes OpenAI's choices, logprobs, usage and
+// errors; for streams, the chunk objects sent as `data: {...}` events.
+//
+// A ChoiceBuilder is used by one HTTP thread (not thread-safe); the free
+// functions are pure.
+#ifndef DIKKAT_SERVER_OPENAI_RESPONSE_H_
+#define DIKKAT_SERVER_OPENAI_RESPONSE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "model/text/tokenizer.h"
+#include "server/engine.h"
+#include "server/openai_request.h"
+
+namespace dikkat::server::openai {
+
+enum class Api { kCompletions, kChat };
+
+// ---- errors -----------------------------------------------------------------
+
+// The HTTP status for an engine or conversion error: INVALID_ARGUMENT and
+// FAILED_PRECONDITION 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403,
+// NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE and CANCELLED 503,
+// DEADLINE_EXCEEDED 504, anything else 500.
+int HttpStatusOf(const absl::Status& status);
+
+// {"error": {"message", "type", "param": null, "code"}}; type follows the
+// status (invalid_request_error, authentication_error, ...); `code` null
+// when empty.
+std::string ErrorBody(int http_status, absl::string_view message, absl::string_view code = "");
+
+// "stop" (EOS or a stop string/token), "length"; "abort" for a generation
+// cut short (cancelled, deadline); "error".
+const char* FinishReasonString(FinishReason reason);
+
+// ---- responses ----------------------------------------------------------------
+
+struct ResponseMeta {
+  Api api = Api::kCompletions;
+  std::string id;       // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+// A fresh meta with a random id and the current time.
+ResponseMeta NewResponseMeta(Api api, std::string model);
+
+// {"prompt_tokens", "completion_tokens", "total_tokens"}.
+Json Usage(const GenerateSummary& summary);
+
+// Builds the choices of one Generate call from its chunks, for a whole
+// response (Add..., then Response) or a stream (StreamChunks per chunk).
+class ChoiceBuilder {
+ public:
+  // `call` and `tokenizer` must outlive the builder.
+  ChoiceBuilder(ResponseMeta meta, const GenerateCall& call, const model::Tokenizer& tokenizer);
+
+  const ResponseMeta& meta() const { return meta_; }
+
+  // Non-streaming: keep a chunk.
+  void Add(const GeneratedChunk& chunk);
+  // The "text_completion" / "chat.completion" object, once the call finished.
+  Json Response(const GenerateSummary& summary) const;
+
+  // Streaming. Chat: the first event of each choice (delta {role: assistant}).
+  std::vector<Json> StartEvents() const;
+  // The events for one chunk: its text (and logprobs), then the choice's
+  // finish when the chunk ends a sample.
+  std::vector<Json> ChunkEvents(const GeneratedChunk& chunk);
+  // The finish event of every choice not finished yet, then (include_usage)
+  // the usage event.
+  std::vector<Json> FinishEvents(const GenerateSummary& summary);
+
+ private:
+  struct Choice {
+    bool started = false;   // echo emitted
+    bool finished = false;
+    std::string text;
+    Json logprobs;          // completions: {tokens, token_logprobs, top_logprobs, text_offset}
+    int64_t text_offset = 0;
+    FinishReason finish = FinishReason::kLength;
+  };
+
+  Choice& ChoiceAt(int32_t index);
+  // Appends the chunk's text (after the echo, first time) and its logprobs
+  // to `choice`; returns the text and logprobs this chunk adds.
+  void Consume(const GeneratedChunk& chunk, Choice& choice, std::string* text, Json* logprobs);
+  void AppendCompletionLogprob(const GeneratedToken& token, bool known, Json& logprobs,
+                               int64_t& offset) const;
+  Json ChatLogprob(const GeneratedToken& token) const;
+  Json ChoiceDelta(int32_t index, const std::string& text, const Json& logprobs) const;
+  Json FinishEvent(int32_t index, FinishReason reason) const;
+  Json Event(Json choices) const;
+
+  const ResponseMeta meta_;
+  const GenerateCall& call_;
+  const model::Tokenizer& tokenizer_;
+  std::vector<Choice> choices_;
+  std::vector<GeneratedToken> prompt_logprobs_;  // from the first chunk (echo + logprobs)
+};
+
+// ---- embeddings ----------------------------------------------------------------
+
+// The "list" of "embedding" objects (float arrays, or base64 of their
+// little-endian float32 bytes) with usage.
+Json EmbeddingsResponse(const EncodeResult& result, bool base64, const std::string& model);
+
+// ---- models -------------------------------------------------------------------
+
+// One "model" object of GET /v1/models.
+Json ModelObject(const std::string& name, int64_t created);
+
+}  // namespace dikkat::server::openai
+
+#endif  // DIKKAT_SERVER_OPENAI_RESPONSE_H_
