@@ -127,7 +127,7 @@ ChoiceBuilder::Choice& ChoiceBuilder::ChoiceAt(int32_t index) {
 }
 
 void ChoiceBuilder::AppendCompletionLogprob(const GeneratedToken& token, bool known,
-                                            Json& logprobs, int64_t& offset) const {
+                                            Json& logprobs, int64_t offset) const {
   if (logprobs.is_null()) {
     logprobs = Json{{"tokens", Json::array()},
                     {"token_logprobs", Json::array()},
@@ -147,7 +147,6 @@ void ChoiceBuilder::AppendCompletionLogprob(const GeneratedToken& token, bool kn
     logprobs["top_logprobs"].push_back(nullptr);
   }
   logprobs["text_offset"].push_back(offset);
-  offset += static_cast<int64_t>(text.size());
 }
 
 Json ChoiceBuilder::ChatLogprob(const GeneratedToken& token) const {
@@ -176,11 +175,18 @@ void ChoiceBuilder::Consume(const GeneratedChunk& chunk, Choice& choice, std::st
       if (call_.want_logprobs && !chat && !call_.prompt_ids.empty()) {
         // The first prompt token has no logprob; the others come from the
         // engine's prompt_logprobs, in order.
+        // Offsets: each prompt token's own decoded bytes.
         AppendCompletionLogprob(GeneratedToken{call_.prompt_ids[0], 0.0f, {}}, false, *logprobs,
                                 choice.text_offset);
+        choice.text_offset += static_cast<int64_t>(
+            tokenizer_.Decode({call_.prompt_ids[0]}, /*skip_special_tokens=*/false).size());
         for (const GeneratedToken& t : prompt_logprobs_) {
           AppendCompletionLogprob(t, true, *logprobs, choice.text_offset);
+          choice.text_offset += static_cast<int64_t>(
+              tokenizer_.Decode({t.token_id}, /*skip_special_tokens=*/false).size());
         }
+        // The echo is the prompt's text: what follows starts after it.
+        choice.text_offset = static_cast<int64_t>(call_.echo_text.size());
       }
     }
   }
@@ -191,10 +197,13 @@ void ChoiceBuilder::Consume(const GeneratedChunk& chunk, Choice& choice, std::st
         if (logprobs->is_null()) *logprobs = Json{{"content", Json::array()}};
         (*logprobs)["content"].push_back(ChatLogprob(t));
       } else {
+        // A chunk's tokens share the offset where its text starts (a token
+        // may end inside a UTF-8 character the next one completes).
         AppendCompletionLogprob(t, true, *logprobs, choice.text_offset);
       }
     }
   }
+  choice.text_offset += static_cast<int64_t>(chunk.text.size());
   choice.text += *text;
 }
 

@@ -83,7 +83,7 @@ class ChoiceBuilder {
     bool finished = false;
     std::string text;
     Json logprobs;          // completions: {tokens, token_logprobs, top_logprobs, text_offset}
-    int64_t text_offset = 0;
+    int64_t text_offset = 0;  // bytes of text so far (completions logprobs)
     FinishReason finish = FinishReason::kLength;
   };
 
@@ -92,7 +92,7 @@ class ChoiceBuilder {
   // to `choice`; returns the text and logprobs this chunk adds.
   void Consume(const GeneratedChunk& chunk, Choice& choice, std::string* text, Json* logprobs);
   void AppendCompletionLogprob(const GeneratedToken& token, bool known, Json& logprobs,
-                               int64_t& offset) const;
+                               int64_t offset) const;
   Json ChatLogprob(const GeneratedToken& token) const;
   Json ChoiceDelta(int32_t index, const std::string& text, const Json& logprobs) const;
   Json FinishEvent(int32_t index, FinishReason reason) const;

@@ -1,0 +1,465 @@
+// The OpenAI-compatible HTTP port (--openai_listen) of the real dikkat-server
+// binary, called over HTTP/1.1 with cpp-httplib's client and compared with
+// the same server's gRPC answers: models, completions (greedy text equal
+// through both doors), streams (server-sent events concatenated equal to the
+// whole response), chat through a real chat template (Gemma 2's, from
+// tests/chat/data, in a copy of tiny-lm's folder), embeddings (float and
+// base64 equal), the OpenAI error shape and statuses (400, 401, 404, 413),
+// and a client that disconnects mid-stream cancelling its generation.
+#include <httplib.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/integration_harness.h"
+
+namespace dikkat {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using ::testing::HasSubstr;
+using integration::ServerProcess;
+
+constexpr char kToken[] = "openai-test-token-0123456789";
+
+// The Gemma 2 template, byte for byte as its tokenizer_config.json ships it.
+std::string GemmaTemplate() {
+  return integration::ReadFile(std::string(DIKKAT_SOURCE_DIR) +
+                        "/tests/chat/data/chat_templates/google-gemma-2-2b-it.jinja");
+}
+
+// A copy of tiny-lm's folder with a tokenizer_config.json holding a chat
+// template and a BOS token given as an {content} object.
+void MakeChatModel(const std::string& dir) {
+  namespace fs = std::filesystem;
+  for (const char* file : {"dikkat.json", "model.safetensors"}) {
+    fs::copy_file(integration::ModelDir("tiny-lm") + "/" + file, dir + "/" + file);
+  }
+  Json config = {{"bos_token", {{"content", "<bos>"}, {"lstrip", false}}},
+                 {"eos_token", "<eos>"},
+                 {"chat_template", GemmaTemplate()}};
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+}
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+  httplib::Headers headers;
+  Json json;
+};
+
+class OpenAiHttpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    chat_dir_ = new integration::TempDir();
+    MakeChatModel(chat_dir_->path());
+    server_ = Start({}).release();
+    ASSERT_NE(server_, nullptr);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete chat_dir_;
+  }
+
+  // A server with tiny-lm (default) and the chat copy, both doors and
+  // metrics on free ports; `extra` flags appended.
+  static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {absl::StrCat("--model=tiny-lm=", integration::ModelDir("tiny-lm")),
+                                     absl::StrCat("--model=chat=", chat_dir_->path()),
+                                     "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                                     "--openai_listen=127.0.0.1:0", "--threads=1",
+                                     "--grace_period=1s", "--max_message_bytes=64KiB"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    absl::StatusOr<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(args);
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return nullptr;
+    std::smatch m;
+    EXPECT_TRUE((*p)->WaitForOutput(std::regex(R"(openai on http://127\.0\.0\.1:(\d+)/v1)"),
+                                    absl::Seconds(30), &m))
+        << (*p)->Logs();
+    const int port = std::stoi(m[1].str());
+    EXPECT_TRUE((*p)->WaitForOutput(std::regex("serving 2 model"), absl::Seconds(60)))
+        << (*p)->Logs();
+    ports_[(*p)->pid()] = port;
+    return std::move(*p);
+  }
+
+  static int Port(const ServerProcess& p) { return ports_[p.pid()]; }
+
+  static HttpReply Post(const std::string& path, const std::string& body,
+                        const ServerProcess* server = nullptr, const std::string& token = "") {
+    httplib::Client http("127.0.0.1", Port(server != nullptr ? *server : *server_));
+    http.set_read_timeout(30, 0);
+    httplib::Headers headers;
+    if (!token.empty()) headers.emplace("Authorization", absl::StrCat("Bearer ", token));
+    httplib::Result r = http.Post(path.c_str(), headers, body, "application/json");
+    HttpReply reply;
+    if (!r) return reply;
+    reply.status = r->status;
+    reply.body = r->body;
+    reply.headers = r->headers;
+    reply.json = Json::parse(r->body, nullptr, false);
+    return reply;
+  }
+
+  static HttpReply Get(const std::string& path) {
+    httplib::Client http("127.0.0.1", Port(*server_));
+    httplib::Result r = http.Get(path.c_str());
+    HttpReply reply;
+    if (!r) return reply;
+    reply.status = r->status;
+    reply.body = r->body;
+    reply.json = Json::parse(r->body, nullptr, false);
+    return reply;
+  }
+
+  // The `data:` events of an SSE body, in order ("[DONE]" included as a
+  // string event).
+  static std::vector<Json> Events(const std::string& body, bool* saw_done) {
+    std::vector<Json> events;
+    *saw_done = false;
+    for (absl::string_view block : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+      if (!absl::StartsWith(block, "data: ")) continue;
+      block.remove_prefix(6);
+      if (block == "[DONE]") {
+        *saw_done = true;
+        continue;
+      }
+      events.push_back(Json::parse(block, nullptr, false));
+    }
+    return events;
+  }
+
+  static std::unique_ptr<client::Client> Grpc() {
+    client::ClientOptions o;
+    o.targets = {server_->grpc_address()};
+    o.retry.max_attempts = 1;
+    o.default_timeout = absl::Seconds(20);
+    return std::move(*client::Client::Create(o));
+  }
+
+  static double Metric(const std::string& text, const std::string& series) {
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (absl::StartsWith(line, series + " ")) {
+        double v = 0;
+        if (absl::SimpleAtod(line.substr(series.size() + 1), &v)) return v;
+      }
+    }
+    return -1;
+  }
+
+  static std::string Scrape(const ServerProcess& p) {
+    httplib::Client http(p.metrics_host(), p.metrics_port());
+    httplib::Result r = http.Get("/metrics");
+    return r ? r->body : "";
+  }
+
+  static integration::TempDir* chat_dir_;
+  static ServerProcess* server_;
+  static std::map<pid_t, int> ports_;
+};
+integration::TempDir* OpenAiHttpTest::chat_dir_ = nullptr;
+ServerProcess* OpenAiHttpTest::server_ = nullptr;
+std::map<pid_t, int> OpenAiHttpTest::ports_;
+
+TEST_F(OpenAiHttpTest, ModelsListsEveryHostedModel) {
+  HttpReply r = Get("/v1/models");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["object"], "list");
+  ASSERT_EQ(r.json["data"].size(), 2u);
+  EXPECT_EQ(r.json["data"][0]["id"], "tiny-lm");
+  EXPECT_EQ(r.json["data"][0]["object"], "model");
+  EXPECT_EQ(r.json["data"][1]["id"], "chat");
+  EXPECT_EQ(Get("/v1/models/chat").json["id"], "chat");
+  EXPECT_EQ(Get("/v1/models/nope").status, 404);
+}
+
+TEST_F(OpenAiHttpTest, GreedyCompletionEqualsGrpcGenerate) {
+  const std::string prompt = "The quick brown fox";
+  HttpReply r = Post("/v1/completions", Json{{"model", "tiny-lm"},
+                                             {"prompt", prompt},
+                                             {"max_tokens", 24},
+                                             {"temperature", 0}}
+                                            .dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["object"], "text_completion");
+  EXPECT_TRUE(absl::StartsWith(r.json["id"].get<std::string>(), "cmpl-"));
+  EXPECT_EQ(r.json["model"], "tiny-lm");
+  ASSERT_EQ(r.json["choices"].size(), 1u);
+  EXPECT_EQ(r.json["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(r.json["usage"]["total_tokens"].get<int>(),
+            r.json["usage"]["prompt_tokens"].get<int>() + 24);
+
+  v1::GenerateRequest request;
+  request.set_model("tiny-lm");
+  request.mutable_input()->set_text(prompt);
+  request.set_max_new_tokens(24);
+  request.mutable_sampling()->set_temperature(0);
+  absl::StatusOr<client::GenerateResult> grpc = Grpc()->Generate(request);
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  EXPECT_EQ(r.json["choices"][0]["text"], grpc->text);
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], grpc->stats.prompt_tokens());
+
+  // Token ids as the prompt give the same text.
+  Json ids = Json::array();
+  for (unsigned char c : prompt) ids.push_back(static_cast<int>(c));  // byte tokenizer
+  HttpReply by_ids = Post("/v1/completions",
+                          Json{{"prompt", ids}, {"max_tokens", 24}, {"temperature", 0}}.dump());
+  ASSERT_EQ(by_ids.status, 200) << by_ids.body;
+  EXPECT_EQ(by_ids.json["choices"][0]["text"], grpc->text);
+}
+
+TEST_F(OpenAiHttpTest, StreamConcatenatesToTheWholeResponse) {
+  // Two seeded samples: reproducible, so both forms give the same texts.
+  Json request = {{"prompt", "Once upon a time"}, {"max_tokens", 20}, {"temperature", 0.8},
+                  {"n", 2}, {"seed", 7}};
+  HttpReply whole = Post("/v1/completions", request.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  request["stream"] = true;
+  request["stream_options"] = {{"include_usage", true}};
+  HttpReply streamed = Post("/v1/completions", request.dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  auto content_type = streamed.headers.find("Content-Type");
+  ASSERT_NE(content_type, streamed.headers.end());
+  EXPECT_THAT(content_type->second, HasSubstr("text/event-stream"));
+  bool done = false;
+  std::vector<Json> events = Events(streamed.body, &done);
+  EXPECT_TRUE(done) << streamed.body;
+  std::vector<std::string> text(2);
+  std::vector<std::string> finish(2);
+  Json usage;
+  for (const Json& e : events) {
+    ASSERT_FALSE(e.is_discarded());
+    EXPECT_EQ(e["object"], "text_completion");
+    if (e.contains("usage")) usage = e["usage"];
+    for (const Json& c : e["choices"]) {
+      const int i = c["index"];
+      text[i] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finish[i] = c["finish_reason"];
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(text[i], whole.json["choices"][i]["text"]) << i;
+    EXPECT_EQ(finish[i], "length");
+  }
+  EXPECT_EQ(usage, whole.json["usage"]);
+}
+
+TEST_F(OpenAiHttpTest, EchoAndLogprobs) {
+  HttpReply r = Post("/v1/completions", Json{{"prompt", "abc"},
+                                             {"max_tokens", 3},
+                                             {"temperature", 0},
+                                             {"logprobs", 2},
+                                             {"echo", true}}
+                                            .dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json& choice = r.json["choices"][0];
+  EXPECT_TRUE(absl::StartsWith(choice["text"].get<std::string>(), "abc")) << r.body;
+  const Json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 6u) << r.body;  // 3 prompt + 3 generated bytes
+  EXPECT_EQ(lp["tokens"][0], "a");
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  for (int i = 1; i < 6; ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+  }
+  // Offsets into the choice's text: the first generated token starts after
+  // the echoed prompt, and they never go back.
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  EXPECT_EQ(lp["text_offset"][3], 3);
+  for (int i = 1; i < 6; ++i) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);
+}
+
+TEST_F(OpenAiHttpTest, ChatRendersTheModelsTemplate) {
+  Json messages = Json::array({{{"role", "user"}, {"content", "Hello"}},
+                               {{"role", "assistant"}, {"content", "Hi there"}},
+                               {{"role", "user"}, {"content", "How are you?"}}});
+  HttpReply chat = Post("/v1/chat/completions", Json{{"model", "chat"},
+                                                     {"messages", messages},
+                                                     {"max_tokens", 16},
+                                                     {"temperature", 0}}
+                                                    .dump());
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(chat.json["object"], "chat.completion");
+  EXPECT_TRUE(absl::StartsWith(chat.json["id"].get<std::string>(), "chatcmpl-"));
+  EXPECT_EQ(chat.json["choices"][0]["message"]["role"], "assistant");
+  // What jinja2 renders for these messages (the template's own text).
+  const std::string rendered =
+      "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi "
+      "there<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n"
+      "<start_of_turn>model\n";
+  HttpReply completion = Post("/v1/completions", Json{{"model", "chat"},
+                                                      {"prompt", rendered},
+                                                      {"max_tokens", 16},
+                                                      {"temperature", 0}}
+                                                     .dump());
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  EXPECT_EQ(chat.json["choices"][0]["message"]["content"], completion.json["choices"][0]["text"]);
+  EXPECT_EQ(chat.json["usage"]["prompt_tokens"].get<size_t>(), rendered.size());
+
+  // Streamed: a role delta first, then the same content.
+  HttpReply streamed = Post("/v1/chat/completions", Json{{"model", "chat"},
+                                                         {"messages", messages},
+                                                         {"max_tokens", 16},
+                                                         {"temperature", 0},
+                                                         {"stream", true}}
+                                                        .dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  bool done = false;
+  std::vector<Json> events = Events(streamed.body, &done);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string content;
+  for (const Json& e : events) {
+    const Json& delta = e["choices"][0]["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(content, chat.json["choices"][0]["message"]["content"]);
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+
+  // The template's raise_exception is a 400 with its message.
+  HttpReply bad = Post("/v1/chat/completions",
+                       Json{{"model", "chat"},
+                            {"messages", {{{"role", "system"}, {"content", "x"}}}}}
+                           .dump());
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.json["error"]["message"].get<std::string>(),
+              HasSubstr("System role not supported"));
+  // A model without a template refuses chat, clearly.
+  HttpReply none = Post("/v1/chat/completions",
+                        Json{{"model", "tiny-lm"}, {"messages", messages}}.dump());
+  EXPECT_EQ(none.status, 400);
+  EXPECT_THAT(none.json["error"]["message"].get<std::string>(), HasSubstr("no chat template"));
+}
+
+TEST_F(OpenAiHttpTest, EmbeddingsFloatAndBase64Agree) {
+  Json request = {{"input", {"hello", "a longer input"}}};
+  HttpReply floats = Post("/v1/embeddings", request.dump());
+  ASSERT_EQ(floats.status, 200) << floats.body;
+  request["encoding_format"] = "base64";
+  HttpReply packed = Post("/v1/embeddings", request.dump());
+  ASSERT_EQ(packed.status, 200) << packed.body;
+  ASSERT_EQ(floats.json["data"].size(), 2u);
+  EXPECT_EQ(floats.json["object"], "list");
+  // The bytes of both inputs, plus the special tokens Encode adds.
+  EXPECT_GE(floats.json["usage"]["prompt_tokens"].get<int>(), 5 + 14);
+  for (int i = 0; i < 2; ++i) {
+    const Json& values = floats.json["data"][i]["embedding"];
+    std::string bytes;
+    ASSERT_TRUE(absl::Base64Unescape(packed.json["data"][i]["embedding"].get<std::string>(),
+                                     &bytes));
+    ASSERT_EQ(bytes.size(), values.size() * 4);
+    double norm = 0;
+    for (size_t j = 0; j < values.size(); ++j) {
+      uint32_t bits = 0;
+      for (int b = 0; b < 4; ++b) {
+        bits |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[j * 4 + b])) << (8 * b);
+      }
+      float f;
+      std::memcpy(&f, &bits, 4);
+      EXPECT_EQ(f, values[j].get<float>()) << j;
+      norm += f * f;
+    }
+    EXPECT_NEAR(norm, 1.0, 1e-4);  // normalized, as OpenAI's
+  }
+}
+
+TEST_F(OpenAiHttpTest, ErrorsHaveOpenAisShapeAndStatus) {
+  auto expect_error = [](const HttpReply& r, int status, const std::string& text) {
+    EXPECT_EQ(r.status, status) << r.body;
+    ASSERT_TRUE(r.json.contains("error")) << r.body;
+    EXPECT_THAT(r.json["error"]["message"].get<std::string>(), HasSubstr(text));
+    EXPECT_TRUE(r.json["error"].contains("type"));
+    EXPECT_TRUE(r.json["error"].contains("param"));
+    EXPECT_TRUE(r.json["error"].contains("code"));
+  };
+  expect_error(Post("/v1/completions", "{not json"), 400, "not valid JSON");
+  expect_error(Post("/v1/completions", Json{{"prompt", "x"}, {"temperature", -1}}.dump()), 400,
+               "temperature");
+  expect_error(Post("/v1/completions", Json{{"prompt", "x"}, {"max_tokens", "many"}}.dump()), 400,
+               "max_tokens: expected an integer");
+  expect_error(Post("/v1/completions", Json{{"prompt", {"a", "b"}}}.dump()), 400,
+               "one prompt per request");
+  expect_error(Post("/v1/completions", std::string(100, '[') + std::string(100, ']')), 400,
+               "deeper than");
+  HttpReply unknown = Post("/v1/completions", Json{{"model", "gpt-4"}, {"prompt", "x"}}.dump());
+  expect_error(unknown, 404, "gpt-4");
+  EXPECT_EQ(unknown.json["error"]["code"], "model_not_found");
+  expect_error(Post("/v1/nowhere", "{}"), 404, "no such endpoint");
+  // Over --max_message_bytes (64KiB here): refused before it is parsed.
+  expect_error(Post("/v1/completions",
+                    Json{{"prompt", std::string(100 << 10, 'x')}}.dump()),
+               413, "larger than");
+}
+
+TEST_F(OpenAiHttpTest, BearerTokenIsRequiredWhenConfigured) {
+  setenv("DIKKAT_AUTH_TOKEN", kToken, 1);
+  std::unique_ptr<ServerProcess> secured = Start({});
+  unsetenv("DIKKAT_AUTH_TOKEN");
+  ASSERT_NE(secured, nullptr);
+  const std::string body = Json{{"prompt", "x"}, {"max_tokens", 2}}.dump();
+  HttpReply missing = Post("/v1/completions", body, secured.get());
+  EXPECT_EQ(missing.status, 401) << missing.body;
+  EXPECT_EQ(missing.json["error"]["type"], "authentication_error");
+  HttpReply wrong = Post("/v1/completions", body, secured.get(), "wrong-token-0123456789abc");
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_THAT(wrong.body, ::testing::Not(HasSubstr("wrong-token")));
+  HttpReply right = Post("/v1/completions", body, secured.get(), kToken);
+  EXPECT_EQ(right.status, 200) << right.body;
+}
+
+TEST_F(OpenAiHttpTest, DisconnectMidStreamCancelsTheGeneration) {
+  httplib::Client http("127.0.0.1", Port(*server_));
+  const std::string body = Json{{"prompt", "x"},
+                                {"max_tokens", 4000},
+                                {"ignore_eos", true},
+                                {"stream", true}}
+                               .dump();
+  int received = 0;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    return ++received < 3;  // read a little, then hang up
+  };
+  httplib::Result r = http.send(req);
+  http.stop();
+  EXPECT_GE(received, 3);
+  // The engine drops the request: nothing runs and no KV block is held, and
+  // the generation ended as cancelled, well short of its 4000 tokens.
+  std::string text;
+  EXPECT_TRUE(integration::WaitFor(
+      [&] {
+        text = Scrape(*server_);
+        return Metric(text, R"(dikkat_requests_running{model="tiny-lm"})") == 0 &&
+               Metric(text, R"(dikkat_kv_cache_blocks_used{model="tiny-lm"})") == 0 &&
+               Metric(text,
+                      R"(dikkat_generate_finished_total{finish_reason="cancelled",model="tiny-lm"})") >= 1;
+      },
+      absl::Seconds(20)))
+      << text;
+}
+
+}  // namespace
+}  // namespace dikkat
