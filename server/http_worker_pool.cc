@@ -51,7 +51,8 @@ void HttpWorkerPool::shutdown() {
 void HttpWorkerPool::Work() {
   dikkat::MutexLock lock(&mu_);
   while (true) {
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !jobs_.empty() || shutdown_; };
+    auto ready = [this]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !jobs_.empty() || shutdown_; };
     mu_.Await(absl::Condition(&ready));
     if (jobs_.empty()) return;  // shut down
     std::function<void()> job = std::move(jobs_.front());

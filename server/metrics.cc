@@ -291,7 +291,16 @@ struct Families {
                        .Name("process_start_time_seconds")
                        .Help("Start time of the process since unix epoch in seconds.")
                        .Register(r)
-                       .Add({})) {
+                       .Add({})),
+        http_requests(prometheus::BuildCounter()
+                          .Name("dikkat_http_requests_total")
+                          .Help("Finished HTTP API requests by api, endpoint and HTTP status.")
+                          .Register(r)),
+        http_duration(prometheus::BuildHistogram()
+                          .Name("dikkat_http_request_duration_seconds")
+                          .Help("HTTP API latency, from the request's first byte to the end of "
+                                "its response (for streams, the whole stream).")
+                          .Register(r)) {
     cpu_kernels.Set(1);
   }
 
@@ -324,6 +333,8 @@ struct Families {
   Gauge& resident_memory;
   Counter& cpu_seconds;  // advanced to /proc's value at each scrape
   Gauge& start_time;
+  Family<Counter>& http_requests;
+  Family<Histogram>& http_duration;
 };
 
 // The cached handles of one model; also its engine listener.
@@ -582,6 +593,17 @@ void Metrics::SetWarmingUp(const std::string& model, bool warming_up) {
 void Metrics::RecordRpc(absl::string_view model, Rpc rpc, absl::StatusCode code,
                         absl::Duration latency) {
   impl_->Find(model)->RecordRpc(rpc, code, latency);
+}
+
+void Metrics::RecordHttp(absl::string_view api, absl::string_view endpoint, int http_status,
+                         absl::Duration latency) {
+  const std::map<std::string, std::string> labels = {{"api", std::string(api)},
+                                                     {"endpoint", std::string(endpoint)}};
+  std::map<std::string, std::string> with_code = labels;
+  with_code["code"] = std::to_string(http_status);
+  impl_->families.http_requests.Add(with_code).Increment();
+  impl_->families.http_duration.Add(labels, RequestSecondsBuckets())
+      .Observe(absl::ToDoubleSeconds(latency));
 }
 
 void Metrics::AddPromptTokens(absl::string_view model, int64_t tokens) {

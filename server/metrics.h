@@ -62,6 +62,13 @@ class Metrics {
   // label values).
   void RecordRpc(absl::string_view model, Rpc rpc, absl::StatusCode code, absl::Duration latency);
 
+  // One finished request of an HTTP API (api "openai"): dikkat_http_requests_total
+  // {api, endpoint, code} and dikkat_http_request_duration_seconds{api, endpoint}.
+  // `api` and `endpoint` must come from a fixed set (never from the request);
+  // `http_status` is the response's status.
+  void RecordHttp(absl::string_view api, absl::string_view endpoint, int http_status,
+                  absl::Duration latency);
+
   // Prompt tokens of prefill-only work (Encode, Attention); Generate's are
   // counted from the engine's summaries.
   void AddPromptTokens(absl::string_view model, int64_t tokens);

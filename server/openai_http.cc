@@ -141,9 +141,8 @@ class ConnectionStream final : public httplib::Stream {
       const absl::Duration left = deadline - absl::Now();
       if (left <= absl::ZeroDuration()) return false;
       pollfd fds[2] = {{fd_, events, 0}, {stop_fd_, POLLIN, 0}};
-      const int ms = static_cast<int>(
-          std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
-                            60 * 1000));
+      const int ms = static_cast<int>(std::min<int64_t>(
+          absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 60 * 1000));
       const int ready = poll(fds, 2, ms);
       if (ready < 0 && errno == EINTR) continue;
       if (ready < 0 || (fds[1].revents & POLLIN) != 0) return false;
@@ -161,8 +160,19 @@ class ConnectionStream final : public httplib::Stream {
   size_t len_ = 0;
 };
 
-// The connection the current worker serves (handlers run on it).
+// The connection the current worker serves (handlers run on it), and when
+// its current request's first byte arrived.
 thread_local const ConnectionStream* t_connection = nullptr;
+thread_local absl::Time t_request_start;
+
+// The endpoint label of a path: a fixed set, never the request's own text.
+const char* EndpointLabel(const std::string& path) {
+  if (path == "/v1/completions") return "completions";
+  if (path == "/v1/chat/completions") return "chat_completions";
+  if (path == "/v1/embeddings") return "embeddings";
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return "models";
+  return "other";
+}
 
 // One Generate call's output between the engine thread (OnChunk/OnFinish,
 // which only append under a short lock) and the HTTP thread (Take). Past
@@ -250,8 +260,7 @@ void SetStatusError(httplib::Response& res, const absl::Status& status) {
 }
 
 std::string SseEvent(const Json& event) {
-  return absl::StrCat("data: ", event.dump(-1, ' ', false, Json::error_handler_t::replace),
-                      "\n\n");
+  return absl::StrCat("data: ", event.dump(-1, ' ', false, Json::error_handler_t::replace), "\n\n");
 }
 
 }  // namespace
@@ -259,9 +268,13 @@ std::string SseEvent(const Json& event) {
 // The route handlers; state shared by every worker is read-only after Start.
 class OpenAiHttpServer::Handlers {
  public:
-  Handlers(const ModelRegistry* registry, const BearerTokenAuthenticator* auth,
+  Handlers(const ModelRegistry* registry, const BearerTokenAuthenticator* auth, Metrics* metrics,
            std::function<bool()> serving, const OpenAiHttpOptions& options)
-      : registry_(registry), auth_(auth), serving_(std::move(serving)), options_(options) {}
+      : registry_(registry),
+        auth_(auth),
+        metrics_(metrics),
+        serving_(std::move(serving)),
+        options_(options) {}
 
   absl::Status LoadChatTemplates() {
     for (const ModelRegistry::Entry& e : registry_->entries()) {
@@ -273,21 +286,27 @@ class OpenAiHttpServer::Handlers {
   }
 
   void Install(httplib::Server& http) {
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      return PreRoute(req, res);
+    // Called once the response is written (a stream's last byte included).
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      if (metrics_ != nullptr) {
+        metrics_->RecordHttp("openai", EndpointLabel(req.path), res.status,
+                             absl::Now() - t_request_start);
+      }
     });
-    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&,
-                                                                   httplib::Response& res) {
-      if (res.status == 413) t_close_connection = true;
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      const std::string message =
-          res.status == 404   ? "no such endpoint: see GET /v1/models, POST /v1/completions, "
-                                "/v1/chat/completions, /v1/embeddings"
-          : res.status == 413 ? "the request body is larger than the server accepts"
-                              : absl::StrCat("HTTP status ", res.status);
-      SetError(res, res.status, message);
-      return httplib::Server::HandlerResponse::Handled;
-    }));
+    http.set_pre_routing_handler(
+        [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+          if (res.status == 413) t_close_connection = true;
+          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          const std::string message =
+              res.status == 404   ? "no such endpoint: see GET /v1/models, POST /v1/completions, "
+                                    "/v1/chat/completions, /v1/embeddings"
+              : res.status == 413 ? "the request body is larger than the server accepts"
+                                  : absl::StrCat("HTTP status ", res.status);
+          SetError(res, res.status, message);
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       Json data = Json::array();
       for (const ModelRegistry::Entry& e : registry_->entries()) {
@@ -304,8 +323,7 @@ class OpenAiHttpServer::Handlers {
           return;
         }
       }
-      SetError(res, 404, absl::StrCat("model '", name, "' is not served here"),
-               "model_not_found");
+      SetError(res, 404, absl::StrCat("model '", name, "' is not served here"), "model_not_found");
     });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       Generate(Api::kCompletions, req, res);
@@ -371,8 +389,8 @@ class OpenAiHttpServer::Handlers {
 
   // Whether the HTTP thread should stop waiting: client gone or server stopping.
   bool Abandoned() const {
-    return stopping_ || (t_connection != nullptr &&
-                         (t_connection->PeerClosed() || t_connection->Stopping()));
+    return stopping_ ||
+           (t_connection != nullptr && (t_connection->PeerClosed() || t_connection->Stopping()));
   }
 
   void Generate(Api api, const httplib::Request& req, httplib::Response& res) {
@@ -382,8 +400,7 @@ class OpenAiHttpServer::Handlers {
     if (!target.ok()) return SetStatusError(res, target.status());
     absl::StatusOr<openai::GenerateCall> call;
     if (api == Api::kChat) {
-      call = openai::ParseChatRequest(*body, chat_.at(target->name), body_limits(),
-                                      target->limits);
+      call = openai::ParseChatRequest(*body, chat_.at(target->name), body_limits(), target->limits);
     } else {
       call = openai::ParseCompletionRequest(*body, target->limits);
     }
@@ -404,8 +421,8 @@ class OpenAiHttpServer::Handlers {
 
   // Non-streaming: waits for the whole output (cancelling it if the client
   // goes away) and answers one JSON object.
-  void Collect(Engine* engine, RequestId id, GenerateOutput& output,
-               openai::ChoiceBuilder& builder, httplib::Response& res) {
+  void Collect(Engine* engine, RequestId id, GenerateOutput& output, openai::ChoiceBuilder& builder,
+               httplib::Response& res) {
     bool cancelled = false;
     while (true) {
       GenerateOutput::Taken taken = output.Take(kPollInterval);
@@ -447,8 +464,8 @@ class OpenAiHttpServer::Handlers {
             *started = true;
             for (const Json& e : builder->StartEvents()) out += SseEvent(e);
           }
-          GenerateOutput::Taken taken = output->Take(out.empty() ? kPollInterval
-                                                                 : absl::ZeroDuration());
+          GenerateOutput::Taken taken =
+              output->Take(out.empty() ? kPollInterval : absl::ZeroDuration());
           if (taken.cut || Abandoned()) return false;
           for (const GeneratedChunk& chunk : taken.chunks) {
             for (const Json& e : builder->ChunkEvents(chunk)) out += SseEvent(e);
@@ -462,8 +479,8 @@ class OpenAiHttpServer::Handlers {
                   summary.reason == FinishReason::kError
                       ? summary.status
                       : absl::UnavailableError("the generation was cancelled");
-              out += SseEvent(Json::parse(
-                  openai::ErrorBody(openai::HttpStatusOf(status), status.message())));
+              out += SseEvent(
+                  Json::parse(openai::ErrorBody(openai::HttpStatusOf(status), status.message())));
             } else {
               for (const Json& e : builder->FinishEvents(summary)) out += SseEvent(e);
               out += "data: [DONE]\n\n";
@@ -504,9 +521,8 @@ class OpenAiHttpServer::Handlers {
     if (!id.ok()) return SetStatusError(res, id.status());
     bool cancelled = false;
     dikkat::MutexLock lock(&done->mu);
-    auto ready = [&done]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(done->mu) {
-      return done->result.has_value();
-    };
+    auto ready = [&done]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(done->mu) { return done->result.has_value(); };
     while (!done->mu.AwaitWithTimeout(absl::Condition(&ready), kPollInterval)) {
       if (!cancelled && Abandoned()) {
         cancelled = true;
@@ -520,6 +536,7 @@ class OpenAiHttpServer::Handlers {
 
   const ModelRegistry* registry_;
   const BearerTokenAuthenticator* auth_;
+  Metrics* metrics_;
   std::function<bool()> serving_;
   const OpenAiHttpOptions& options_;
   std::map<std::string, ChatPrompt> chat_;  // by model name; filled before serving
@@ -578,6 +595,7 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
       t_connection = &stream;
       for (int i = 0; i < options_.max_requests_per_connection; ++i) {
         if (!stream.NextRequest(i == 0 ? options_.request_timeout : options_.idle_timeout)) break;
+        t_request_start = absl::Now();
         t_close_connection = false;
         const bool last = i + 1 == options_.max_requests_per_connection;
         bool connection_closed = false;
@@ -611,7 +629,7 @@ absl::StatusOr<int> OpenAiHttpServer::Start(const std::string& address) {
   auto host_port = SplitHostPort(address);
   if (!host_port.ok()) return host_port.status();
   const auto& [host, port] = *host_port;
-  handlers_ = std::make_unique<Handlers>(registry_, auth_, serving_, options_);
+  handlers_ = std::make_unique<Handlers>(registry_, auth_, metrics_, serving_, options_);
   if (absl::Status loaded = handlers_->LoadChatTemplates(); !loaded.ok()) {
     handlers_.reset();
     return loaded;

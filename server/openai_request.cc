@@ -15,9 +15,7 @@ namespace {
 // OpenAI's default for /v1/completions.
 constexpr int32_t kDefaultCompletionMaxTokens = 16;
 
-absl::Status Invalid(std::string message) {
-  return absl::InvalidArgumentError(std::move(message));
-}
+absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
 const char* TypeName(const Json& v) {
   if (v.is_string()) return "a string";
@@ -54,8 +52,8 @@ absl::StatusOr<std::optional<int64_t>> OptionalInteger(const Json& body, const c
   }
   // Unsigned values beyond int64 read as negative through get<int64_t>.
   if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max)) {
-    return Invalid(absl::StrCat(name, " = ", v->dump(), " is out of range: allowed ", min, "..",
-                                max));
+    return Invalid(
+        absl::StrCat(name, " = ", v->dump(), " is out of range: allowed ", min, "..", max));
   }
   const int64_t value = v->get<int64_t>();
   if (value < min || value > max) {
@@ -83,17 +81,15 @@ absl::StatusOr<std::vector<int32_t>> TokenIds(const Json& list, const std::strin
         id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
         (id.is_number_unsigned() &&
          id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))) {
-      return Invalid(absl::StrCat(field, "[", i, "]: expected a token id (an integer >= 0), got ",
-                                  id.dump()));
+      return Invalid(
+          absl::StrCat(field, "[", i, "]: expected a token id (an integer >= 0), got ", id.dump()));
     }
     ids.push_back(id.get<int32_t>());
   }
   return ids;
 }
 
-bool IsTokenList(const Json& v) {
-  return v.is_array() && !v.empty() && v.front().is_number();
-}
+bool IsTokenList(const Json& v) { return v.is_array() && !v.empty() && v.front().is_number(); }
 
 // The sampling and stopping fields shared by completions and chat.
 absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
@@ -107,8 +103,7 @@ absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
   DIKKAT_ASSIGN_OR_RETURN(std::optional<double> repetition,
                           OptionalNumber(body, "repetition_penalty"));
   if (repetition) s->set_repetition_penalty(static_cast<float>(*repetition));
-  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> presence,
-                          OptionalNumber(body, "presence_penalty"));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> presence, OptionalNumber(body, "presence_penalty"));
   if (presence) s->set_presence_penalty(static_cast<float>(*presence));
   DIKKAT_ASSIGN_OR_RETURN(std::optional<double> frequency,
                           OptionalNumber(body, "frequency_penalty"));
@@ -137,14 +132,14 @@ absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
       // the body size already.
       for (size_t i = 0; i < stop->size(); ++i) {
         if (!(*stop)[i].is_string()) {
-          return Invalid(absl::StrCat("stop[", i, "]: expected a string, got ",
-                                      TypeName((*stop)[i])));
+          return Invalid(
+              absl::StrCat("stop[", i, "]: expected a string, got ", TypeName((*stop)[i])));
         }
         out->add_stop((*stop)[i].get<std::string>());
       }
     } else {
-      return Invalid(absl::StrCat("stop: expected a string or a list of strings, got ",
-                                  TypeName(*stop)));
+      return Invalid(
+          absl::StrCat("stop: expected a string or a list of strings, got ", TypeName(*stop)));
     }
   }
   return absl::OkStatus();
@@ -341,8 +336,7 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
   return Convert(wire, std::move(call), limits);
 }
 
-absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body,
-                                                      const ModelLimits& limits) {
+absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body, const ModelLimits& limits) {
   EmbeddingsCall call;
   v1::EncodeRequest wire;
   const Json* input = Field(body, "input");
@@ -356,8 +350,8 @@ absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body,
     wire.add_inputs()->mutable_tokens()->mutable_ids()->Assign(ids.begin(), ids.end());
   } else if (input->is_array() && !input->empty()) {
     // Bound the work before it: the count before anything is converted.
-    DIKKAT_RETURN_IF_ERROR(CheckEncodeInputCount(static_cast<int64_t>(input->size()),
-                                                 *limits.options));
+    DIKKAT_RETURN_IF_ERROR(
+        CheckEncodeInputCount(static_cast<int64_t>(input->size()), *limits.options));
     for (size_t i = 0; i < input->size(); ++i) {
       const Json& item = (*input)[i];
       if (item.is_string()) {
@@ -371,9 +365,9 @@ absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body,
       }
     }
   } else {
-    return Invalid(absl::StrCat(
-        "input: expected a string, a list of strings or of token id lists, got ",
-        input->is_array() ? "an empty list" : TypeName(*input)));
+    return Invalid(
+        absl::StrCat("input: expected a string, a list of strings or of token id lists, got ",
+                     input->is_array() ? "an empty list" : TypeName(*input)));
   }
   if (const Json* format = Field(body, "encoding_format")) {
     if (!format->is_string() || (*format != "float" && *format != "base64")) {

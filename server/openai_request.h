@@ -32,7 +32,7 @@ using Json = nlohmann::ordered_json;
 
 // Bounds on a body, checked before or while it is parsed.
 struct BodyLimits {
-  int max_json_depth = 32;     // nested arrays/objects
+  int max_json_depth = 32;  // nested arrays/objects
   int max_chat_messages = 1024;
 };
 
@@ -46,10 +46,10 @@ absl::StatusOr<std::string> ModelName(const Json& body);
 
 // A Generate request as the HTTP handlers need it.
 struct GenerateCall {
-  GenerateRequest request;      // ready to submit
+  GenerateRequest request;  // ready to submit
   bool stream = false;
-  bool include_usage = false;   // stream_options.include_usage
-  bool want_logprobs = false;   // completions: logprobs given; chat: logprobs true
+  bool include_usage = false;  // stream_options.include_usage
+  bool want_logprobs = false;  // completions: logprobs given; chat: logprobs true
   // Completions with echo: the prompt text (or the decoded token ids)
   // prepended to each choice's text; with logprobs, the prompt's tokens too.
   bool echo = false;
@@ -81,8 +81,7 @@ struct EmbeddingsCall {
 
 // POST /v1/embeddings: input (a string, a list of strings, a list of token
 // ids or a list of such lists), encoding_format ("float" or "base64").
-absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body,
-                                                      const ModelLimits& limits);
+absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body, const ModelLimits& limits);
 
 }  // namespace dikkat::server::openai
 

@@ -126,8 +126,8 @@ ChoiceBuilder::Choice& ChoiceBuilder::ChoiceAt(int32_t index) {
   return choices_[index];
 }
 
-void ChoiceBuilder::AppendCompletionLogprob(const GeneratedToken& token, bool known,
-                                            Json& logprobs, int64_t offset) const {
+void ChoiceBuilder::AppendCompletionLogprob(const GeneratedToken& token, bool known, Json& logprobs,
+                                            int64_t offset) const {
   if (logprobs.is_null()) {
     logprobs = Json{{"tokens", Json::array()},
                     {"token_logprobs", Json::array()},
@@ -317,8 +317,8 @@ std::vector<Json> ChoiceBuilder::FinishEvents(const GenerateSummary& summary) {
     if (!c.started && call_.echo && !call_.echo_text.empty()) {
       // Nothing was generated (e.g. max_tokens reached at once): still echo.
       c.started = true;
-      events.push_back(Event(Json::array({ChoiceDelta(static_cast<int32_t>(i), call_.echo_text,
-                                                      nullptr)})));
+      events.push_back(
+          Event(Json::array({ChoiceDelta(static_cast<int32_t>(i), call_.echo_text, nullptr)})));
     }
     if (c.finished) continue;
     c.finished = true;
@@ -350,11 +350,11 @@ Json EmbeddingsResponse(const EncodeResult& result, bool base64, const std::stri
     }
     data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", std::move(embedding)}});
   }
-  return Json{{"object", "list"},
-              {"data", std::move(data)},
-              {"model", model},
-              {"usage", {{"prompt_tokens", result.prompt_tokens},
-                         {"total_tokens", result.prompt_tokens}}}};
+  return Json{
+      {"object", "list"},
+      {"data", std::move(data)},
+      {"model", model},
+      {"usage", {{"prompt_tokens", result.prompt_tokens}, {"total_tokens", result.prompt_tokens}}}};
 }
 
 Json ModelObject(const std::string& name, int64_t created) {

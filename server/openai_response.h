@@ -79,10 +79,10 @@ class ChoiceBuilder {
 
  private:
   struct Choice {
-    bool started = false;   // echo emitted
+    bool started = false;  // echo emitted
     bool finished = false;
     std::string text;
-    Json logprobs;          // completions: {tokens, token_logprobs, top_logprobs, text_offset}
+    Json logprobs;            // completions: {tokens, token_logprobs, top_logprobs, text_offset}
     int64_t text_offset = 0;  // bytes of text so far (completions logprobs)
     FinishReason finish = FinishReason::kLength;
   };

@@ -32,15 +32,15 @@ namespace dikkat {
 namespace {
 
 using Json = nlohmann::ordered_json;
-using ::testing::HasSubstr;
 using integration::ServerProcess;
+using ::testing::HasSubstr;
 
 constexpr char kToken[] = "openai-test-token-0123456789";
 
 // The Gemma 2 template, byte for byte as its tokenizer_config.json ships it.
 std::string GemmaTemplate() {
   return integration::ReadFile(std::string(DIKKAT_SOURCE_DIR) +
-                        "/tests/chat/data/chat_templates/google-gemma-2-2b-it.jinja");
+                               "/tests/chat/data/chat_templates/google-gemma-2-2b-it.jinja");
 }
 
 // A copy of tiny-lm's folder with a tokenizer_config.json holding a chat
@@ -80,11 +80,15 @@ class OpenAiHttpTest : public ::testing::Test {
   // A server with tiny-lm (default) and the chat copy, both doors and
   // metrics on free ports; `extra` flags appended.
   static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {absl::StrCat("--model=tiny-lm=", integration::ModelDir("tiny-lm")),
-                                     absl::StrCat("--model=chat=", chat_dir_->path()),
-                                     "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-                                     "--openai_listen=127.0.0.1:0", "--threads=1",
-                                     "--grace_period=1s", "--max_message_bytes=64KiB"};
+    std::vector<std::string> args = {
+        absl::StrCat("--model=tiny-lm=", integration::ModelDir("tiny-lm")),
+        absl::StrCat("--model=chat=", chat_dir_->path()),
+        "--listen=127.0.0.1:0",
+        "--metrics_listen=127.0.0.1:0",
+        "--openai_listen=127.0.0.1:0",
+        "--threads=1",
+        "--grace_period=1s",
+        "--max_message_bytes=64KiB"};
     args.insert(args.end(), extra.begin(), extra.end());
     absl::StatusOr<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(args);
     EXPECT_TRUE(p.ok()) << p.status();
@@ -192,11 +196,10 @@ TEST_F(OpenAiHttpTest, ModelsListsEveryHostedModel) {
 
 TEST_F(OpenAiHttpTest, GreedyCompletionEqualsGrpcGenerate) {
   const std::string prompt = "The quick brown fox";
-  HttpReply r = Post("/v1/completions", Json{{"model", "tiny-lm"},
-                                             {"prompt", prompt},
-                                             {"max_tokens", 24},
-                                             {"temperature", 0}}
-                                            .dump());
+  HttpReply r =
+      Post("/v1/completions",
+           Json{{"model", "tiny-lm"}, {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}}
+               .dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.json["object"], "text_completion");
   EXPECT_TRUE(absl::StartsWith(r.json["id"].get<std::string>(), "cmpl-"));
@@ -220,16 +223,19 @@ TEST_F(OpenAiHttpTest, GreedyCompletionEqualsGrpcGenerate) {
   // Token ids as the prompt give the same text.
   Json ids = Json::array();
   for (unsigned char c : prompt) ids.push_back(static_cast<int>(c));  // byte tokenizer
-  HttpReply by_ids = Post("/v1/completions",
-                          Json{{"prompt", ids}, {"max_tokens", 24}, {"temperature", 0}}.dump());
+  HttpReply by_ids =
+      Post("/v1/completions", Json{{"prompt", ids}, {"max_tokens", 24}, {"temperature", 0}}.dump());
   ASSERT_EQ(by_ids.status, 200) << by_ids.body;
   EXPECT_EQ(by_ids.json["choices"][0]["text"], grpc->text);
 }
 
 TEST_F(OpenAiHttpTest, StreamConcatenatesToTheWholeResponse) {
   // Two seeded samples: reproducible, so both forms give the same texts.
-  Json request = {{"prompt", "Once upon a time"}, {"max_tokens", 20}, {"temperature", 0.8},
-                  {"n", 2}, {"seed", 7}};
+  Json request = {{"prompt", "Once upon a time"},
+                  {"max_tokens", 20},
+                  {"temperature", 0.8},
+                  {"n", 2},
+                  {"seed", 7}};
   HttpReply whole = Post("/v1/completions", request.dump());
   ASSERT_EQ(whole.status, 200) << whole.body;
   request["stream"] = true;
@@ -263,12 +269,11 @@ TEST_F(OpenAiHttpTest, StreamConcatenatesToTheWholeResponse) {
 }
 
 TEST_F(OpenAiHttpTest, EchoAndLogprobs) {
-  HttpReply r = Post("/v1/completions", Json{{"prompt", "abc"},
-                                             {"max_tokens", 3},
-                                             {"temperature", 0},
-                                             {"logprobs", 2},
-                                             {"echo", true}}
-                                            .dump());
+  HttpReply r = Post(
+      "/v1/completions",
+      Json{
+          {"prompt", "abc"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 2}, {"echo", true}}
+          .dump());
   ASSERT_EQ(r.status, 200) << r.body;
   const Json& choice = r.json["choices"][0];
   EXPECT_TRUE(absl::StartsWith(choice["text"].get<std::string>(), "abc")) << r.body;
@@ -291,11 +296,10 @@ TEST_F(OpenAiHttpTest, ChatRendersTheModelsTemplate) {
   Json messages = Json::array({{{"role", "user"}, {"content", "Hello"}},
                                {{"role", "assistant"}, {"content", "Hi there"}},
                                {{"role", "user"}, {"content", "How are you?"}}});
-  HttpReply chat = Post("/v1/chat/completions", Json{{"model", "chat"},
-                                                     {"messages", messages},
-                                                     {"max_tokens", 16},
-                                                     {"temperature", 0}}
-                                                    .dump());
+  HttpReply chat =
+      Post("/v1/chat/completions",
+           Json{{"model", "chat"}, {"messages", messages}, {"max_tokens", 16}, {"temperature", 0}}
+               .dump());
   ASSERT_EQ(chat.status, 200) << chat.body;
   EXPECT_EQ(chat.json["object"], "chat.completion");
   EXPECT_TRUE(absl::StartsWith(chat.json["id"].get<std::string>(), "chatcmpl-"));
@@ -305,11 +309,9 @@ TEST_F(OpenAiHttpTest, ChatRendersTheModelsTemplate) {
       "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi "
       "there<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n"
       "<start_of_turn>model\n";
-  HttpReply completion = Post("/v1/completions", Json{{"model", "chat"},
-                                                      {"prompt", rendered},
-                                                      {"max_tokens", 16},
-                                                      {"temperature", 0}}
-                                                     .dump());
+  HttpReply completion = Post(
+      "/v1/completions",
+      Json{{"model", "chat"}, {"prompt", rendered}, {"max_tokens", 16}, {"temperature", 0}}.dump());
   ASSERT_EQ(completion.status, 200) << completion.body;
   EXPECT_EQ(chat.json["choices"][0]["message"]["content"], completion.json["choices"][0]["text"]);
   EXPECT_EQ(chat.json["usage"]["prompt_tokens"].get<size_t>(), rendered.size());
@@ -337,16 +339,15 @@ TEST_F(OpenAiHttpTest, ChatRendersTheModelsTemplate) {
   EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
 
   // The template's raise_exception is a 400 with its message.
-  HttpReply bad = Post("/v1/chat/completions",
-                       Json{{"model", "chat"},
-                            {"messages", {{{"role", "system"}, {"content", "x"}}}}}
-                           .dump());
+  HttpReply bad =
+      Post("/v1/chat/completions",
+           Json{{"model", "chat"}, {"messages", {{{"role", "system"}, {"content", "x"}}}}}.dump());
   EXPECT_EQ(bad.status, 400);
   EXPECT_THAT(bad.json["error"]["message"].get<std::string>(),
               HasSubstr("System role not supported"));
   // A model without a template refuses chat, clearly.
-  HttpReply none = Post("/v1/chat/completions",
-                        Json{{"model", "tiny-lm"}, {"messages", messages}}.dump());
+  HttpReply none =
+      Post("/v1/chat/completions", Json{{"model", "tiny-lm"}, {"messages", messages}}.dump());
   EXPECT_EQ(none.status, 400);
   EXPECT_THAT(none.json["error"]["message"].get<std::string>(), HasSubstr("no chat template"));
 }
@@ -365,8 +366,8 @@ TEST_F(OpenAiHttpTest, EmbeddingsFloatAndBase64Agree) {
   for (int i = 0; i < 2; ++i) {
     const Json& values = floats.json["data"][i]["embedding"];
     std::string bytes;
-    ASSERT_TRUE(absl::Base64Unescape(packed.json["data"][i]["embedding"].get<std::string>(),
-                                     &bytes));
+    ASSERT_TRUE(
+        absl::Base64Unescape(packed.json["data"][i]["embedding"].get<std::string>(), &bytes));
     ASSERT_EQ(bytes.size(), values.size() * 4);
     double norm = 0;
     for (size_t j = 0; j < values.size(); ++j) {
@@ -406,9 +407,25 @@ TEST_F(OpenAiHttpTest, ErrorsHaveOpenAisShapeAndStatus) {
   EXPECT_EQ(unknown.json["error"]["code"], "model_not_found");
   expect_error(Post("/v1/nowhere", "{}"), 404, "no such endpoint");
   // Over --max_message_bytes (64KiB here): refused before it is parsed.
-  expect_error(Post("/v1/completions",
-                    Json{{"prompt", std::string(100 << 10, 'x')}}.dump()),
-               413, "larger than");
+  expect_error(Post("/v1/completions", Json{{"prompt", std::string(100 << 10, 'x')}}.dump()), 413,
+               "larger than");
+}
+
+TEST_F(OpenAiHttpTest, RequestsAreCountedPerEndpointAndStatus) {
+  const std::string series =
+      R"(dikkat_http_requests_total{api="openai",code="200",endpoint="embeddings"})";
+  const double before = std::max(0.0, Metric(Scrape(*server_), series));
+  ASSERT_EQ(Post("/v1/embeddings", Json{{"input", "x"}}.dump()).status, 200);
+  ASSERT_EQ(Post("/v1/embeddings", Json{{"input", 3.5}}.dump()).status, 400);
+  const std::string text = Scrape(*server_);
+  EXPECT_EQ(Metric(text, series), before + 1) << text;
+  EXPECT_GE(
+      Metric(text, R"(dikkat_http_requests_total{api="openai",code="400",endpoint="embeddings"})"),
+      1);
+  EXPECT_GE(
+      Metric(text,
+             R"(dikkat_http_request_duration_seconds_count{api="openai",endpoint="embeddings"})"),
+      2);
 }
 
 TEST_F(OpenAiHttpTest, BearerTokenIsRequiredWhenConfigured) {
@@ -429,11 +446,8 @@ TEST_F(OpenAiHttpTest, BearerTokenIsRequiredWhenConfigured) {
 
 TEST_F(OpenAiHttpTest, DisconnectMidStreamCancelsTheGeneration) {
   httplib::Client http("127.0.0.1", Port(*server_));
-  const std::string body = Json{{"prompt", "x"},
-                                {"max_tokens", 4000},
-                                {"ignore_eos", true},
-                                {"stream", true}}
-                               .dump();
+  const std::string body =
+      Json{{"prompt", "x"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}}.dump();
   int received = 0;
   httplib::Request req;
   req.method = "POST";
@@ -454,8 +468,10 @@ TEST_F(OpenAiHttpTest, DisconnectMidStreamCancelsTheGeneration) {
         text = Scrape(*server_);
         return Metric(text, R"(dikkat_requests_running{model="tiny-lm"})") == 0 &&
                Metric(text, R"(dikkat_kv_cache_blocks_used{model="tiny-lm"})") == 0 &&
-               Metric(text,
-                      R"(dikkat_generate_finished_total{finish_reason="cancelled",model="tiny-lm"})") >= 1;
+               Metric(
+                   text,
+                   R"(dikkat_generate_finished_total{finish_reason="cancelled",model="tiny-lm"})") >=
+                   1;
       },
       absl::Seconds(20)))
       << text;
