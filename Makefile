@@ -6,6 +6,8 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 ADDR ?= 127.0.0.1:50051
 METRICS_ADDR ?= 127.0.0.1:9090
+# The OpenAI-compatible HTTP API (docs/api.md); empty turns it off.
+OPENAI_ADDR ?= 127.0.0.1:8000
 CTEST_ARGS ?=
 
 .PHONY: all deps configure build test run bench clean format docker-test hardening soak
@@ -32,7 +34,7 @@ test: build
 run: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target dikkat-server dikkat
 	$(BUILD_DIR)/server/dikkat-server --listen=$(ADDR) --metrics_listen=$(METRICS_ADDR) \
-	  --model=models/dikkat-lm --model=models/dikkat-numbers
+	  --openai_listen=$(OPENAI_ADDR) --model=models/dikkat-lm --model=models/dikkat-numbers
 
 # Builds docker/Dockerfile with podman and smoke-tests the image from the host
 # (docker/test.sh): health SERVING, Generate with the CLI, /metrics, SIGTERM ->

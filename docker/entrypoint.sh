@@ -9,6 +9,9 @@
 #                  Default: dikkat-lm and dikkat-numbers when the image has
 #                  them, else tiny-lm.
 #   DIKKAT_LISTEN, DIKKAT_METRICS_LISTEN  override the addresses below.
+#   DIKKAT_OPENAI_LISTEN  when set (e.g. 0.0.0.0:8000, the port the image
+#                  exposes for it), also serve the OpenAI-compatible HTTP API
+#                  there; unset (the default): off.
 # Flags given to the container come last and so win (absl keeps the last
 # occurrence of a flag; --model is the exception: every occurrence counts).
 set -eu
@@ -31,7 +34,8 @@ for arg in "$@"; do
 done
 
 set -- --listen="${DIKKAT_LISTEN:-0.0.0.0:50051}" \
-       --metrics_listen="${DIKKAT_METRICS_LISTEN:-0.0.0.0:9090}" "$@"
+       --metrics_listen="${DIKKAT_METRICS_LISTEN:-0.0.0.0:9090}" \
+       --openai_listen="${DIKKAT_OPENAI_LISTEN:-}" "$@"
 
 if [ "$has_model_flag" = false ]; then
   models=""
