@@ -15,6 +15,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -426,6 +427,62 @@ TEST_F(OpenAiHttpTest, RequestsAreCountedPerEndpointAndStatus) {
       Metric(text,
              R"(dikkat_http_request_duration_seconds_count{api="openai",endpoint="embeddings"})"),
       2);
+}
+
+// A server that runs 16 sequences and queues 16 (a request of n samples
+// takes n places): a stream of 16 samples (seconds of work on tiny-lm)
+// fills the batch, a one-sample stream waits, 16 more samples are 429 with
+// Retry-After. Once SIGTERM starts the drain, new
+// requests are 503 while both streams still end normally.
+TEST_F(OpenAiHttpTest, QueueFullIs429AndDrainingIs503) {
+  std::unique_ptr<ServerProcess> small =
+      Start({"--max_batch_size=16", "--max_queue=16", "--grace_period=60s"});
+  ASSERT_NE(small, nullptr);
+  const std::string long_stream = Json{{"prompt", "x"}, {"max_tokens", 500},  {"ignore_eos", true},
+                                       {"n", 16},       {"temperature", 1.0}, {"stream", true}}
+                                      .dump();
+  HttpReply first, second;
+  std::thread a([&] { first = Post("/v1/completions", long_stream, small.get()); });
+  auto running = [&](double want) {
+    return integration::WaitFor(
+        [&] {
+          const std::string text = Scrape(*small);
+          return Metric(text, R"(dikkat_requests_running{model="tiny-lm"})") >= want;
+        },
+        absl::Seconds(10));
+  };
+  if (!running(16)) {
+    ADD_FAILURE() << "the 16-sample stream never filled the batch";
+    a.join();
+    return;
+  }
+  Json one_sample = Json::parse(long_stream);
+  one_sample["n"] = 1;
+  std::thread b([&] { second = Post("/v1/completions", one_sample.dump(), small.get()); });
+  EXPECT_TRUE(integration::WaitFor(
+      [&] { return Metric(Scrape(*small), R"(dikkat_requests_waiting{model="tiny-lm"})") >= 1; },
+      absl::Seconds(10)));
+  HttpReply third = Post(
+      "/v1/completions",
+      Json{{"prompt", "y"}, {"max_tokens", 2}, {"n", 16}, {"temperature", 1}}.dump(), small.get());
+  EXPECT_EQ(third.status, 429) << third.body;
+  EXPECT_EQ(third.json["error"]["type"], "rate_limit_error");
+  auto retry = third.headers.find("Retry-After");
+  EXPECT_TRUE(retry != third.headers.end() && std::stoi(retry->second) >= 1);
+
+  small->Signal(SIGTERM);
+  EXPECT_TRUE(small->WaitForOutput(std::regex("draining"), absl::Seconds(10)));
+  HttpReply late =
+      Post("/v1/completions", Json{{"prompt", "y"}, {"max_tokens", 2}}.dump(), small.get());
+  EXPECT_EQ(late.status, 503) << late.body;
+  a.join();
+  b.join();
+  for (const HttpReply* r : {&first, &second}) {
+    bool done = false;
+    EXPECT_EQ(r->status, 200);
+    Events(r->body, &done);
+    EXPECT_TRUE(done) << "a running stream ends normally during the drain";
+  }
 }
 
 TEST_F(OpenAiHttpTest, BearerTokenIsRequiredWhenConfigured) {
