@@ -1,0 +1,273 @@
+// The OpenAI-compatible API's request parsing (server/openai_request.h) and
+// response encoding (server/openai_response.h), without a server: the JSON
+// fields each endpoint serves, what they map to in the engine's requests,
+// and the errors for what the JSON form makes wrong.
+#include "server/openai_request.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/text/byte_tokenizer.h"
+#include "server/chat_prompt.h"
+#include "server/openai_response.h"
+
+namespace dikkat::server::openai {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class OpenAiRequestTest : public ::testing::Test {
+ protected:
+  OpenAiRequestTest() : tokenizer_(model::MakeByteTokenizer()) {
+    config_.architecture = model::Architecture::kDecoderOnly;
+    config_.name = "m";
+    config_.vocab_size = 259;
+    config_.d_model = 4;
+    config_.n_heads = 2;
+    config_.ffn_dim = 8;
+    config_.n_layers = 1;
+    config_.max_positions = 64;
+    options_.max_batch_entries = 3;
+    limits_ = ModelLimits{&config_, tokenizer_.get(), &options_};
+  }
+
+  absl::StatusOr<GenerateCall> Completion(const std::string& body) {
+    return ParseCompletionRequest(Json::parse(body), limits_);
+  }
+
+  model::ModelConfig config_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  EngineOptions options_;
+  ModelLimits limits_;
+};
+
+TEST_F(OpenAiRequestTest, BodyMustBeABoundedJsonObject) {
+  EXPECT_TRUE(ParseBody(R"({"a": [[1]]})", BodyLimits{}).ok());
+  EXPECT_THAT(ParseBody("{", BodyLimits{}).status().message(), HasSubstr("not valid JSON"));
+  EXPECT_THAT(ParseBody("[1]", BodyLimits{}).status().message(), HasSubstr("JSON object"));
+  BodyLimits shallow;
+  shallow.max_json_depth = 3;
+  EXPECT_TRUE(ParseBody(R"({"a": [{"b": 1}]})", shallow).ok());
+  EXPECT_THAT(ParseBody(R"({"a": [[[1]]]})", shallow).status().message(),
+              HasSubstr("deeper than 3"));
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(ParseBody(R"({"a": "[[[[[[\"[[["})", shallow).ok());
+}
+
+TEST_F(OpenAiRequestTest, CompletionFieldsMapToTheEngineRequest) {
+  absl::StatusOr<GenerateCall> call = Completion(
+      R"({"prompt": "hi", "temperature": 0.5, "top_p": 0.9, "seed": 42, "n": 2, "best_of": 3,
+          "stop": ["a", "b"], "presence_penalty": 0.1, "top_k": 5, "stream": true,
+          "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  const GenerateRequest& r = call->request;
+  EXPECT_THAT(r.prompt, ElementsAre('h', 'i'));  // byte tokenizer: ids are bytes
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.1f);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.best_of, 3);
+  EXPECT_THAT(r.stop_strings, ElementsAre("a", "b"));
+  EXPECT_EQ(r.max_new_tokens, 16);  // OpenAI's default
+  EXPECT_TRUE(call->stream);
+  EXPECT_TRUE(call->include_usage);
+  EXPECT_FALSE(call->want_logprobs);
+
+  call = Completion(R"({"prompt": [[104, 105]], "stop": "x", "max_tokens": 3,
+                        "logprobs": 2, "echo": true})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_THAT(call->request.prompt, ElementsAre(104, 105));
+  EXPECT_THAT(call->request.stop_strings, ElementsAre("x"));
+  EXPECT_EQ(call->request.max_new_tokens, 3);
+  EXPECT_TRUE(call->want_logprobs);
+  EXPECT_EQ(call->request.sampling.top_logprobs, 2);
+  EXPECT_EQ(call->request.prompt_logprobs, 2);  // echo + logprobs scores the prompt
+  EXPECT_TRUE(call->echo);
+  EXPECT_EQ(call->echo_text, "hi");
+}
+
+TEST_F(OpenAiRequestTest, CompletionErrorsNameTheField) {
+  auto error = [&](const std::string& body) {
+    absl::StatusOr<GenerateCall> call = Completion(body);
+    EXPECT_FALSE(call.ok()) << body;
+    EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(call.status().message());
+  };
+  EXPECT_THAT(error(R"({})"), HasSubstr("prompt: required"));
+  EXPECT_THAT(error(R"({"prompt": ["a", "b"]})"), HasSubstr("one prompt per request"));
+  EXPECT_THAT(error(R"({"prompt": []})"), HasSubstr("an empty list"));
+  EXPECT_THAT(error(R"({"prompt": [1, -2]})"), HasSubstr("prompt[1]"));
+  EXPECT_THAT(error(R"({"prompt": "x", "temperature": "hot"})"),
+              HasSubstr("temperature: expected a number, got a string"));
+  EXPECT_THAT(error(R"({"prompt": "x", "max_tokens": 0})"), HasSubstr("max_tokens = 0"));
+  EXPECT_THAT(error(R"({"prompt": "x", "stop": 3})"), HasSubstr("stop: expected a string"));
+  EXPECT_THAT(error(R"({"prompt": "x", "stop": ["a", 1]})"), HasSubstr("stop[1]"));
+  EXPECT_THAT(error(R"({"prompt": "x", "n": 99})"), HasSubstr("n = 99"));
+  EXPECT_THAT(error(R"({"prompt": "x", "seed": -1})"), HasSubstr("seed = -1"));
+  EXPECT_THAT(error(R"({"prompt": "x", "logprobs": 21})"), HasSubstr("logprobs = 21"));
+  EXPECT_THAT(error(R"({"prompt": "x", "stream": "yes"})"), HasSubstr("stream: expected true"));
+  // Past the text limit (max_positions x 32 bytes), refused before tokenizing.
+  EXPECT_THAT(error(Json{{"prompt", std::string(64 * 32 + 1, 'x')}}.dump()),
+              HasSubstr("max_text_bytes"));
+  EXPECT_THAT(ModelName(Json::parse(R"({"model": 3})")).status().message(),
+              HasSubstr("model: expected a string"));
+}
+
+TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "dikkat-openai-request-test";
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer_config.json")
+      << Json{{"bos_token", {{"content", "<s>"}}},
+              {"chat_template",
+               Json::array(
+                   {{{"name", "tool_use"}, {"template", "wrong"}},
+                    {{"name", "default"},
+                     {"template",
+                      "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+                      "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"}}})}}
+             .dump();
+  absl::StatusOr<ChatPrompt> chat = ChatPrompt::Load(dir.string());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_TRUE(chat->has_template());
+  absl::StatusOr<GenerateCall> call = ParseChatRequest(
+      Json::parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                              {"type": "text", "text": "b"}]}],
+                      "logprobs": true, "top_logprobs": 3})"),
+      *chat, BodyLimits{}, limits_);
+  ASSERT_TRUE(call.ok()) << call.status();
+  const std::string expected = "<s>[user]ab[assistant]";
+  EXPECT_EQ(tokenizer_->Decode(call->request.prompt, false), expected);
+  EXPECT_EQ(call->request.prompt.size(), expected.size());  // no BOS id added
+  EXPECT_EQ(call->request.max_new_tokens, options_.default_max_new_tokens);
+  EXPECT_EQ(call->request.sampling.top_logprobs, 3);
+
+  BodyLimits one;
+  one.max_chat_messages = 1;
+  EXPECT_THAT(ParseChatRequest(Json::parse(R"({"messages": [{"role": "user", "content": "a"},
+                                                           {"role": "user", "content": "b"}]})"),
+                               *chat, one, limits_)
+                  .status()
+                  .message(),
+              HasSubstr("at most 1"));
+  EXPECT_THAT(ParseChatRequest(Json::parse(R"({"messages": [{"content": "a"}]})"), *chat,
+                               BodyLimits{}, limits_)
+                  .status()
+                  .message(),
+              HasSubstr("messages[0].role"));
+
+  // A folder without a tokenizer_config.json has no template: chat is refused.
+  fs::remove(dir / "tokenizer_config.json");
+  absl::StatusOr<ChatPrompt> none = ChatPrompt::Load(dir.string());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_template());
+  absl::StatusOr<GenerateCall> refused =
+      ParseChatRequest(Json::parse(R"({"messages": [{"role": "user", "content": "a"}]})"), *none,
+                       BodyLimits{}, limits_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("no chat template"));
+  fs::remove_all(dir);
+}
+
+TEST_F(OpenAiRequestTest, EmbeddingsInputsAndFormat) {
+  absl::StatusOr<EmbeddingsCall> call =
+      ParseEmbeddingsRequest(Json::parse(R"({"input": ["a", [5, 6]], "encoding_format":
+                                             "base64"})"),
+                             limits_);
+  ASSERT_TRUE(call.ok()) << call.status();
+  ASSERT_EQ(call->request.inputs.size(), 2u);
+  EXPECT_THAT(call->request.inputs[1], ElementsAre(5, 6));
+  EXPECT_TRUE(call->request.normalize);
+  EXPECT_TRUE(call->base64);
+  EXPECT_THAT(ParseEmbeddingsRequest(Json::parse(R"({"input": ["a", "b", "c", "d"]})"), limits_)
+                  .status()
+                  .message(),
+              HasSubstr("4"));
+  EXPECT_THAT(
+      ParseEmbeddingsRequest(Json::parse(R"({"input": "a", "encoding_format": "int8"})"), limits_)
+          .status()
+          .message(),
+      HasSubstr("encoding_format"));
+  EXPECT_THAT(ParseEmbeddingsRequest(Json::parse(R"({"input": "a", "dimensions": 4})"), limits_)
+                  .status()
+                  .message(),
+              HasSubstr("dimensions"));
+}
+
+TEST(OpenAiResponseTest, ErrorsAndFinishReasons) {
+  EXPECT_EQ(HttpStatusOf(absl::InvalidArgumentError("x")), 400);
+  EXPECT_EQ(HttpStatusOf(absl::FailedPreconditionError("x")), 400);
+  EXPECT_EQ(HttpStatusOf(absl::UnauthenticatedError("x")), 401);
+  EXPECT_EQ(HttpStatusOf(absl::NotFoundError("x")), 404);
+  EXPECT_EQ(HttpStatusOf(absl::ResourceExhaustedError("x")), 429);
+  EXPECT_EQ(HttpStatusOf(absl::UnavailableError("x")), 503);
+  EXPECT_EQ(HttpStatusOf(absl::InternalError("x")), 500);
+  const Json error = Json::parse(ErrorBody(404, "no \"model\"", "model_not_found"));
+  EXPECT_EQ(error["error"]["message"], "no \"model\"");
+  EXPECT_EQ(error["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(error["error"]["param"].is_null());
+  EXPECT_EQ(error["error"]["code"], "model_not_found");
+  EXPECT_STREQ(FinishReasonString(FinishReason::kEos), "stop");
+  EXPECT_STREQ(FinishReasonString(FinishReason::kStop), "stop");
+  EXPECT_STREQ(FinishReasonString(FinishReason::kLength), "length");
+}
+
+TEST(OpenAiResponseTest, ChunksBecomeChoicesAndEvents) {
+  std::unique_ptr<model::Tokenizer> tokenizer = model::MakeByteTokenizer();
+  GenerateCall call;
+  call.request.n = 2;
+  ChoiceBuilder whole(NewResponseMeta(Api::kChat, "m"), call, *tokenizer);
+  ChoiceBuilder stream(NewResponseMeta(Api::kChat, "m"), call, *tokenizer);
+  GeneratedChunk a{{{'h', 0, {}}}, "h", 0, std::nullopt, 0, {}, std::nullopt};
+  GeneratedChunk b{{{'i', 0, {}}}, "i", 1, FinishReason::kStop, 0, {}, std::nullopt};
+  GenerateSummary summary;
+  summary.reason = FinishReason::kLength;
+  summary.prompt_tokens = 3;
+  summary.generated_tokens = 2;
+  whole.Add(a);
+  whole.Add(b);
+  const Json response = whole.Response(summary);
+  EXPECT_EQ(response["object"], "chat.completion");
+  EXPECT_EQ(response["choices"][0]["message"]["content"], "h");
+  EXPECT_EQ(response["choices"][0]["finish_reason"], "length");  // from the summary
+  EXPECT_EQ(response["choices"][1]["message"]["content"], "i");
+  EXPECT_EQ(response["choices"][1]["finish_reason"], "stop");  // its own
+  EXPECT_EQ(response["usage"]["total_tokens"], 5);
+
+  std::vector<Json> start = stream.StartEvents();
+  ASSERT_EQ(start.size(), 2u);
+  EXPECT_EQ(start[0]["choices"][0]["delta"]["role"], "assistant");
+  std::vector<Json> events = stream.ChunkEvents(b);
+  ASSERT_EQ(events.size(), 2u);  // the text, then sample 1's finish
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["content"], "i");
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "stop");
+  events = stream.FinishEvents(summary);
+  ASSERT_EQ(events.size(), 1u);  // only sample 0 is left
+  EXPECT_EQ(events[0]["choices"][0]["index"], 0);
+  EXPECT_EQ(events[0]["choices"][0]["finish_reason"], "length");
+}
+
+TEST(OpenAiResponseTest, Base64EmbeddingsAreLittleEndianFloat32) {
+  EncodeResult result;
+  result.embeddings.push_back(DenseTensor{{2}, {1.0f, -2.5f}});
+  result.prompt_tokens = 4;
+  const Json floats = EmbeddingsResponse(result, false, "m");
+  EXPECT_EQ(floats["data"][0]["embedding"], Json::array({1.0, -2.5}));
+  EXPECT_EQ(floats["usage"]["prompt_tokens"], 4);
+  std::string bytes;
+  ASSERT_TRUE(absl::Base64Unescape(
+      EmbeddingsResponse(result, true, "m")["data"][0]["embedding"].get<std::string>(), &bytes));
+  // 1.0f = 0x3f800000, -2.5f = 0xc0200000, least significant byte first.
+  EXPECT_EQ(bytes, std::string("\x00\x00\x80\x3f\x00\x00\x20\xc0", 8));
+}
+
+}  // namespace
+}  // namespace dikkat::server::openai
