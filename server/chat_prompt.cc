@@ -31,9 +31,12 @@ absl::StatusOr<std::string> TemplateSource(const nlohmann::ordered_json& config,
   if (it->is_string()) return it->get<std::string>();
   if (it->is_array()) {
     for (const auto& entry : *it) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-          entry["template"].is_string()) {
-        return entry["template"].get<std::string>();
+      if (!entry.is_object()) continue;
+      auto name = entry.find("name");
+      auto source = entry.find("template");
+      if (name != entry.end() && *name == "default" && source != entry.end() &&
+          source->is_string()) {
+        return source->get<std::string>();
       }
     }
     return std::string();

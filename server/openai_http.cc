@@ -307,6 +307,12 @@ class OpenAiHttpServer::Handlers {
           SetError(res, res.status, message);
           return httplib::Server::HandlerResponse::Handled;
         }));
+    // A bug, not the caller's input (which never throws): a 500 in OpenAI's
+    // shape instead of httplib's default, which copies what() into a header.
+    http.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+          SetError(res, 500, "internal error while serving this request");
+        });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       Json data = Json::array();
       for (const ModelRegistry::Entry& e : registry_->entries()) {

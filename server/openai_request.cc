@@ -176,12 +176,16 @@ absl::StatusOr<Json> MessageContent(const Json& content, size_t index) {
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const Json& part = content[i];
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
+    // Looked up field by field: json::value() throws when a field has
+    // another type than its default.
+    auto type = part.is_object() ? part.find("type") : part.end();
+    auto part_text = part.is_object() ? part.find("text") : part.end();
+    if (!part.is_object() || type == part.end() || *type != "text" || part_text == part.end() ||
+        !part_text->is_string()) {
       return Invalid(absl::StrCat("messages[", index, "].content[", i,
                                   "]: only {\"type\": \"text\", \"text\": ...} parts are served"));
     }
-    text += part["text"].get<std::string>();
+    text += part_text->get<std::string>();
   }
   return Json(text);
 }

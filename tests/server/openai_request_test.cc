@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/text/byte_tokenizer.h"
@@ -158,6 +159,18 @@ TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
                   .status()
                   .message(),
               HasSubstr("at most 1"));
+  // Parts of other types or shapes are refused (not thrown).
+  for (const char* part : {R"({"type": 3, "text": "a"})", R"({"type": "image_url"})",
+                           R"({"type": "text", "text": 1})", R"("a")"}) {
+    EXPECT_THAT(
+        ParseChatRequest(Json::parse(absl::StrCat(R"({"messages": [{"role": "user", "content": [)",
+                                                  part, "]}]}")),
+                         *chat, BodyLimits{}, limits_)
+            .status()
+            .message(),
+        HasSubstr("content[0]"))
+        << part;
+  }
   EXPECT_THAT(ParseChatRequest(Json::parse(R"({"messages": [{"content": "a"}]})"), *chat,
                                BodyLimits{}, limits_)
                   .status()
