@@ -176,25 +176,44 @@ const char* EndpointLabel(const std::string& path) {
 
 // One Generate call's output between the engine thread (OnChunk/OnFinish,
 // which only append under a short lock) and the HTTP thread (Take). Past
-// `max_pending_bytes` of output not yet taken the call is marked cut: the
-// HTTP thread then cancels it and ends the response.
+// `max_pending_bytes` of output not yet taken (a client that does not read
+// while the HTTP thread waits in a write) the call is cut: its output is
+// dropped, the engine thread cancels it at once (as the gRPC reactor does),
+// and the HTTP thread ends the response.
 class GenerateOutput final : public GenerateObserver {
  public:
-  explicit GenerateOutput(int64_t max_pending_bytes) : max_pending_bytes_(max_pending_bytes) {}
+  GenerateOutput(Engine* engine, int64_t max_pending_bytes)
+      : engine_(engine), max_pending_bytes_(max_pending_bytes) {}
+
+  // Once SubmitGenerate returned; a cut before it is cancelled here.
+  void SetId(RequestId id) {
+    bool cancel = false;
+    {
+      dikkat::MutexLock lock(&mu_);
+      id_ = id;
+      cancel = cut_;
+    }
+    if (cancel) engine_->Cancel(id);
+  }
 
   void OnChunk(GeneratedChunk chunk) override {
     const int64_t bytes = static_cast<int64_t>(
         chunk.text.size() + 16 * (chunk.tokens.size() + chunk.prompt_logprobs.size()) +
         (chunk.tokens.empty() ? 0 : 16 * chunk.tokens.size() * chunk.tokens[0].top.size()));
-    dikkat::MutexLock lock(&mu_);
-    if (cut_) return;
-    pending_bytes_ += bytes;
-    if (max_pending_bytes_ > 0 && pending_bytes_ > max_pending_bytes_) {
+    std::optional<RequestId> cancel;
+    {
+      dikkat::MutexLock lock(&mu_);
+      if (cut_) return;
+      pending_bytes_ += bytes;
+      if (max_pending_bytes_ <= 0 || pending_bytes_ <= max_pending_bytes_) {
+        chunks_.push_back(std::move(chunk));
+        return;
+      }
       cut_ = true;
       chunks_.clear();
-      return;
+      cancel = id_;
     }
-    chunks_.push_back(std::move(chunk));
+    if (cancel.has_value()) engine_->Cancel(*cancel);  // OnFinish(kCancelled) follows
   }
 
   void OnFinish(GenerateSummary summary) override {
@@ -234,8 +253,10 @@ class GenerateOutput final : public GenerateObserver {
   }
 
  private:
+  Engine* const engine_;
   const int64_t max_pending_bytes_;
   mutable dikkat::Mutex mu_;
+  std::optional<RequestId> id_ ABSL_GUARDED_BY(mu_);
   std::deque<GeneratedChunk> chunks_ ABSL_GUARDED_BY(mu_);
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool cut_ ABSL_GUARDED_BY(mu_) = false;
@@ -412,9 +433,11 @@ class OpenAiHttpServer::Handlers {
     }
     if (!call.ok()) return SetStatusError(res, call.status());
     auto shared_call = std::make_shared<openai::GenerateCall>(std::move(*call));
-    auto output = std::make_shared<GenerateOutput>(options_.max_stream_pending_bytes);
+    auto output =
+        std::make_shared<GenerateOutput>(target->engine, options_.max_stream_pending_bytes);
     absl::StatusOr<RequestId> id = target->engine->SubmitGenerate(shared_call->request, output);
     if (!id.ok()) return SetStatusError(res, id.status());
+    output->SetId(*id);
     auto builder = std::make_shared<openai::ChoiceBuilder>(
         openai::NewResponseMeta(api, target->name), *shared_call, target->engine->tokenizer());
     if (shared_call->stream) {

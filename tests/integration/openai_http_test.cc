@@ -6,8 +6,12 @@
 // tests/chat/data, in a copy of tiny-lm's folder), embeddings (float and
 // base64 equal), the OpenAI error shape and statuses (400, 401, 404, 413),
 // and a client that disconnects mid-stream cancelling its generation.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -532,6 +536,44 @@ TEST_F(OpenAiHttpTest, DisconnectMidStreamCancelsTheGeneration) {
       },
       absl::Seconds(20)))
       << text;
+}
+
+// A client that stops reading: its socket buffers fill, the output kept for
+// it passes --max_stream_pending_bytes, and the generation is cancelled
+// while the client is still connected.
+TEST_F(OpenAiHttpTest, ClientThatDoesNotReadIsCut) {
+  std::unique_ptr<ServerProcess> small = Start({"--max_stream_pending_bytes=16KiB"});
+  ASSERT_NE(small, nullptr);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int tiny = 2048;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &tiny, sizeof(tiny));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(Port(*small)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body =
+      Json{{"prompt", "x"},      {"max_tokens", 500}, {"ignore_eos", true}, {"n", 16},
+           {"temperature", 1.0}, {"logprobs", 5},     {"stream", true}}
+          .dump();
+  const std::string request =
+      absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n",
+                   "Content-Length: ", body.size(), "\r\n\r\n", body);
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  std::string text;
+  EXPECT_TRUE(integration::WaitFor(
+      [&] {
+        text = Scrape(*small);
+        return Metric(
+                   text,
+                   R"(dikkat_generate_finished_total{finish_reason="cancelled",model="tiny-lm"})") >=
+                   1 &&
+               Metric(text, R"(dikkat_kv_cache_blocks_used{model="tiny-lm"})") == 0;
+      },
+      absl::Seconds(20)))
+      << text;
+  close(fd);
 }
 
 }  // namespace
