@@ -38,6 +38,14 @@ for isa in avx512 avx2 generic; do
     generic) isas+=(generic) ;;
   esac
 done
+# ISAS="avx2 generic" limits the run to those (each must be executable here).
+if [ -n "${ISAS:-}" ]; then
+  wanted=()
+  for isa in $ISAS; do
+    case " ${isas[*]} " in *" $isa "*) wanted+=("$isa") ;; *) echo "isa_peers: $isa cannot run on this CPU" >&2; exit 2 ;; esac
+  done
+  isas=("${wanted[@]}")
+fi
 echo "isa_peers: ISAs ${isas[*]}; $PASSES pass(es); $THREADS threads"
 
 # ---- llama.cpp: GGUFs of the GPT-2-small shape, and per-ISA bin folders ----
