@@ -3,16 +3,29 @@
 // It keeps --concurrency streams in flight with the async API: each finished
 // stream starts the next request from its completion callback, so there is
 // no thread per stream and no gap between requests.
+//
+// With --openai=http://HOST:PORT the same load goes through the server's
+// OpenAI-compatible port instead (streamed /v1/completions or, with
+// --openai-chat, /v1/chat/completions with the prompt as one user message):
+// a thread per stream, each reading the server-sent events as they come,
+// so that the two front doors can be measured side by side.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/sync.h"
 #include "absl/time/clock.h"
 #include "client/cli/commands.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
 
 namespace dikkat::client::cli {
 namespace {
@@ -187,6 +200,210 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
   absl::Duration wall_ ABSL_GUARDED_BY(mu_);
 };
 
+// Latency and throughput figures of a run, printed as BenchRun::Report does.
+struct HttpRunTotals {
+  int ok = 0, failed = 0;
+  int64_t tokens = 0;
+  std::vector<double> ttft_ms, inter_token_ms, request_ms;
+  std::map<std::string, int> errors;
+};
+
+// The same load through the OpenAI-compatible port: --concurrency threads,
+// each sending streamed requests one after another until --requests are
+// sent. Time to first token: from sending the request to the first event
+// that carries text (or, with --logprobs, names a token). Tokens: the usage the last event reports
+// (stream_options.include_usage); an event's gap is spread evenly over the
+// request's tokens per event, as BenchRun spreads a chunk's.
+class HttpBenchRun {
+ public:
+  HttpBenchRun(std::string host, int port, std::string path, std::string body,
+               std::string bearer, bool chat)
+      : host_(std::move(host)), port_(port), path_(std::move(path)), body_(std::move(body)),
+        bearer_(std::move(bearer)), chat_(chat) {}
+
+  // One request; its figures, or an error message.
+  struct One {
+    std::string error;
+    int64_t tokens = 0;
+    double ttft_ms = -1, request_ms = 0;
+    std::vector<double> event_ms;  // arrival of each text event after the first, from the previous
+  };
+
+  One Send() const {
+    One one;
+    httplib::Client http(host_, port_);
+    http.set_read_timeout(300, 0);
+    http.set_connection_timeout(10, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path_;
+    req.body = body_;
+    req.set_header("Content-Type", "application/json");
+    if (!bearer_.empty()) req.set_header("Authorization", "Bearer " + bearer_);
+    const absl::Time start = absl::Now();
+    absl::Time last;
+    std::string pending;
+    bool done = false;
+    req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+      pending.append(data, size);
+      for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+        std::string event = pending.substr(0, end);
+        pending.erase(0, end + 2);
+        absl::string_view payload = event;
+        if (!absl::ConsumePrefix(&payload, "data: ")) continue;
+        if (payload == "[DONE]") {
+          done = true;
+          continue;
+        }
+        nlohmann::json j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
+        if (j.is_discarded() || !j.is_object()) {
+          one.error = "an event that is not JSON";
+          return false;
+        }
+        if (j.contains("error")) {
+          one.error = j["error"].value("message", "error event");
+          return false;
+        }
+        if (j.contains("usage") && j["usage"].is_object()) {
+          one.tokens = j["usage"].value("completion_tokens", int64_t{0});
+        }
+        bool text = false;
+        if (j.contains("choices") && j["choices"].is_array()) {
+          for (const auto& c : j["choices"]) {
+            const nlohmann::json* t = nullptr;
+            if (chat_ && c.contains("delta") && c["delta"].contains("content")) {
+              t = &c["delta"]["content"];
+            } else if (!chat_ && c.contains("text")) {
+              t = &c["text"];
+            }
+            if (t != nullptr && t->is_string() && !t->get_ref<const std::string&>().empty()) {
+              text = true;
+            }
+            // With --logprobs an event names its tokens even where their
+            // text is held back (bytes of an unfinished UTF-8 character).
+            if (c.contains("logprobs") && c["logprobs"].is_object()) {
+              const nlohmann::json& lp = c["logprobs"];
+              const char* list = chat_ ? "content" : "tokens";
+              if (lp.contains(list) && lp[list].is_array() && !lp[list].empty()) text = true;
+            }
+          }
+        }
+        if (!text) continue;
+        const absl::Time now = absl::Now();
+        if (one.ttft_ms < 0) {
+          one.ttft_ms = absl::ToDoubleMilliseconds(now - start);
+        } else {
+          one.event_ms.push_back(absl::ToDoubleMilliseconds(now - last));
+        }
+        last = now;
+      }
+      return true;
+    };
+    httplib::Result res = http.send(req);
+    one.request_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (!one.error.empty()) return one;
+    if (!res) {
+      one.error = "HTTP: " + httplib::to_string(res.error());
+    } else if (res->status != 200) {
+      one.error = absl::StrFormat("HTTP %d", res->status);
+    } else if (!done) {
+      one.error = "the stream ended without data: [DONE]";
+    } else if (one.tokens <= 0) {
+      one.error = "no usage in the stream";
+    }
+    return one;
+  }
+
+  void Run(int concurrency, int total) {
+    std::atomic<int> next{0};
+    const absl::Time start = absl::Now();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < concurrency; ++t) {
+      threads.emplace_back([&] {
+        while (next.fetch_add(1) < total) {
+          One one = Send();
+          dikkat::MutexLock lock(&mu_);
+          Add(one);
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    wall_ = absl::Now() - start;
+  }
+
+  void Add(const One& one) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!one.error.empty()) {
+      ++totals_.failed;
+      ++totals_.errors[one.error];
+      return;
+    }
+    ++totals_.ok;
+    totals_.tokens += one.tokens;
+    if (one.ttft_ms >= 0) totals_.ttft_ms.push_back(one.ttft_ms);
+    const double per_event = static_cast<double>(one.tokens) / (one.event_ms.size() + 1);
+    for (double gap : one.event_ms) {
+      for (int k = 0; k < static_cast<int>(std::lround(per_event)); ++k) {
+        totals_.inter_token_ms.push_back(gap / per_event);
+      }
+    }
+    totals_.request_ms.push_back(one.request_ms);
+  }
+
+  void Report(std::ostream& out) const {
+    dikkat::MutexLock lock(&mu_);
+    const double seconds = absl::ToDoubleSeconds(wall_);
+    out << absl::StrFormat("completed: %d ok, %d failed in %.2f s\n", totals_.ok,
+                           totals_.failed, seconds);
+    for (const auto& [message, count] : totals_.errors) {
+      out << absl::StrFormat("  %d x %s\n", count, message);
+    }
+    out << absl::StrFormat("throughput: %.1f generated tokens/s, %.2f requests/s\n",
+                           totals_.tokens / seconds, totals_.ok / seconds);
+    out << absl::StrFormat("%-22s %9s %9s %9s %9s\n", "latency (ms)", "p50", "p90", "p99",
+                           "mean");
+    PrintRow(out, "time to first token", totals_.ttft_ms);
+    PrintRow(out, "inter-token", totals_.inter_token_ms);
+    PrintRow(out, "request", totals_.request_ms);
+    if (totals_.ok > 0) {
+      out << absl::StrFormat("tokens per request: %.1f\n",
+                             static_cast<double>(totals_.tokens) / totals_.ok);
+    }
+  }
+
+  bool all_ok() const {
+    dikkat::MutexLock lock(&mu_);
+    return totals_.failed == 0;
+  }
+
+ private:
+  static void PrintRow(std::ostream& out, const char* name, std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    out << absl::StrFormat("%-22s %9.2f %9.2f %9.2f %9.2f\n", name, Percentile(values, 50),
+                           Percentile(values, 90), Percentile(values, 99), Mean(values));
+  }
+
+  const std::string host_;
+  const int port_;
+  const std::string path_, body_, bearer_;
+  const bool chat_;
+  mutable dikkat::Mutex mu_;
+  HttpRunTotals totals_ ABSL_GUARDED_BY(mu_);
+  absl::Duration wall_;
+};
+
+// "http://host:port" -> host and port.
+bool ParseHttpUrl(absl::string_view url, std::string* host, int* port) {
+  if (!absl::ConsumePrefix(&url, "http://")) return false;
+  absl::ConsumeSuffix(&url, "/");
+  const size_t colon = url.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) return false;
+  *host = std::string(url.substr(0, colon));
+  if (absl::StartsWith(*host, "[") && absl::EndsWith(*host, "]")) {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return absl::SimpleAtoi(url.substr(colon + 1), port) && *port > 0 && *port < 65536;
+}
+
 class BenchCommand : public Command {
  public:
   std::string name() const override { return "bench"; }
@@ -200,7 +417,11 @@ class BenchCommand : public Command {
            "p50/p90/p99/mean of the time to first token, the inter-token latency (the gap\n"
            "between chunks divided by the tokens they carry) and the request latency, all\n"
            "measured at the client. --warmup requests run first, one at a time, and are\n"
-           "not counted. Exits 1 if any request failed.";
+           "not counted. Exits 1 if any request failed.\n\n"
+           "With --openai=http://HOST:PORT the requests go to the server's OpenAI-compatible\n"
+           "port instead: streamed /v1/completions, or /v1/chat/completions with the prompt as\n"
+           "one user message (--openai-chat); tokens are counted from the usage the stream\n"
+           "reports. --token, if set, is sent as the bearer token.";
   }
   void RegisterFlags(FlagSet* f) override {
     f->Int("concurrency", &concurrency_, "streams in flight at once");
@@ -212,6 +433,14 @@ class BenchCommand : public Command {
     f->Bool("ignore-eos", &ignore_eos_,
             "generate --max-tokens every time, past EOS (--no-ignore-eos to stop at EOS)");
     f->Int("warmup", &warmup_, "requests run before measuring");
+    f->OptionalInt("logprobs", &logprobs_,
+                   "ask for each token's log-probability and this many alternatives (gRPC "
+                   "top_logprobs; OpenAI logprobs)");
+    f->String("openai", &openai_,
+              "http://HOST:PORT: send the load to the OpenAI-compatible port instead of gRPC");
+    f->Bool("openai-chat", &openai_chat_,
+            "with --openai: /v1/chat/completions (prompt as one user message) instead of "
+            "/v1/completions");
     f->Int("unique-suffix", &unique_suffix_,
            "append to each request's prompt a suffix of this many bytes that no other request "
            "has (a shared prefix with distinct endings, as with one system prompt)");
@@ -223,12 +452,14 @@ class BenchCommand : public Command {
     if (requests_ < 1) return UsageError(name(), "--requests must be >= 1");
     if (max_tokens_ < 1) return UsageError(name(), "--max-tokens must be >= 1");
     if (unique_suffix_ < 0) return UsageError(name(), "--unique-suffix must be >= 0");
+    if (!openai_.empty()) return RunOpenAi(context);
     v1::GenerateRequest request;
     *request.mutable_input() = TextInput(prompt_);
     request.set_max_new_tokens(max_tokens_);
     request.set_ignore_eos(ignore_eos_);
     if (temperature_) request.mutable_sampling()->set_temperature(*temperature_);
     if (seed_) request.mutable_sampling()->set_seed(*seed_);
+    if (logprobs_) request.set_top_logprobs(*logprobs_);
 
     for (int i = 0; i < warmup_; ++i) {
       absl::StatusOr<GenerateResult> result = context.client->Generate(request, context.Call());
@@ -246,6 +477,49 @@ class BenchCommand : public Command {
   }
 
  private:
+  int RunOpenAi(const CommandContext& context) {
+    std::string host;
+    int port = 0;
+    if (!ParseHttpUrl(openai_, &host, &port)) {
+      return UsageError(name(), "--openai must be http://HOST:PORT");
+    }
+    if (unique_suffix_ > 0) return UsageError(name(), "--unique-suffix is gRPC only");
+    nlohmann::json body = {{"max_tokens", max_tokens_},
+                           {"stream", true},
+                           {"stream_options", {{"include_usage", true}}},
+                           {"ignore_eos", ignore_eos_}};
+    if (!context.globals->model.empty()) body["model"] = context.globals->model;
+    if (openai_chat_) {
+      body["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", prompt_}}});
+    } else {
+      body["prompt"] = prompt_;
+    }
+    if (temperature_) body["temperature"] = *temperature_;
+    if (seed_) body["seed"] = *seed_;
+    if (logprobs_ && openai_chat_) {
+      body["logprobs"] = true;
+      body["top_logprobs"] = *logprobs_;
+    } else if (logprobs_) {
+      body["logprobs"] = *logprobs_;
+    }
+    HttpBenchRun run(host, port, openai_chat_ ? "/v1/chat/completions" : "/v1/completions",
+                     body.dump(), context.globals->token, openai_chat_);
+    for (int i = 0; i < warmup_; ++i) {
+      HttpBenchRun::One one = run.Send();
+      if (!one.error.empty()) {
+        std::cerr << "error: " << one.error << "\n";
+        return kExitFailure;
+      }
+    }
+    std::cout << absl::StrFormat(
+        "bench: %d requests, concurrency %d, max tokens %d, prompt %d bytes, target %s%s\n",
+        requests_, concurrency_, max_tokens_, prompt_.size(), openai_,
+        openai_chat_ ? "/v1/chat/completions" : "/v1/completions");
+    run.Run(concurrency_, requests_);
+    run.Report(std::cout);
+    return run.all_ok() ? kExitOk : kExitFailure;
+  }
+
   int concurrency_ = 4;
   int requests_ = 32;
   std::string prompt_ = "The quick brown fox";
@@ -255,6 +529,9 @@ class BenchCommand : public Command {
   bool ignore_eos_ = true;
   int warmup_ = 1;
   int unique_suffix_ = 0;
+  std::optional<int> logprobs_;
+  std::string openai_;
+  bool openai_chat_ = false;
 };
 
 }  // namespace
