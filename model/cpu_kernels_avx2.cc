@@ -4,7 +4,8 @@
 //
 // What Ops provides (the same for every ISA file):
 //   V, kLanes, kIsa; kMaxBlockRows and kBlockRows[M] (output rows per
-//   register block for M input rows), kBf16PairMaxRows and kBf16PairRows[M];
+//   register block for M input rows), kTiledRowBlocks (the loop order for
+//   more rows than one block), kBf16PairMaxRows and kBf16PairRows[M];
 //   kStreamPrefetchBytes (0: no one-row stream kernel for bfloat16),
 //   kInt8BlockRows[M], kInt8ScalePerGroup;
 //   Zero, Set1, Fma(a, b, c) = a * b + c, Add, Reduce (sum of lanes), Prefetch;
@@ -39,6 +40,9 @@ struct Ops {
   // FMAs); more rows reuse the task's slice of W from the L2 cache.
   static constexpr int kMaxBlockRows = 4;
   static constexpr int kBlockRows[9] = {0, 6, 4, 3, 3, 2, 2, 1, 1};
+  // More rows than one block: tiles of 3 output rows through every block
+  // (LinearRowsTiled; 1.04-1.16x at 8-16 rows on a Zen 3 EPYC).
+  static constexpr bool kTiledRowBlocks = true;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 16.
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 4, 3, 2, 2};

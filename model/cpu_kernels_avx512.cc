@@ -37,6 +37,9 @@ struct Ops {
   // 32); each weight vector loaded serves M FMAs and each x vector R.
   static constexpr int kMaxBlockRows = 8;
   static constexpr int kBlockRows[9] = {0, 8, 8, 6, 5, 4, 4, 3, 3};
+  // More rows than one block: block after block over each task's slice of W
+  // (tiles through every block measured level or slower here).
+  static constexpr bool kTiledRowBlocks = false;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 32.
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 8, 6, 5, 4};

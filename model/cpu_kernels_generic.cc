@@ -61,6 +61,9 @@ struct Ops {
   // two of its 16 registers, so the compiler spills a little at M >= 3.
   static constexpr int kMaxBlockRows = 4;
   static constexpr int kBlockRows[9] = {0, 4, 4, 2, 2, 1, 1, 1, 1};
+  // Block after block over each task's slice of W (LinearRowsTiled is not
+  // measured on this path).
+  static constexpr bool kTiledRowBlocks = false;
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 4, 2, 2, 1};
   // No one-row stream kernel for bfloat16; int8 blocks as the float ones.

@@ -91,6 +91,24 @@ TEST(SmallBatchLinearTest, MatchesFloat64ReferenceForEveryDtypeRowCountAndOddSiz
   }
 }
 
+TEST(SmallBatchLinearTest, Float32RowIsComputedAsIfAlone) {
+  // The engine's batching tests compare a sequence's tokens in a batch with
+  // its solo run: with float32 weights a row's result must not depend on the
+  // other rows, whichever register blocks and output tiles they fall in
+  // (21 rows: 5 full blocks of 4 and 1, or 2 of 8 and 5; 77 outputs: no
+  // multiple of any tile).
+  at::manual_seed(17);
+  at::Tensor w = at::randn({77, 768}), b = at::randn({77});
+  for (int64_t rows : {9, 21, 32}) {
+    at::Tensor x = at::randn({rows, 768});
+    at::Tensor all = SmallBatchLinear(x, w, b);
+    for (int64_t m : {int64_t{0}, int64_t{4}, int64_t{8}, rows - 1}) {
+      EXPECT_TRUE(SmallBatchLinear(x.narrow(0, m, 1), w, b).equal(all.narrow(0, m, 1)))
+          << "row " << m << " of " << rows;
+    }
+  }
+}
+
 TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
   at::Tensor w = at::randn({8, 16});
   const SmallBatchLinearLimits active = SmallBatchLinearLimitsFor(ActiveIsa());
