@@ -12,9 +12,11 @@
 //  - embeddings.create: the client's default (base64, decoded by the client)
 //    equal to the float encoding, string and list input;
 //  - errors as the client raises them: 400 naming the field, 401 for a wrong
-//    key, 404 for an unknown model, 413, 429 with Retry-After;
-//  - a stream aborted by the client (stream.controller.abort()) cancelled in
-//    the engine (metrics), the engine free at once; a queued stream too;
+//    key, 404 for an unknown model, 413, 429 with Retry-After (and the
+//    client's default retry waiting it out);
+//  - a stream aborted by the client (stream.controller.abort(), or an
+//    AbortController's signal) cancelled in the engine (metrics), the engine
+//    free at once; a queued stream too;
 //  - 4 npm streams (completions and chat) and 4 `dikkat generate` calls at
 //    once, each equal to its answer alone;
 //  - curl: a completion, an SSE stream (`curl -N`) ending in `data: [DONE]`,
@@ -412,28 +414,46 @@ await part("abort a stream: cancelled in the engine, engine free at once", async
   check(next.choices[0].text.length > 0 && ms < 5000, `the next request took ${ms} ms`);
 });
 
-await part("429 with Retry-After when the queue is full; queued and running streams aborted", async () => {
+await part("429 with Retry-After; the client's own retry waits it out; aborted streams cancelled", async () => {
   const before = await scrape();
   // 8 samples fill the batch (--max_batch_size=8), 8 more fill the queue
-  // (--max_queue=8); one more request is refused.
+  // (--max_queue=8); one more request is refused. The running stream is
+  // aborted with stream.controller.abort(), the queued one with an
+  // AbortController's signal.
   const long = { model: LM, prompt: "x", max_tokens: 240, ignore_eos: true, temperature: 1, seed: 1,
                  n: 8, stream: true };
   const running = await client.completions.create(long);
   const runningIt = running[Symbol.asyncIterator]();
   await runningIt.next();  // its first chunk: the batch is full
-  const queued = await client.completions.create(long);
+  const abortQueued = new AbortController();
+  const queued = await client.completions.create(long, { signal: abortQueued.signal });
   const queuedIt = queued[Symbol.asyncIterator]();
   const queuedFirst = queuedIt.next();
   check(await waitFor(async () => metric(await scrape(), "dikkat_requests_waiting", { model: LM }) >= 8, 10_000),
         "8 samples wait");
   const e = await thrown(() => client.completions.create({ model: LM, prompt: "y", max_tokens: 2 }),
                          "a request with a full queue");
+  const retryAfter = Number(e?.headers?.get("retry-after"));
   check(e instanceof OpenAI.RateLimitError && e.status === 429 && e.type === "rate_limit_error" &&
-        Number(e.headers.get("retry-after")) >= 1, `429: ${e} (retry-after ${e?.headers?.get("retry-after")})`);
+        retryAfter >= 1, `429: ${e} (retry-after ${retryAfter})`);
+
+  // A client with its default retries gets the 429, waits Retry-After and
+  // tries again: by then the queue is empty and the request is served.
+  const attempts = [];
+  const retrying = new OpenAI({
+    baseURL, apiKey: TOKEN, maxRetries: 2,
+    fetch: async (url, init) => {
+      const response = await fetch(url, init);
+      attempts.push({ status: response.status, at: Date.now() });
+      return response;
+    },
+  });
+  const retried = retrying.completions.create({ model: LM, prompt: "y", max_tokens: 2 });
+  check(await waitFor(() => attempts.length > 0, 10_000), "the retrying client's first attempt");
   const stillRunning = metric(await scrape(), "dikkat_requests_running", { model: LM });
-  check(stillRunning === 8, `the 8-sample stream still ran when the 429 came (running ${stillRunning})`);
+  check(stillRunning === 8, `the 8-sample stream still ran when the 429s came (running ${stillRunning})`);
   running.controller.abort();
-  queued.controller.abort();
+  abortQueued.abort();
   await Promise.allSettled([queuedFirst, runningIt.next()]);
   let text = "";
   const freed = await waitFor(async () => {
@@ -447,8 +467,14 @@ await part("429 with Retry-After when the queue is full; queued and running stre
                     metric(before, "dikkat_generate_finished_total", { model: LM, finish_reason: "cancelled" });
   // One per call, whatever its number of samples (server/engine.cc).
   checkEqual(cancelled, 2, "generate calls finished 'cancelled' (the running one and the queued one)");
-  const after = await client.completions.create({ model: LM, prompt: "y", max_tokens: 2 });
-  checkEqual(after.usage.completion_tokens, 2, "a request after the queue emptied");
+
+  const served = await retried;
+  checkEqual(served.usage.completion_tokens, 2, "the retried request's answer");
+  checkEqual(attempts.map((a) => a.status), [429, 200], "the retrying client's attempts");
+  if (attempts.length === 2) {
+    const waited = attempts[1].at - attempts[0].at;
+    check(waited >= retryAfter * 1000 - 50, `the client waited ${waited} ms, Retry-After said ${retryAfter} s`);
+  }
 });
 
 // ---- drain ------------------------------------------------------------------
