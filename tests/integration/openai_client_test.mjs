@@ -118,6 +118,13 @@ process.on("exit", () => {
   if (server.exitCode === null) server.kill("SIGKILL");
   fs.rmSync(work, { recursive: true, force: true });
 });
+// Never leave the server behind: give up before ctest's timeout (180 s)
+// would kill this process, and on SIGTERM/SIGINT.
+for (const sig of ["SIGTERM", "SIGINT"]) process.on(sig, () => process.exit(1));
+setTimeout(() => {
+  console.error(`FAIL: the test took over 150 s\n${serverLog}`);
+  process.exit(1);
+}, 150_000).unref();
 
 const startDeadline = Date.now() + 60_000;
 while (!/serving 2 model/.test(serverLog)) {
