@@ -31,7 +31,17 @@ PACKAGES=(
   python3-jinja2
   # word list the shipped language model's test measures its output against
   wamerican
+  # the OpenAI-compatible port called with curl (tests/integration/openai_client_test.sh)
+  curl
 )
+
+# npm packages drive some tests (tests/deploy/npm_prefix.sh: dockerfilelint,
+# kubernetes-models, the official `openai` client): Debian's nodejs and npm
+# when no Node.js is installed. A Node.js already there (e.g. NodeSource's
+# nodejs, which bundles npm and conflicts with Debian's npm) is kept.
+if ! command -v node >/dev/null; then
+  PACKAGES+=(nodejs npm)
+fi
 
 if [ "${1:-}" = "--containers" ]; then
   # Images without a Docker engine (see docker/test.sh): crun fails on this
