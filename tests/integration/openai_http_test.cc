@@ -422,7 +422,16 @@ TEST_F(OpenAiHttpTest, RequestsAreCountedPerEndpointAndStatus) {
   const double before = std::max(0.0, Metric(Scrape(*server_), series));
   ASSERT_EQ(Post("/v1/embeddings", Json{{"input", "x"}}.dump()).status, 200);
   ASSERT_EQ(Post("/v1/embeddings", Json{{"input", 3.5}}.dump()).status, 400);
-  const std::string text = Scrape(*server_);
+  // A request is counted once its response is written (httplib's logger),
+  // which may be just after the client has read it: wait for the count.
+  const std::string count_400 =
+      R"(dikkat_http_requests_total{api="openai",code="400",endpoint="embeddings"})";
+  std::string text = Scrape(*server_);
+  for (int i = 0; i < 100 && (Metric(text, series) < before + 1 || Metric(text, count_400) < 1);
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    text = Scrape(*server_);
+  }
   EXPECT_EQ(Metric(text, series), before + 1) << text;
   EXPECT_GE(
       Metric(text, R"(dikkat_http_requests_total{api="openai",code="400",endpoint="embeddings"})"),
