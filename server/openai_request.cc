@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -156,12 +157,68 @@ absl::Status SetStream(const Json& body, GenerateCall* call) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GenerateCall> Convert(const v1::GenerateRequest& wire, GenerateCall call,
-                                     const ModelLimits& limits) {
+absl::StatusOr<PromptCall> ToPrompt(const v1::GenerateRequest& wire, const ModelLimits& limits) {
   DIKKAT_ASSIGN_OR_RETURN(GenerateConversion conversion, ToGenerateRequest(wire, limits));
-  call.request = std::move(conversion.request);
-  call.prompt_ids = std::move(conversion.input_ids);
-  return call;
+  PromptCall prompt;
+  prompt.request = std::move(conversion.request);
+  prompt.prompt_ids = std::move(conversion.input_ids);
+  return prompt;
+}
+
+// The prompts of a completion call, each a string or a list of token ids:
+// `prompt` itself, or the items of a list of them (counted first).
+absl::StatusOr<std::vector<const Json*>> CompletionPrompts(const Json& body,
+                                                           const BodyLimits& body_limits) {
+  const Json* prompt = Field(body, "prompt");
+  if (prompt == nullptr) {
+    return Invalid("prompt: required (a string, a list of token ids, or a list of those)");
+  }
+  if (prompt->is_string() || IsTokenList(*prompt)) return std::vector<const Json*>{prompt};
+  if (!prompt->is_array() || prompt->empty()) {
+    return Invalid(absl::StrCat(
+        "prompt: expected a string, a list of token ids or a list of prompts, got ",
+        prompt->is_array() ? "an empty list" : TypeName(*prompt)));
+  }
+  if (prompt->size() > static_cast<size_t>(body_limits.max_prompts)) {
+    return Invalid(absl::StrCat("prompt: a list of ", prompt->size(), " prompts; at most ",
+                                body_limits.max_prompts, " are allowed per request"));
+  }
+  std::vector<const Json*> prompts;
+  for (size_t i = 0; i < prompt->size(); ++i) {
+    const Json& item = (*prompt)[i];
+    if (!item.is_string() && !IsTokenList(item)) {
+      return Invalid(absl::StrCat("prompt[", i,
+                                  "]: expected a string or a non-empty list of token ids, got ",
+                                  !item.is_array()  ? TypeName(item)
+                                  : item.empty() ? "an empty list"
+                                                 : "a list of other values"));
+    }
+    prompts.push_back(&item);
+  }
+  return prompts;
+}
+
+// What `prompts` prompts with `wire`'s samples and max_new_tokens would cost,
+// refused past MaxCallTokens before any prompt is tokenized.
+absl::Status CheckCallCost(size_t prompts, const v1::GenerateRequest& wire,
+                           const EngineOptions& options) {
+  const int64_t samples = std::max({wire.n(), wire.best_of(), 1});
+  const int64_t tokens = static_cast<int64_t>(prompts) * samples * wire.max_new_tokens();
+  if (tokens > MaxCallTokens(options)) {
+    return Invalid(absl::StrCat(
+        "prompt: ", prompts, " prompts x ", samples, " samples x max_tokens ",
+        wire.max_new_tokens(), " = ", tokens, " tokens to generate; at most ",
+        MaxCallTokens(options), " are allowed per request (--max_new_tokens_cap ",
+        options.max_new_tokens_cap, " x ", kMaxSamples,
+        " samples): send fewer prompts or ask for fewer tokens"));
+  }
+  return absl::OkStatus();
+}
+
+// Prefixes "prompt[i]: " to a prompt's error when the call has several.
+absl::Status InPrompt(const absl::Status& status, size_t index, size_t count) {
+  if (status.ok() || count == 1) return status;
+  return absl::Status(status.code(), absl::StrCat("prompt[", index, "]: ", status.message()));
 }
 
 // One chat message's content as the template sees it: a string (a list of
@@ -259,29 +316,17 @@ absl::StatusOr<std::string> ModelName(const Json& body) {
   return model->get<std::string>();
 }
 
-absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const ModelLimits& limits) {
+int64_t MaxCallTokens(const EngineOptions& options) {
+  return static_cast<int64_t>(options.max_new_tokens_cap) * kMaxSamples;
+}
+
+absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const BodyLimits& body_limits,
+                                                    const ModelLimits& limits) {
   GenerateCall call;
+  DIKKAT_ASSIGN_OR_RETURN(std::vector<const Json*> prompts, CompletionPrompts(body, body_limits));
+  // The options every prompt shares, then the bound on the whole call,
+  // before any prompt is tokenized.
   v1::GenerateRequest wire;
-  const Json* prompt = Field(body, "prompt");
-  if (prompt != nullptr && prompt->is_array() && prompt->size() == 1 &&
-      ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    prompt = &(*prompt)[0];  // a batch of one
-  }
-  if (prompt == nullptr) {
-    return Invalid("prompt: required (a string or a list of token ids)");
-  } else if (prompt->is_string()) {
-    wire.mutable_input()->set_text(prompt->get<std::string>());
-    call.echo_text = prompt->get<std::string>();
-  } else if (IsTokenList(*prompt)) {
-    DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> ids, TokenIds(*prompt, "prompt"));
-    wire.mutable_input()->mutable_tokens()->mutable_ids()->Assign(ids.begin(), ids.end());
-  } else if (prompt->is_array() && !prompt->empty()) {
-    return Invalid(absl::StrCat("prompt: a list of ", prompt->size(),
-                                " prompts; this server takes one prompt per request"));
-  } else {
-    return Invalid(absl::StrCat("prompt: expected a string or a list of token ids, got ",
-                                prompt->is_array() ? "an empty list" : TypeName(*prompt)));
-  }
   DIKKAT_RETURN_IF_ERROR(SetSampling(body, &wire));
   DIKKAT_RETURN_IF_ERROR(SetStream(body, &call));
   DIKKAT_ASSIGN_OR_RETURN(
@@ -297,10 +342,36 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Mode
     wire.set_top_logprobs(static_cast<int32_t>(*logprobs));
     if (call.echo) wire.set_prompt_logprobs(static_cast<int32_t>(*logprobs));
   }
-  DIKKAT_ASSIGN_OR_RETURN(call, Convert(wire, std::move(call), limits));
-  if (call.echo && prompt->is_array()) {
-    call.echo_text = limits.tokenizer->Decode(call.prompt_ids, /*skip_special_tokens=*/false);
+  if (prompts.size() > 1) DIKKAT_RETURN_IF_ERROR(CheckCallCost(prompts.size(), wire, *limits.options));
+
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Json& prompt = *prompts[i];
+    if (prompt.is_string()) {
+      wire.mutable_input()->set_text(prompt.get<std::string>());
+    } else {
+      absl::StatusOr<std::vector<int32_t>> ids =
+          TokenIds(prompt, prompts.size() == 1 ? "prompt" : absl::StrCat("prompt[", i, "]"));
+      if (!ids.ok()) return ids.status();
+      wire.mutable_input()->mutable_tokens()->mutable_ids()->Assign(ids->begin(), ids->end());
+    }
+    absl::StatusOr<PromptCall> converted = ToPrompt(wire, limits);
+    if (!converted.ok()) return InPrompt(converted.status(), i, prompts.size());
+    if (prompts.size() > 1) {
+      // Every prompt is checked before the first is submitted: a bad one
+      // costs none of the others' work.
+      DIKKAT_RETURN_IF_ERROR(InPrompt(
+          CheckGenerateRequest(converted->request, *limits.config, *limits.options), i,
+          prompts.size()));
+    }
+    if (call.echo) {
+      converted->echo_text =
+          prompt.is_string()
+              ? prompt.get<std::string>()
+              : limits.tokenizer->Decode(converted->prompt_ids, /*skip_special_tokens=*/false);
+    }
+    call.prompts.push_back(std::move(*converted));
   }
+  call.n = call.prompts.front().request.n;
   return call;
 }
 
@@ -337,7 +408,10 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
     return Invalid("top_logprobs: needs logprobs set to true");
   }
   if (call.want_logprobs) wire.set_top_logprobs(static_cast<int32_t>(top_logprobs.value_or(0)));
-  return Convert(wire, std::move(call), limits);
+  DIKKAT_ASSIGN_OR_RETURN(PromptCall converted, ToPrompt(wire, limits));
+  call.n = converted.request.n;
+  call.prompts.push_back(std::move(converted));
+  return call;
 }
 
 absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body, const ModelLimits& limits) {

@@ -1,5 +1,6 @@
 #include "server/openai_response.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -116,13 +117,14 @@ Json Usage(const GenerateSummary& summary) {
 ChoiceBuilder::ChoiceBuilder(ResponseMeta meta, const GenerateCall& call,
                              const model::Tokenizer& tokenizer)
     : meta_(std::move(meta)), call_(call), tokenizer_(tokenizer) {
-  choices_.resize(static_cast<size_t>(std::max(call.request.n, 1)));
+  choices_.resize(static_cast<size_t>(std::max(call.choices(), 1)));
+  prompt_logprobs_.resize(call.prompts.size());
 }
 
 ChoiceBuilder::Choice& ChoiceBuilder::ChoiceAt(int32_t index) {
-  // The engine numbers samples 0..n-1; anything else is a bug, kept safe.
-  if (index < 0) index = 0;
-  if (static_cast<size_t>(index) >= choices_.size()) choices_.resize(index + 1);
+  // Choices are numbered 0..choices()-1 (PromptFanOut); anything else is a
+  // bug, kept safe.
+  if (index < 0 || static_cast<size_t>(index) >= choices_.size()) index = 0;
   return choices_[index];
 }
 
@@ -164,29 +166,32 @@ Json ChoiceBuilder::ChatLogprob(const GeneratedToken& token) const {
 
 void ChoiceBuilder::Consume(const GeneratedChunk& chunk, Choice& choice, std::string* text,
                             Json* logprobs) {
-  if (!chunk.prompt_logprobs.empty() && prompt_logprobs_.empty()) {
-    prompt_logprobs_ = chunk.prompt_logprobs;
+  const size_t prompt_index = static_cast<size_t>(&choice - choices_.data()) / call_.n;
+  const PromptCall& prompt = call_.prompts[prompt_index];
+  std::vector<GeneratedToken>& prompt_logprobs = prompt_logprobs_[prompt_index];
+  if (!chunk.prompt_logprobs.empty() && prompt_logprobs.empty()) {
+    prompt_logprobs = chunk.prompt_logprobs;
   }
   const bool chat = meta_.api == Api::kChat;
   if (!choice.started) {
     choice.started = true;
     if (call_.echo) {
-      *text += call_.echo_text;
-      if (call_.want_logprobs && !chat && !call_.prompt_ids.empty()) {
+      *text += prompt.echo_text;
+      if (call_.want_logprobs && !chat && !prompt.prompt_ids.empty()) {
         // The first prompt token has no logprob; the others come from the
         // engine's prompt_logprobs, in order.
         // Offsets: each prompt token's own decoded bytes.
-        AppendCompletionLogprob(GeneratedToken{call_.prompt_ids[0], 0.0f, {}}, false, *logprobs,
+        AppendCompletionLogprob(GeneratedToken{prompt.prompt_ids[0], 0.0f, {}}, false, *logprobs,
                                 choice.text_offset);
         choice.text_offset += static_cast<int64_t>(
-            tokenizer_.Decode({call_.prompt_ids[0]}, /*skip_special_tokens=*/false).size());
-        for (const GeneratedToken& t : prompt_logprobs_) {
+            tokenizer_.Decode({prompt.prompt_ids[0]}, /*skip_special_tokens=*/false).size());
+        for (const GeneratedToken& t : prompt_logprobs) {
           AppendCompletionLogprob(t, true, *logprobs, choice.text_offset);
           choice.text_offset += static_cast<int64_t>(
               tokenizer_.Decode({t.token_id}, /*skip_special_tokens=*/false).size());
         }
         // The echo is the prompt's text: what follows starts after it.
-        choice.text_offset = static_cast<int64_t>(call_.echo_text.size());
+        choice.text_offset = static_cast<int64_t>(prompt.echo_text.size());
       }
     }
   }
@@ -232,7 +237,7 @@ Json ChoiceBuilder::Response(const GenerateSummary& summary) const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     std::string text = c.text;
-    if (!c.started && call_.echo) text = call_.echo_text;
+    if (!c.started && call_.echo) text = call_.PromptOf(static_cast<int32_t>(i)).echo_text;
     const FinishReason finish = c.finished ? c.finish : summary.reason;
     Json choice = {{"index", i}};
     if (meta_.api == Api::kChat) {
@@ -314,11 +319,12 @@ std::vector<Json> ChoiceBuilder::FinishEvents(const GenerateSummary& summary) {
   std::vector<Json> events;
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
-    if (!c.started && call_.echo && !call_.echo_text.empty()) {
-      // Nothing was generated (e.g. max_tokens reached at once): still echo.
+    const std::string& echo_text = call_.PromptOf(static_cast<int32_t>(i)).echo_text;
+    if (!c.started && call_.echo && !echo_text.empty()) {
+      // Nothing was generated (e.g. a cancelled call): still echo.
       c.started = true;
       events.push_back(
-          Event(Json::array({ChoiceDelta(static_cast<int32_t>(i), call_.echo_text, nullptr)})));
+          Event(Json::array({ChoiceDelta(static_cast<int32_t>(i), echo_text, nullptr)})));
     }
     if (c.finished) continue;
     c.finished = true;

@@ -54,8 +54,9 @@ ResponseMeta NewResponseMeta(Api api, std::string model);
 // {"prompt_tokens", "completion_tokens", "total_tokens"}.
 Json Usage(const GenerateSummary& summary);
 
-// Builds the choices of one Generate call from its chunks, for a whole
-// response (Add..., then Response) or a stream (StreamChunks per chunk).
+// Builds the choices of one Generate call from its chunks (numbered
+// prompt_index * n + sample_index, as PromptFanOut numbers them), for a whole
+// response (Add..., then Response) or a stream (ChunkEvents per chunk).
 class ChoiceBuilder {
  public:
   // `call` and `tokenizer` must outlive the builder.
@@ -102,7 +103,8 @@ class ChoiceBuilder {
   const GenerateCall& call_;
   const model::Tokenizer& tokenizer_;
   std::vector<Choice> choices_;
-  std::vector<GeneratedToken> prompt_logprobs_;  // from the first chunk (echo + logprobs)
+  // Per prompt, from its request's first chunk (echo + logprobs).
+  std::vector<std::vector<GeneratedToken>> prompt_logprobs_;
 };
 
 // ---- embeddings ----------------------------------------------------------------

@@ -2,7 +2,7 @@
 // binary, called over HTTP/1.1 with cpp-httplib's client and compared with
 // the same server's gRPC answers: models, completions (greedy text equal
 // through both doors), streams (server-sent events concatenated equal to the
-// whole response), chat through a real chat template (Gemma 2's, from
+// whole response), several prompts in one call, chat through a real chat template (Gemma 2's, from
 // tests/chat/data, in a copy of tiny-lm's folder), embeddings (float and
 // base64 equal), the OpenAI error shape and statuses (400, 401, 404, 413),
 // and a client that disconnects mid-stream cancelling its generation.
@@ -273,6 +273,90 @@ TEST_F(OpenAiHttpTest, StreamConcatenatesToTheWholeResponse) {
   EXPECT_EQ(usage, whole.json["usage"]);
 }
 
+// Several prompts in one call: one engine request each, choices numbered
+// prompt_index * n + sample_index, usage summed; each choice equals the call
+// made with its prompt alone, whole or streamed.
+TEST_F(OpenAiHttpTest, SeveralPromptsAreChoicesInPromptOrder) {
+  const std::vector<std::string> prompts = {"The quick brown fox", "Once upon", "abc"};
+  HttpReply r = Post("/v1/completions",
+                     Json{{"prompt", prompts}, {"max_tokens", 12}, {"temperature", 0}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json["choices"].size(), 3u);
+  int prompt_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    HttpReply alone =
+        Post("/v1/completions",
+             Json{{"prompt", prompts[i]}, {"max_tokens", 12}, {"temperature", 0}}.dump());
+    ASSERT_EQ(alone.status, 200) << alone.body;
+    EXPECT_EQ(r.json["choices"][i]["index"], i);
+    EXPECT_EQ(r.json["choices"][i]["text"], alone.json["choices"][0]["text"]) << i;
+    EXPECT_EQ(r.json["choices"][i]["finish_reason"], "length");
+    prompt_tokens += alone.json["usage"]["prompt_tokens"].get<int>();
+  }
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 3 * 12);
+
+  // Two seeded samples of a text and a token-id prompt, echoed: prompt 1's
+  // samples are choices 2 and 3, equal to that prompt's own call; the
+  // stream's events name their choice and add up to the whole response.
+  Json ids = Json::array();
+  for (unsigned char c : std::string("abc")) ids.push_back(static_cast<int>(c));
+  Json request = {{"prompt", Json::array({"Once upon", ids})},
+                  {"max_tokens", 8},
+                  {"temperature", 0.8},
+                  {"n", 2},
+                  {"seed", 7},
+                  {"echo", true}};
+  HttpReply whole = Post("/v1/completions", request.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  ASSERT_EQ(whole.json["choices"].size(), 4u);
+  Json single = request;
+  single["prompt"] = "abc";
+  HttpReply alone = Post("/v1/completions", single.dump());
+  ASSERT_EQ(alone.status, 200) << alone.body;
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(whole.json["choices"][2 + s]["text"], alone.json["choices"][s]["text"]) << s;
+    EXPECT_TRUE(absl::StartsWith(whole.json["choices"][s]["text"].get<std::string>(), "Once upon"));
+  }
+  request["stream"] = true;
+  request["stream_options"] = {{"include_usage", true}};
+  HttpReply streamed = Post("/v1/completions", request.dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  bool done = false;
+  std::vector<std::string> text(4);
+  std::vector<std::string> finish(4);
+  Json usage;
+  for (const Json& e : Events(streamed.body, &done)) {
+    if (e.contains("usage")) usage = e["usage"];
+    for (const Json& c : e["choices"]) {
+      const int i = c["index"];
+      ASSERT_TRUE(i >= 0 && i < 4) << e.dump();
+      text[i] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finish[i] = c["finish_reason"];
+    }
+  }
+  EXPECT_TRUE(done);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(text[i], whole.json["choices"][i]["text"]) << i;
+    EXPECT_EQ(finish[i], whole.json["choices"][i]["finish_reason"]) << i;
+    EXPECT_FALSE(finish[i].empty()) << i;
+  }
+  EXPECT_EQ(usage, whole.json["usage"]);
+
+  // Bounded before any work: the count, then the call's total cost.
+  HttpReply many = Post("/v1/completions",
+                        Json{{"prompt", std::vector<std::string>(33, "a")}, {"max_tokens", 1}}.dump());
+  EXPECT_EQ(many.status, 400) << many.body;
+  EXPECT_THAT(many.json["error"]["message"].get<std::string>(), HasSubstr("at most 32"));
+  HttpReply costly = Post("/v1/completions", Json{{"prompt", {"a", "b"}},
+                                                  {"n", 16},
+                                                  {"temperature", 1},
+                                                  {"max_tokens", 4096}}
+                                                 .dump());
+  EXPECT_EQ(costly.status, 400) << costly.body;
+  EXPECT_THAT(costly.json["error"]["message"].get<std::string>(), HasSubstr("tokens to generate"));
+}
+
 TEST_F(OpenAiHttpTest, EchoAndLogprobs) {
   HttpReply r = Post(
       "/v1/completions",
@@ -403,8 +487,8 @@ TEST_F(OpenAiHttpTest, ErrorsHaveOpenAisShapeAndStatus) {
                "temperature");
   expect_error(Post("/v1/completions", Json{{"prompt", "x"}, {"max_tokens", "many"}}.dump()), 400,
                "max_tokens: expected an integer");
-  expect_error(Post("/v1/completions", Json{{"prompt", {"a", "b"}}}.dump()), 400,
-               "one prompt per request");
+  expect_error(Post("/v1/completions", Json{{"prompt", {"a", 3}}}.dump()), 400,
+               "prompt[1]: expected a string");
   expect_error(Post("/v1/completions", std::string(100, '[') + std::string(100, ']')), 400,
                "deeper than");
   HttpReply unknown = Post("/v1/completions", Json{{"model", "gpt-4"}, {"prompt", "x"}}.dump());
