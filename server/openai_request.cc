@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "dikkat/v1/dikkat.pb.h"
@@ -92,6 +93,34 @@ absl::StatusOr<std::vector<int32_t>> TokenIds(const Json& list, const std::strin
 
 bool IsTokenList(const Json& v) { return v.is_array() && !v.empty() && v.front().is_number(); }
 
+// logit_bias: {"token id": bias}. The count is bounded before the keys are
+// read; ids and biases are checked by the engine (sampling.logit_bias).
+absl::Status SetLogitBias(const Json& body, v1::SamplingOptions* s) {
+  const Json* bias = Field(body, "logit_bias");
+  if (bias == nullptr) return absl::OkStatus();
+  if (!bias->is_object()) {
+    return Invalid(absl::StrCat("logit_bias: expected an object of token id -> bias, got ",
+                                TypeName(*bias)));
+  }
+  if (bias->size() > static_cast<size_t>(model::kMaxLogitBiasEntries)) {
+    return Invalid(absl::StrCat("logit_bias: ", bias->size(), " entries; at most ",
+                                model::kMaxLogitBiasEntries, " are allowed"));
+  }
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(it.key(), &id)) {
+      return Invalid(absl::StrCat("logit_bias: key \"", it.key(),
+                                  "\" is not a token id (an integer, as a string)"));
+    }
+    if (!it.value().is_number()) {
+      return Invalid(absl::StrCat("logit_bias[\"", it.key(), "\"]: expected a number, got ",
+                                  TypeName(it.value())));
+    }
+    (*s->mutable_logit_bias())[id] = it.value().get<float>();
+  }
+  return absl::OkStatus();
+}
+
 // The sampling and stopping fields shared by completions and chat.
 absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
   v1::SamplingOptions* s = out->mutable_sampling();
@@ -116,6 +145,8 @@ absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
   DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> seed,
                           OptionalInteger(body, "seed", 0, std::numeric_limits<int64_t>::max()));
   if (seed) s->set_seed(static_cast<uint64_t>(*seed));
+
+  DIKKAT_RETURN_IF_ERROR(SetLogitBias(body, s));
 
   DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> n, OptionalInteger(body, "n", 1, kMaxSamples));
   if (n) out->set_n(static_cast<int32_t>(*n));

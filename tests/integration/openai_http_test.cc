@@ -2,8 +2,9 @@
 // binary, called over HTTP/1.1 with cpp-httplib's client and compared with
 // the same server's gRPC answers: models, completions (greedy text equal
 // through both doors), streams (server-sent events concatenated equal to the
-// whole response), several prompts in one call, chat through a real chat template (Gemma 2's, from
-// tests/chat/data, in a copy of tiny-lm's folder), embeddings (float and
+// whole response), several prompts in one call, chat through a real chat
+// template (Gemma 2's, from tests/chat/data, in a copy of tiny-lm's folder),
+// embeddings (float and
 // base64 equal), the OpenAI error shape and statuses (400, 401, 404, 413),
 // and a client that disconnects mid-stream cancelling its generation.
 #include <arpa/inet.h>
@@ -355,6 +356,56 @@ TEST_F(OpenAiHttpTest, SeveralPromptsAreChoicesInPromptOrder) {
                                                  .dump());
   EXPECT_EQ(costly.status, 400) << costly.body;
   EXPECT_THAT(costly.json["error"]["message"].get<std::string>(), HasSubstr("tokens to generate"));
+}
+
+// logit_bias through both doors: +100 forces a token under greedy, -100
+// keeps the greedy choice out; logprobs stay the model's (unbiased) ones.
+TEST_F(OpenAiHttpTest, LogitBiasForcesAndBansTokens) {
+  Json request = {{"prompt", "The quick brown fox"},
+                  {"max_tokens", 6},
+                  {"temperature", 0},
+                  {"logprobs", 1},
+                  {"ignore_eos", true}};
+  HttpReply plain = Post("/v1/completions", request.dump());
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  request["logit_bias"] = {{std::to_string('z'), 100}};
+  HttpReply forced = Post("/v1/completions", request.dump());
+  ASSERT_EQ(forced.status, 200) << forced.body;
+  EXPECT_EQ(forced.json["choices"][0]["text"], "zzzzzz");
+  // The reported top alternative of the first token is the model's choice.
+  EXPECT_EQ(forced.json["choices"][0]["logprobs"]["top_logprobs"][0],
+            plain.json["choices"][0]["logprobs"]["top_logprobs"][0]);
+
+  v1::GenerateRequest grpc_request;
+  grpc_request.mutable_input()->set_text("The quick brown fox");
+  grpc_request.set_max_new_tokens(6);
+  grpc_request.set_ignore_eos(true);
+  grpc_request.mutable_sampling()->set_temperature(0);
+  (*grpc_request.mutable_sampling()->mutable_logit_bias())['z'] = 100.0f;
+  absl::StatusOr<client::GenerateResult> grpc = Grpc()->Generate(grpc_request);
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  EXPECT_EQ(grpc->text, "zzzzzz");
+
+  // Banning the greedy first token (by id, from gRPC) keeps it out of every step.
+  grpc_request.mutable_sampling()->clear_logit_bias();
+  absl::StatusOr<client::GenerateResult> unbiased = Grpc()->Generate(grpc_request);
+  ASSERT_TRUE(unbiased.ok() && !unbiased->tokens.empty()) << unbiased.status();
+  const int32_t first = unbiased->tokens[0].id();
+  request["logit_bias"] = {{std::to_string(first), -100}};
+  HttpReply banned = Post("/v1/completions", request.dump());
+  ASSERT_EQ(banned.status, 200) << banned.body;
+  EXPECT_NE(banned.json["choices"][0]["text"], plain.json["choices"][0]["text"]);
+  (*grpc_request.mutable_sampling()->mutable_logit_bias())[first] = -100.0f;
+  absl::StatusOr<client::GenerateResult> without = Grpc()->Generate(grpc_request);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->text, banned.json["choices"][0]["text"]);
+  for (const v1::GeneratedToken& t : without->tokens) EXPECT_NE(t.id(), first);
+
+  request["logit_bias"] = {{"259", 1}};
+  HttpReply outside = Post("/v1/completions", request.dump());
+  EXPECT_EQ(outside.status, 400) << outside.body;
+  EXPECT_THAT(outside.json["error"]["message"].get<std::string>(),
+              HasSubstr("logit_bias: token id 259 is not in the vocabulary"));
 }
 
 TEST_F(OpenAiHttpTest, EchoAndLogprobs) {

@@ -104,6 +104,38 @@ TEST_F(OpenAiRequestTest, CompletionFieldsMapToTheEngineRequest) {
   EXPECT_EQ(call->prompts[0].echo_text, "hi");
 }
 
+TEST_F(OpenAiRequestTest, LogitBiasMapsToTheSamplingOptions) {
+  absl::StatusOr<GenerateCall> call =
+      Completion(R"({"prompt": "x", "logit_bias": {"104": -100, "7": 2.5, "258": 100}})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  const std::vector<model::LogitBias>& bias = call->prompts[0].request.sampling.logit_bias;
+  ASSERT_EQ(bias.size(), 3u);
+  EXPECT_EQ(bias[0].token_id, 7);
+  EXPECT_EQ(bias[0].bias, 2.5f);
+  EXPECT_EQ(bias[1].token_id, 104);
+  EXPECT_EQ(bias[1].bias, -100.0f);
+  EXPECT_EQ(bias[2].token_id, 258);
+
+  auto error = [&](const std::string& bias_json) {
+    absl::StatusOr<GenerateCall> c =
+        Completion(absl::StrCat(R"({"prompt": "x", "logit_bias": )", bias_json, "}"));
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bias_json;
+    return std::string(c.status().message());
+  };
+  EXPECT_THAT(error("[1]"), HasSubstr("logit_bias: expected an object"));
+  EXPECT_THAT(error(R"({"a": 1})"), HasSubstr(R"(key "a" is not a token id)"));
+  EXPECT_THAT(error(R"({"5": "high"})"), HasSubstr(R"(logit_bias["5"]: expected a number)"));
+  Json many = Json::object();
+  for (int i = 0; i < 301; ++i) many[std::to_string(i)] = 1;
+  EXPECT_THAT(error(many.dump()), HasSubstr("301 entries; at most 300"));
+  // Ids and biases are the engine's check (the same as gRPC's).
+  absl::StatusOr<GenerateCall> c =
+      Completion(R"({"prompt": "x", "logit_bias": {"259": 1, "3": -101}})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(std::string(CheckGenerateRequest(c->prompts[0].request, config_, options_).message()),
+              HasSubstr("logit_bias"));
+}
+
 TEST_F(OpenAiRequestTest, SeveralPromptsAreOneEngineRequestEach) {
   absl::StatusOr<GenerateCall> call = Completion(
       R"({"prompt": ["ab", [104, 105], "c"], "n": 2, "temperature": 1, "max_tokens": 5,
