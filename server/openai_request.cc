@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "dikkat/v1/dikkat.pb.h"
 
@@ -93,6 +95,138 @@ absl::StatusOr<std::vector<int32_t>> TokenIds(const Json& list, const std::strin
 
 bool IsTokenList(const Json& v) { return v.is_array() && !v.empty() && v.front().is_number(); }
 
+// ---- which fields a body may carry ---------------------------------------------
+
+enum class Endpoint { kCompletions, kChat, kEmbeddings };
+
+const char* EndpointPath(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kCompletions:
+      return "/v1/completions";
+    case Endpoint::kChat:
+      return "/v1/chat/completions";
+    case Endpoint::kEmbeddings:
+      return "/v1/embeddings";
+  }
+  return "";
+}
+
+// The fields each endpoint reads (each parsed below), by name.
+constexpr std::string_view kGenerateFields[] = {
+    "model", "temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+    "frequency_penalty", "top_k", "seed", "logit_bias", "n", "best_of", "ignore_eos", "stop",
+    "stop_token_ids", "include_stop_str_in_output", "stream", "stream_options", "max_tokens"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "logprobs", "echo"};
+constexpr std::string_view kChatFields[] = {"messages",
+                                            "tools",
+                                            "tool_choice",
+                                            "parallel_tool_calls",
+                                            "response_format",
+                                            "max_completion_tokens",
+                                            "logprobs",
+                                            "top_logprobs",
+                                            "modalities"};
+constexpr std::string_view kEmbeddingFields[] = {"model", "input", "encoding_format",
+                                                 "dimensions"};
+// OpenAI fields that cannot change what is generated (caller ids, metadata,
+// storage, billing tier, cache routing, latency hints): accepted, not used.
+constexpr std::string_view kNoEffectFields[] = {
+    "user",  "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
+    "prediction"};
+
+// OpenAI fields that would change the output and are not served, with why.
+struct RefusedField {
+  std::string_view name;
+  std::string_view why;
+};
+constexpr RefusedField kRefusedFields[] = {
+    {"suffix", "fill-in-the-middle is not served (no model here is trained for it)"},
+    {"functions", "deprecated by OpenAI and not served; use tools"},
+    {"function_call", "deprecated by OpenAI and not served; use tool_choice"},
+    {"audio", "audio output is not served (text only)"},
+    {"reasoning_effort", "not served: these models have no reasoning-effort control"},
+    {"verbosity", "not served: these models have no verbosity control"},
+    {"web_search_options", "web search is not served"},
+};
+
+bool Contains(absl::Span<const std::string_view> names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Every field of `body` is one `endpoint` reads or one that cannot change
+// the output; any other is refused by name (ignoring a field the caller
+// relies on would change the output silently). null counts as absent.
+absl::Status CheckFieldNames(const Json& body, Endpoint endpoint) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& name = it.key();
+    if (it.value().is_null() || Contains(kNoEffectFields, name)) continue;
+    const bool read =
+        endpoint == Endpoint::kEmbeddings
+            ? Contains(kEmbeddingFields, name)
+            : Contains(kGenerateFields, name) ||
+                  Contains(endpoint == Endpoint::kChat ? absl::MakeConstSpan(kChatFields)
+                                                       : absl::MakeConstSpan(kCompletionFields),
+                           name);
+    if (read) continue;
+    for (const RefusedField& refused : kRefusedFields) {
+      if (refused.name == name) return Invalid(absl::StrCat(name, ": ", std::string(refused.why)));
+    }
+    return Invalid(absl::StrCat(name, ": not a field ", EndpointPath(endpoint),
+                                " serves; fields that are not served are refused rather than "
+                                "ignored (docs/api.md lists those served)"));
+  }
+  return absl::OkStatus();
+}
+
+// response_format, tool_choice, parallel_tool_calls and modalities: the
+// model's free output is all this server generates (no constrained
+// decoding), so values that need more are refused.
+absl::Status CheckFreeGeneration(const Json& body, bool has_tools) {
+  if (const Json* format = Field(body, "response_format")) {
+    auto type = format->is_object() ? format->find("type") : format->end();
+    if (!format->is_object() || type == format->end() || !type->is_string()) {
+      return Invalid("response_format: expected an object {\"type\": \"text\"}");
+    }
+    if (*type == "json_object" || *type == "json_schema") {
+      return Invalid(absl::StrCat(
+          "response_format: {\"type\": \"", type->get<std::string>(),
+          "\"} needs constrained decoding, which this server does not do; leave "
+          "response_format unset or {\"type\": \"text\"} (and ask for JSON in the messages)"));
+    }
+    if (*type != "text") {
+      return Invalid(absl::StrCat("response_format.type: ", type->dump(),
+                                  " is not served; allowed \"text\""));
+    }
+  }
+  if (const Json* choice = Field(body, "tool_choice")) {
+    if (!choice->is_string() || (*choice != "none" && *choice != "auto")) {
+      return Invalid(absl::StrCat(
+          "tool_choice: ", choice->is_string() ? choice->dump() : "a named function",
+          " would force a tool call, which needs constrained decoding (not done here); "
+          "allowed \"auto\" (the model decides) or \"none\""));
+    }
+  }
+  if (const Json* parallel = Field(body, "parallel_tool_calls")) {
+    if (!parallel->is_boolean()) {
+      return Invalid(absl::StrCat("parallel_tool_calls: expected true or false, got ",
+                                  TypeName(*parallel)));
+    }
+    if (!parallel->get<bool>() && has_tools) {
+      return Invalid(
+          "parallel_tool_calls: false is not served: the model may call several tools in one "
+          "answer and nothing here constrains it to one; leave it unset or true");
+    }
+  }
+  if (const Json* modalities = Field(body, "modalities")) {
+    if (!modalities->is_array() ||
+        std::any_of(modalities->begin(), modalities->end(),
+                    [](const Json& m) { return m != "text"; })) {
+      return Invalid("modalities: only [\"text\"] is served");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // logit_bias: {"token id": bias}. The count is bounded before the keys are
 // read; ids and biases are checked by the engine (sampling.logit_bias).
 absl::Status SetLogitBias(const Json& body, v1::SamplingOptions* s) {
@@ -155,6 +289,17 @@ absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
   if (best_of) out->set_best_of(static_cast<int32_t>(*best_of));
   DIKKAT_ASSIGN_OR_RETURN(bool ignore_eos, OptionalBool(body, "ignore_eos"));
   out->set_ignore_eos(ignore_eos);
+  DIKKAT_ASSIGN_OR_RETURN(bool include_stop, OptionalBool(body, "include_stop_str_in_output"));
+  out->set_include_stop_text(include_stop);
+  if (const Json* ids = Field(body, "stop_token_ids")) {
+    if (!ids->is_array()) {
+      return Invalid(absl::StrCat("stop_token_ids: expected a list of token ids, got ",
+                                  TypeName(*ids)));
+    }
+    // Bounded (count and ids) by the engine's check, like gRPC's.
+    DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> stop_ids, TokenIds(*ids, "stop_token_ids"));
+    out->mutable_stop_token_ids()->Assign(stop_ids.begin(), stop_ids.end());
+  }
 
   if (const Json* stop = Field(body, "stop")) {
     if (stop->is_string()) {
@@ -354,6 +499,7 @@ int64_t MaxCallTokens(const EngineOptions& options) {
 absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const BodyLimits& body_limits,
                                                     const ModelLimits& limits) {
   GenerateCall call;
+  DIKKAT_RETURN_IF_ERROR(CheckFieldNames(body, Endpoint::kCompletions));
   DIKKAT_ASSIGN_OR_RETURN(std::vector<const Json*> prompts, CompletionPrompts(body, body_limits));
   // The options every prompt shares, then the bound on the whole call,
   // before any prompt is tokenized.
@@ -411,11 +557,13 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
                                               const ModelLimits& limits) {
   GenerateCall call;
   v1::GenerateRequest wire;
+  DIKKAT_RETURN_IF_ERROR(CheckFieldNames(body, Endpoint::kChat));
   DIKKAT_ASSIGN_OR_RETURN(Json messages, ChatMessages(body, body_limits));
   const Json* tools = Field(body, "tools");
   if (tools != nullptr && !tools->is_array()) {
     return Invalid(absl::StrCat("tools: expected a list, got ", TypeName(*tools)));
   }
+  DIKKAT_RETURN_IF_ERROR(CheckFreeGeneration(body, tools != nullptr && !tools->empty()));
   DIKKAT_ASSIGN_OR_RETURN(std::string prompt,
                           chat.Render(messages, tools == nullptr ? Json(nullptr) : *tools));
   // The rendered prompt is bounded like any text field, before tokenizing.
@@ -448,6 +596,7 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
 absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body, const ModelLimits& limits) {
   EmbeddingsCall call;
   v1::EncodeRequest wire;
+  DIKKAT_RETURN_IF_ERROR(CheckFieldNames(body, Endpoint::kEmbeddings));
   const Json* input = Field(body, "input");
   if (input == nullptr) {
     return Invalid("input: required (a string, a list of strings or of token id lists)");

@@ -83,14 +83,22 @@ int64_t MaxCallTokens(const EngineOptions& options);
 // MaxCallTokens, are checked before any prompt is tokenized), max_tokens
 // (default 16, as OpenAI's), temperature, top_p, stop (a string or a list),
 // seed, n, best_of, logprobs (0..20 alternatives), echo, presence_penalty,
-// frequency_penalty, stream, stream_options, and the extensions top_k,
-// min_p, repetition_penalty, ignore_eos.
+// frequency_penalty, logit_bias, stream, stream_options, and the extensions
+// top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids,
+// include_stop_str_in_output.
+//
+// Every endpoint refuses a field it does not read (naming it and, for
+// OpenAI's own such as suffix, why), except OpenAI's fields that cannot
+// change the output (user, metadata, store, service_tier, prompt_cache_key,
+// safety_identifier, prediction), accepted and unused; null is absent.
 absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const BodyLimits& body_limits,
                                                     const ModelLimits& limits);
 
 // POST /v1/chat/completions: messages (1..max_chat_messages objects with a
 // string role and string content, or a list of {type: "text", text} parts),
-// tools, and the sampling fields above; max_tokens or max_completion_tokens
+// tools, tool_choice ("auto" or "none"), parallel_tool_calls (true),
+// response_format ({"type": "text"}; JSON modes need constrained decoding
+// and are refused), modalities (["text"]), and the sampling fields above; max_tokens or max_completion_tokens
 // (default: the server's --default_max_new_tokens); logprobs (bool) with
 // top_logprobs. The prompt is `chat` rendered with add_generation_prompt,
 // tokenized without adding special tokens (the template has them).

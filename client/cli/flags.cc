@@ -33,7 +33,8 @@ absl::Status ParseIntList(absl::string_view text, std::vector<int>* out) {
 
 absl::Status ParseIdValueMap(absl::string_view text, std::map<int, double>* out) {
   for (absl::string_view piece : absl::StrSplit(text, absl::ByAnyChar(", "), absl::SkipEmpty())) {
-    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(piece, '=');
+    const std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(piece, absl::MaxSplits('=', 1));
     int id;
     double value;
     if (!absl::SimpleAtoi(kv.first, &id) || !absl::SimpleAtod(kv.second, &value)) {

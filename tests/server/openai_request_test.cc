@@ -46,6 +46,26 @@ class OpenAiRequestTest : public ::testing::Test {
     return ParseCompletionRequest(Json::parse(body), body_limits_, limits_);
   }
 
+  // A model folder whose tokenizer_config.json holds `chat_template`.
+  static ChatPrompt LoadChat(const std::string& chat_template) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / "dikkat-openai-request-chat";
+    fs::create_directories(dir);
+    std::ofstream(dir / "tokenizer_config.json")
+        << Json{{"bos_token", "<s>"}, {"chat_template", chat_template}}.dump();
+    absl::StatusOr<ChatPrompt> chat = ChatPrompt::Load(dir.string());
+    fs::remove_all(dir);
+    EXPECT_TRUE(chat.ok()) << chat.status();
+    return std::move(*chat);
+  }
+
+  absl::StatusOr<GenerateCall> Chat(const ChatPrompt& chat, const std::string& fields) {
+    return ParseChatRequest(
+        Json::parse(absl::StrCat(R"({"messages": [{"role": "user", "content": "hi"}])", fields,
+                                 "}")),
+        chat, body_limits_, limits_);
+  }
+
   model::ModelConfig config_;
   std::unique_ptr<model::Tokenizer> tokenizer_;
   EngineOptions options_;
@@ -134,6 +154,84 @@ TEST_F(OpenAiRequestTest, LogitBiasMapsToTheSamplingOptions) {
   ASSERT_TRUE(c.ok());
   EXPECT_THAT(std::string(CheckGenerateRequest(c->prompts[0].request, config_, options_).message()),
               HasSubstr("logit_bias"));
+}
+
+TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheOutputAreNeverIgnored) {
+  auto error = [](const absl::StatusOr<GenerateCall>& call) {
+    EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(call.status().message());
+  };
+  // OpenAI's fields without effect on the output, and null ones, pass.
+  EXPECT_TRUE(Completion(R"({"prompt": "x", "user": "u1", "metadata": {"a": "b"}, "store": false,
+                             "service_tier": "auto", "suffix": null, "prompt_cache_key": "k"})")
+                  .ok());
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "suffix": "}"})")),
+              HasSubstr("suffix: fill-in-the-middle is not served"));
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "min_tokens": 3})")),
+              HasSubstr("min_tokens: not a field /v1/completions serves"));
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "messages": []})")),
+              HasSubstr("messages: not a field /v1/completions serves"));
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "top_logprobs": 2})")),
+              HasSubstr("top_logprobs: not a field"));
+  EXPECT_THAT(ParseEmbeddingsRequest(Json::parse(R"({"input": "a", "n": 2})"), limits_)
+                  .status()
+                  .message(),
+              HasSubstr("n: not a field /v1/embeddings serves"));
+  EXPECT_TRUE(ParseEmbeddingsRequest(Json::parse(R"({"input": "a", "user": "u"})"), limits_).ok());
+
+  // vLLM's stop extensions map to the engine's.
+  absl::StatusOr<GenerateCall> call = Completion(
+      R"({"prompt": "x", "stop_token_ids": [3, 4], "include_stop_str_in_output": true})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_THAT(call->prompts[0].request.stop_token_ids, ElementsAre(3, 4));
+  EXPECT_TRUE(call->prompts[0].request.include_stop_text);
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "stop_token_ids": 3})")),
+              HasSubstr("stop_token_ids: expected a list"));
+
+  const ChatPrompt chat =
+      LoadChat("{% for m in messages %}{{ m.content }}{% endfor %}");
+  // Chat maps OpenAI's penalties and token limits.
+  call = Chat(chat, R"(, "presence_penalty": 0.5, "frequency_penalty": -0.25,
+                       "max_completion_tokens": 7, "stop": "q", "n": 2, "temperature": 1,
+                       "user": "u", "response_format": {"type": "text"}, "tool_choice": "auto",
+                       "modalities": ["text"])");
+  ASSERT_TRUE(call.ok()) << call.status();
+  const GenerateRequest& r = call->prompts[0].request;
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.25f);
+  EXPECT_EQ(r.max_new_tokens, 7);
+  EXPECT_THAT(r.stop_strings, ElementsAre("q"));
+  EXPECT_EQ(call->n, 2);
+  // What would need constrained decoding is refused, saying so.
+  EXPECT_THAT(error(Chat(chat, R"(, "response_format": {"type": "json_object"})")),
+              HasSubstr(R"(response_format: {"type": "json_object"} needs constrained decoding)"));
+  EXPECT_THAT(error(Chat(chat, R"(, "response_format": {"type": "json_schema",
+                                                       "json_schema": {"name": "x"}})")),
+              HasSubstr("constrained decoding"));
+  EXPECT_THAT(error(Chat(chat, R"(, "response_format": {"type": "yaml"})")),
+              HasSubstr("response_format.type"));
+  EXPECT_THAT(error(Chat(chat, R"(, "response_format": "text")")),
+              HasSubstr("response_format: expected an object"));
+  EXPECT_THAT(error(Chat(chat, R"(, "tool_choice": "required")")),
+              HasSubstr(R"(tool_choice: "required" would force a tool call)"));
+  EXPECT_THAT(
+      error(Chat(chat, R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})")),
+      HasSubstr("tool_choice: a named function"));
+  EXPECT_TRUE(Chat(chat, R"(, "tool_choice": "none")").ok());
+  const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "f"}}])";
+  EXPECT_THAT(error(Chat(chat, tools + R"(, "parallel_tool_calls": false)")),
+              HasSubstr("parallel_tool_calls: false is not served"));
+  EXPECT_TRUE(Chat(chat, tools + R"(, "parallel_tool_calls": true)").ok());
+  EXPECT_TRUE(Chat(chat, R"(, "parallel_tool_calls": false)").ok());  // no tools: no effect
+  EXPECT_THAT(error(Chat(chat, R"(, "modalities": ["text", "audio"])")),
+              HasSubstr("modalities: only"));
+  EXPECT_THAT(error(Chat(chat, R"(, "functions": [{"name": "f"}])")),
+              HasSubstr("functions: deprecated by OpenAI and not served; use tools"));
+  EXPECT_THAT(error(Chat(chat, R"(, "audio": {"voice": "x"})")), HasSubstr("audio:"));
+  EXPECT_THAT(error(Chat(chat, R"(, "reasoning_effort": "low")")),
+              HasSubstr("reasoning_effort: not served"));
+  EXPECT_THAT(error(Chat(chat, R"(, "echo": true)")),
+              HasSubstr("echo: not a field /v1/chat/completions serves"));
 }
 
 TEST_F(OpenAiRequestTest, SeveralPromptsAreOneEngineRequestEach) {
