@@ -423,6 +423,24 @@ absl::StatusOr<Json> MessageContent(const Json& content, size_t index) {
   return Json(text);
 }
 
+// An assistant message's tool_calls carry function.arguments as OpenAI
+// sends them, a JSON string; chat templates render them as objects (as Hugging
+// Face's do, e.g. `tool_call.arguments | tojson`), so a string holding a JSON
+// object (nested within the body's bound) is replaced by that object.
+// Anything else is left as sent.
+void ToolCallArgumentsAsObjects(Json& message, const BodyLimits& limits) {
+  auto calls = message.find("tool_calls");
+  if (calls == message.end() || !calls->is_array()) return;
+  for (Json& call : *calls) {
+    auto function = call.is_object() ? call.find("function") : call.end();
+    if (function == call.end() || !function->is_object()) continue;
+    auto arguments = function->find("arguments");
+    if (arguments == function->end() || !arguments->is_string()) continue;
+    absl::StatusOr<Json> parsed = ParseBody(arguments->get<std::string>(), limits);
+    if (parsed.ok()) *arguments = std::move(*parsed);
+  }
+}
+
 absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limits) {
   const Json* messages = Field(body, "messages");
   if (messages == nullptr || !messages->is_array() || messages->empty()) {
@@ -447,6 +465,7 @@ absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limit
     if (content != m.end()) {
       DIKKAT_ASSIGN_OR_RETURN(copy["content"], MessageContent(*content, i));
     }
+    ToolCallArgumentsAsObjects(copy, body_limits);
     out.push_back(std::move(copy));
   }
   return out;
@@ -563,7 +582,12 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
   if (tools != nullptr && !tools->is_array()) {
     return Invalid(absl::StrCat("tools: expected a list, got ", TypeName(*tools)));
   }
-  DIKKAT_RETURN_IF_ERROR(CheckFreeGeneration(body, tools != nullptr && !tools->empty()));
+  const bool has_tools = tools != nullptr && !tools->empty();
+  DIKKAT_RETURN_IF_ERROR(CheckFreeGeneration(body, has_tools));
+  const Json* tool_choice = Field(body, "tool_choice");
+  if (has_tools && (tool_choice == nullptr || *tool_choice != "none")) {
+    call.tool_format = chat.tool_call_format();
+  }
   DIKKAT_ASSIGN_OR_RETURN(std::string prompt,
                           chat.Render(messages, tools == nullptr ? Json(nullptr) : *tools));
   // The rendered prompt is bounded like any text field, before tokenizing.

@@ -26,6 +26,7 @@
 #include "server/chat_prompt.h"
 #include "server/convert.h"
 #include "server/engine.h"
+#include "server/tool_calls.h"
 
 namespace dikkat::server::openai {
 
@@ -67,6 +68,9 @@ struct GenerateCall {
   bool include_usage = false;  // stream_options.include_usage
   bool want_logprobs = false;  // completions: logprobs given; chat: logprobs true
   bool echo = false;           // completions: each choice starts with its prompt
+  // Chat with tools (and tool_choice not "none"): each choice's text is
+  // parsed for tool calls in the template's convention (server/tool_calls.h).
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
 
   int32_t choices() const { return static_cast<int32_t>(prompts.size()) * n; }
   // The prompt choice `index` belongs to.

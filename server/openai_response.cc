@@ -41,6 +41,20 @@ std::string RandomHex(int bytes) {
   return out;
 }
 
+// OpenAI's tool_calls list; streamed deltas also number each call.
+Json ToolCallsJson(const std::vector<ToolCall>& calls, bool with_index) {
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json call = Json::object();
+    if (with_index) call["index"] = i;
+    call["id"] = absl::StrCat("call_", RandomHex(12));
+    call["type"] = "function";
+    call["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 Json Bytes(const std::string& text) {
   Json out = Json::array();
   for (unsigned char c : text) out.push_back(static_cast<int>(c));
@@ -239,9 +253,19 @@ Json ChoiceBuilder::Response(const GenerateSummary& summary) const {
     std::string text = c.text;
     if (!c.started && call_.echo) text = call_.PromptOf(static_cast<int32_t>(i)).echo_text;
     const FinishReason finish = c.finished ? c.finish : summary.reason;
+    std::string finish_reason = FinishReasonString(finish);
     Json choice = {{"index", i}};
     if (meta_.api == Api::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", std::move(text)}};
+      Json message = {{"role", "assistant"}, {"content", text}};
+      if (parses_tools()) {
+        ParsedToolCalls parsed = ParseToolCalls(text, call_.tool_format);
+        if (!parsed.calls.empty()) {
+          message["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
+          message["tool_calls"] = ToolCallsJson(parsed.calls, /*with_index=*/false);
+          finish_reason = "tool_calls";
+        }
+      }
+      choice["message"] = std::move(message);
       choice["logprobs"] = call_.want_logprobs && c.logprobs.is_null()
                                ? Json{{"content", Json::array()}}
                                : c.logprobs;
@@ -249,7 +273,7 @@ Json ChoiceBuilder::Response(const GenerateSummary& summary) const {
       choice["text"] = std::move(text);
       choice["logprobs"] = c.logprobs;
     }
-    choice["finish_reason"] = FinishReasonString(finish);
+    choice["finish_reason"] = finish_reason;
     choices.push_back(std::move(choice));
   }
   return Json{{"id", meta_.id},
@@ -279,12 +303,36 @@ Json ChoiceBuilder::ChoiceDelta(int32_t index, const std::string& text,
   return Json{{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", nullptr}};
 }
 
-Json ChoiceBuilder::FinishEvent(int32_t index, FinishReason reason) const {
+Json ChoiceBuilder::FinishEvent(int32_t index, const std::string& reason) const {
   Json choice = meta_.api == Api::kChat
                     ? Json{{"index", index}, {"delta", Json::object()}, {"logprobs", nullptr}}
                     : Json{{"index", index}, {"text", ""}, {"logprobs", nullptr}};
-  choice["finish_reason"] = FinishReasonString(reason);
+  choice["finish_reason"] = reason;
   return Event(Json::array({std::move(choice)}));
+}
+
+void ChoiceBuilder::AppendFinishEvents(int32_t index, Choice& choice, FinishReason reason,
+                                       std::vector<Json>& events) const {
+  std::string finish_reason = FinishReasonString(reason);
+  if (parses_tools()) {
+    const ParsedToolCalls parsed = ParseToolCalls(choice.text, call_.tool_format);
+    // The content is a continuation of what was sent (StreamableContent).
+    const std::string& content = parsed.calls.empty() ? choice.text : parsed.content;
+    if (content.size() > choice.streamed) {
+      events.push_back(
+          Event(Json::array({ChoiceDelta(index, content.substr(choice.streamed), nullptr)})));
+      choice.streamed = content.size();
+    }
+    if (!parsed.calls.empty()) {
+      events.push_back(Event(Json::array(
+          {Json{{"index", index},
+                {"delta", {{"tool_calls", ToolCallsJson(parsed.calls, /*with_index=*/true)}}},
+                {"logprobs", nullptr},
+                {"finish_reason", nullptr}}})));
+      finish_reason = "tool_calls";
+    }
+  }
+  events.push_back(FinishEvent(index, finish_reason));
 }
 
 std::vector<Json> ChoiceBuilder::StartEvents() const {
@@ -305,12 +353,20 @@ std::vector<Json> ChoiceBuilder::ChunkEvents(const GeneratedChunk& chunk) {
   std::string text;
   Json logprobs;
   Consume(chunk, choice, &text, &logprobs);
+  if (parses_tools()) {
+    // Content only as far as no tool call may begin; the rest at the finish.
+    const size_t streamable = StreamableContent(choice.text, call_.tool_format);
+    text = streamable > choice.streamed
+               ? choice.text.substr(choice.streamed, streamable - choice.streamed)
+               : std::string();
+    choice.streamed = std::max(choice.streamed, streamable);
+  }
   if (!text.empty() || !logprobs.is_null()) {
     events.push_back(Event(Json::array({ChoiceDelta(chunk.index, text, logprobs)})));
   }
   if (chunk.finish.has_value() && !choice.finished) {
     choice.finished = true;
-    events.push_back(FinishEvent(chunk.index, *chunk.finish));
+    AppendFinishEvents(chunk.index, choice, *chunk.finish, events);
   }
   return events;
 }
@@ -328,7 +384,7 @@ std::vector<Json> ChoiceBuilder::FinishEvents(const GenerateSummary& summary) {
     }
     if (c.finished) continue;
     c.finished = true;
-    events.push_back(FinishEvent(static_cast<int32_t>(i), summary.reason));
+    AppendFinishEvents(static_cast<int32_t>(i), c, summary.reason, events);
   }
   if (call_.include_usage) {
     Json usage = Event(Json::array());

@@ -234,6 +234,33 @@ TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheOutputAreNeverIgnored) {
               HasSubstr("echo: not a field /v1/chat/completions serves"));
 }
 
+TEST_F(OpenAiRequestTest, ChatWithToolsParsesInTheTemplatesConvention) {
+  const ChatPrompt chat = LoadChat(
+      "<tool_call>{% for m in messages %}[{{ m.role }}]{% if m.content %}{{ m.content }}{% endif %}"
+      "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments.city }}{% endif %}"
+      "{% endfor %}");
+  EXPECT_EQ(chat.tool_call_format(), ToolCallFormat::kHermes);
+  const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "w"}}])";
+  absl::StatusOr<GenerateCall> call = Chat(chat, tools);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->tool_format, ToolCallFormat::kHermes);
+  EXPECT_EQ(Chat(chat, tools + R"(, "tool_choice": "none")")->tool_format, ToolCallFormat::kNone);
+  EXPECT_EQ(Chat(chat, "")->tool_format, ToolCallFormat::kNone);  // no tools
+  EXPECT_EQ(Chat(chat, R"(, "tools": [])")->tool_format, ToolCallFormat::kNone);
+
+  // A call sent back in the history: its arguments (a JSON string, as
+  // OpenAI's) reach the template as an object.
+  call = ParseChatRequest(Json::parse(R"({"messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+          "function": {"name": "w", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]})"),
+                          chat, body_limits_, limits_);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(tokenizer_->Decode(call->prompts[0].request.prompt, false),
+            "<tool_call>[user]weather?[assistant]Paris[tool]sunny");
+}
+
 TEST_F(OpenAiRequestTest, SeveralPromptsAreOneEngineRequestEach) {
   absl::StatusOr<GenerateCall> call = Completion(
       R"({"prompt": ["ab", [104, 105], "c"], "n": 2, "temperature": 1, "max_tokens": 5,
