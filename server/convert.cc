@@ -133,10 +133,9 @@ model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32
   for (const auto& [token_id, bias] : options.logit_bias()) {
     params.logit_bias.push_back(model::LogitBias{token_id, bias});
   }
-  std::sort(params.logit_bias.begin(), params.logit_bias.end(),
-            [](const model::LogitBias& a, const model::LogitBias& b) {
-              return a.token_id < b.token_id;
-            });
+  std::sort(
+      params.logit_bias.begin(), params.logit_bias.end(),
+      [](const model::LogitBias& a, const model::LogitBias& b) { return a.token_id < b.token_id; });
   return params;
 }
 

@@ -112,26 +112,36 @@ const char* EndpointPath(Endpoint endpoint) {
 }
 
 // The fields each endpoint reads (each parsed below), by name.
-constexpr std::string_view kGenerateFields[] = {
-    "model", "temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
-    "frequency_penalty", "top_k", "seed", "logit_bias", "n", "best_of", "ignore_eos", "stop",
-    "stop_token_ids", "include_stop_str_in_output", "stream", "stream_options", "max_tokens"};
+constexpr std::string_view kGenerateFields[] = {"model",
+                                                "temperature",
+                                                "top_p",
+                                                "min_p",
+                                                "repetition_penalty",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "top_k",
+                                                "seed",
+                                                "logit_bias",
+                                                "n",
+                                                "best_of",
+                                                "ignore_eos",
+                                                "stop",
+                                                "stop_token_ids",
+                                                "include_stop_str_in_output",
+                                                "stream",
+                                                "stream_options",
+                                                "max_tokens"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "logprobs", "echo"};
-constexpr std::string_view kChatFields[] = {"messages",
-                                            "tools",
-                                            "tool_choice",
-                                            "parallel_tool_calls",
-                                            "response_format",
-                                            "max_completion_tokens",
-                                            "logprobs",
-                                            "top_logprobs",
+constexpr std::string_view kChatFields[] = {"messages",        "tools",
+                                            "tool_choice",     "parallel_tool_calls",
+                                            "response_format", "max_completion_tokens",
+                                            "logprobs",        "top_logprobs",
                                             "modalities"};
-constexpr std::string_view kEmbeddingFields[] = {"model", "input", "encoding_format",
-                                                 "dimensions"};
+constexpr std::string_view kEmbeddingFields[] = {"model", "input", "encoding_format", "dimensions"};
 // OpenAI fields that cannot change what is generated (caller ids, metadata,
 // storage, billing tier, cache routing, latency hints): accepted, not used.
 constexpr std::string_view kNoEffectFields[] = {
-    "user",  "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
+    "user",      "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
     "prediction"};
 
 // OpenAI fields that would change the output and are not served, with why.
@@ -194,8 +204,8 @@ absl::Status CheckFreeGeneration(const Json& body, bool has_tools) {
           "response_format unset or {\"type\": \"text\"} (and ask for JSON in the messages)"));
     }
     if (*type != "text") {
-      return Invalid(absl::StrCat("response_format.type: ", type->dump(),
-                                  " is not served; allowed \"text\""));
+      return Invalid(
+          absl::StrCat("response_format.type: ", type->dump(), " is not served; allowed \"text\""));
     }
   }
   if (const Json* choice = Field(body, "tool_choice")) {
@@ -208,8 +218,8 @@ absl::Status CheckFreeGeneration(const Json& body, bool has_tools) {
   }
   if (const Json* parallel = Field(body, "parallel_tool_calls")) {
     if (!parallel->is_boolean()) {
-      return Invalid(absl::StrCat("parallel_tool_calls: expected true or false, got ",
-                                  TypeName(*parallel)));
+      return Invalid(
+          absl::StrCat("parallel_tool_calls: expected true or false, got ", TypeName(*parallel)));
     }
     if (!parallel->get<bool>() && has_tools) {
       return Invalid(
@@ -218,9 +228,8 @@ absl::Status CheckFreeGeneration(const Json& body, bool has_tools) {
     }
   }
   if (const Json* modalities = Field(body, "modalities")) {
-    if (!modalities->is_array() ||
-        std::any_of(modalities->begin(), modalities->end(),
-                    [](const Json& m) { return m != "text"; })) {
+    if (!modalities->is_array() || std::any_of(modalities->begin(), modalities->end(),
+                                               [](const Json& m) { return m != "text"; })) {
       return Invalid("modalities: only [\"text\"] is served");
     }
   }
@@ -233,8 +242,8 @@ absl::Status SetLogitBias(const Json& body, v1::SamplingOptions* s) {
   const Json* bias = Field(body, "logit_bias");
   if (bias == nullptr) return absl::OkStatus();
   if (!bias->is_object()) {
-    return Invalid(absl::StrCat("logit_bias: expected an object of token id -> bias, got ",
-                                TypeName(*bias)));
+    return Invalid(
+        absl::StrCat("logit_bias: expected an object of token id -> bias, got ", TypeName(*bias)));
   }
   if (bias->size() > static_cast<size_t>(model::kMaxLogitBiasEntries)) {
     return Invalid(absl::StrCat("logit_bias: ", bias->size(), " entries; at most ",
@@ -293,8 +302,8 @@ absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
   out->set_include_stop_text(include_stop);
   if (const Json* ids = Field(body, "stop_token_ids")) {
     if (!ids->is_array()) {
-      return Invalid(absl::StrCat("stop_token_ids: expected a list of token ids, got ",
-                                  TypeName(*ids)));
+      return Invalid(
+          absl::StrCat("stop_token_ids: expected a list of token ids, got ", TypeName(*ids)));
     }
     // Bounded (count and ids) by the engine's check, like gRPC's.
     DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> stop_ids, TokenIds(*ids, "stop_token_ids"));
@@ -351,9 +360,9 @@ absl::StatusOr<std::vector<const Json*>> CompletionPrompts(const Json& body,
   }
   if (prompt->is_string() || IsTokenList(*prompt)) return std::vector<const Json*>{prompt};
   if (!prompt->is_array() || prompt->empty()) {
-    return Invalid(absl::StrCat(
-        "prompt: expected a string, a list of token ids or a list of prompts, got ",
-        prompt->is_array() ? "an empty list" : TypeName(*prompt)));
+    return Invalid(
+        absl::StrCat("prompt: expected a string, a list of token ids or a list of prompts, got ",
+                     prompt->is_array() ? "an empty list" : TypeName(*prompt)));
   }
   if (prompt->size() > static_cast<size_t>(body_limits.max_prompts)) {
     return Invalid(absl::StrCat("prompt: a list of ", prompt->size(), " prompts; at most ",
@@ -365,9 +374,9 @@ absl::StatusOr<std::vector<const Json*>> CompletionPrompts(const Json& body,
     if (!item.is_string() && !IsTokenList(item)) {
       return Invalid(absl::StrCat("prompt[", i,
                                   "]: expected a string or a non-empty list of token ids, got ",
-                                  !item.is_array()  ? TypeName(item)
-                                  : item.empty() ? "an empty list"
-                                                 : "a list of other values"));
+                                  !item.is_array() ? TypeName(item)
+                                  : item.empty()   ? "an empty list"
+                                                   : "a list of other values"));
     }
     prompts.push_back(&item);
   }
@@ -381,12 +390,12 @@ absl::Status CheckCallCost(size_t prompts, const v1::GenerateRequest& wire,
   const int64_t samples = std::max({wire.n(), wire.best_of(), 1});
   const int64_t tokens = static_cast<int64_t>(prompts) * samples * wire.max_new_tokens();
   if (tokens > MaxCallTokens(options)) {
-    return Invalid(absl::StrCat(
-        "prompt: ", prompts, " prompts x ", samples, " samples x max_tokens ",
-        wire.max_new_tokens(), " = ", tokens, " tokens to generate; at most ",
-        MaxCallTokens(options), " are allowed per request (--max_new_tokens_cap ",
-        options.max_new_tokens_cap, " x ", kMaxSamples,
-        " samples): send fewer prompts or ask for fewer tokens"));
+    return Invalid(absl::StrCat("prompt: ", prompts, " prompts x ", samples,
+                                " samples x max_tokens ", wire.max_new_tokens(), " = ", tokens,
+                                " tokens to generate; at most ", MaxCallTokens(options),
+                                " are allowed per request (--max_new_tokens_cap ",
+                                options.max_new_tokens_cap, " x ", kMaxSamples,
+                                " samples): send fewer prompts or ask for fewer tokens"));
   }
   return absl::OkStatus();
 }
@@ -538,7 +547,8 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
     wire.set_top_logprobs(static_cast<int32_t>(*logprobs));
     if (call.echo) wire.set_prompt_logprobs(static_cast<int32_t>(*logprobs));
   }
-  if (prompts.size() > 1) DIKKAT_RETURN_IF_ERROR(CheckCallCost(prompts.size(), wire, *limits.options));
+  if (prompts.size() > 1)
+    DIKKAT_RETURN_IF_ERROR(CheckCallCost(prompts.size(), wire, *limits.options));
 
   for (size_t i = 0; i < prompts.size(); ++i) {
     const Json& prompt = *prompts[i];
@@ -555,9 +565,9 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
     if (prompts.size() > 1) {
       // Every prompt is checked before the first is submitted: a bad one
       // costs none of the others' work.
-      DIKKAT_RETURN_IF_ERROR(InPrompt(
-          CheckGenerateRequest(converted->request, *limits.config, *limits.options), i,
-          prompts.size()));
+      DIKKAT_RETURN_IF_ERROR(
+          InPrompt(CheckGenerateRequest(converted->request, *limits.config, *limits.options), i,
+                   prompts.size()));
     }
     if (call.echo) {
       converted->echo_text =

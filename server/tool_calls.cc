@@ -60,9 +60,8 @@ ParsedToolCalls ParseHermes(std::string_view text) {
     if (open == std::string_view::npos) break;
     const size_t close = text.find(kClose, open + kOpen.size());
     if (close == std::string_view::npos) return {};  // unclosed: not a call
-    std::optional<ToolCall> call =
-        CallFromJson(Trim(text.substr(open + kOpen.size(), close - open - kOpen.size())),
-                     "arguments");
+    std::optional<ToolCall> call = CallFromJson(
+        Trim(text.substr(open + kOpen.size(), close - open - kOpen.size())), "arguments");
     if (!call.has_value()) return {};
     content.append(text.substr(pos, open - pos));
     out.calls.push_back(std::move(*call));

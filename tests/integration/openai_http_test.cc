@@ -345,15 +345,14 @@ TEST_F(OpenAiHttpTest, SeveralPromptsAreChoicesInPromptOrder) {
   EXPECT_EQ(usage, whole.json["usage"]);
 
   // Bounded before any work: the count, then the call's total cost.
-  HttpReply many = Post("/v1/completions",
-                        Json{{"prompt", std::vector<std::string>(33, "a")}, {"max_tokens", 1}}.dump());
+  HttpReply many =
+      Post("/v1/completions",
+           Json{{"prompt", std::vector<std::string>(33, "a")}, {"max_tokens", 1}}.dump());
   EXPECT_EQ(many.status, 400) << many.body;
   EXPECT_THAT(many.json["error"]["message"].get<std::string>(), HasSubstr("at most 32"));
-  HttpReply costly = Post("/v1/completions", Json{{"prompt", {"a", "b"}},
-                                                  {"n", 16},
-                                                  {"temperature", 1},
-                                                  {"max_tokens", 4096}}
-                                                 .dump());
+  HttpReply costly = Post(
+      "/v1/completions",
+      Json{{"prompt", {"a", "b"}}, {"n", 16}, {"temperature", 1}, {"max_tokens", 4096}}.dump());
   EXPECT_EQ(costly.status, 400) << costly.body;
   EXPECT_THAT(costly.json["error"]["message"].get<std::string>(), HasSubstr("tokens to generate"));
 }
@@ -557,12 +556,12 @@ TEST_F(OpenAiHttpTest, ErrorsHaveOpenAisShapeAndStatus) {
                "suffix: fill-in-the-middle is not served");
   expect_error(Post("/v1/completions", Json{{"prompt", "x"}, {"guided_json", "{}"}}.dump()), 400,
                "guided_json: not a field /v1/completions serves");
-  expect_error(Post("/v1/chat/completions",
-                    Json{{"model", "chat"},
-                         {"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                         {"response_format", {{"type", "json_object"}}}}
-                        .dump()),
-               400, "needs constrained decoding");
+  expect_error(
+      Post("/v1/chat/completions", Json{{"model", "chat"},
+                                        {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                        {"response_format", {{"type", "json_object"}}}}
+                                       .dump()),
+      400, "needs constrained decoding");
   // Over --max_message_bytes (64KiB here): refused before it is parsed.
   expect_error(Post("/v1/completions", Json{{"prompt", std::string(100 << 10, 'x')}}.dump()), 413,
                "larger than");

@@ -61,8 +61,8 @@ class OpenAiRequestTest : public ::testing::Test {
 
   absl::StatusOr<GenerateCall> Chat(const ChatPrompt& chat, const std::string& fields) {
     return ParseChatRequest(
-        Json::parse(absl::StrCat(R"({"messages": [{"role": "user", "content": "hi"}])", fields,
-                                 "}")),
+        Json::parse(
+            absl::StrCat(R"({"messages": [{"role": "user", "content": "hi"}])", fields, "}")),
         chat, body_limits_, limits_);
   }
 
@@ -173,10 +173,9 @@ TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheOutputAreNeverIgnored) {
               HasSubstr("messages: not a field /v1/completions serves"));
   EXPECT_THAT(error(Completion(R"({"prompt": "x", "top_logprobs": 2})")),
               HasSubstr("top_logprobs: not a field"));
-  EXPECT_THAT(ParseEmbeddingsRequest(Json::parse(R"({"input": "a", "n": 2})"), limits_)
-                  .status()
-                  .message(),
-              HasSubstr("n: not a field /v1/embeddings serves"));
+  EXPECT_THAT(
+      ParseEmbeddingsRequest(Json::parse(R"({"input": "a", "n": 2})"), limits_).status().message(),
+      HasSubstr("n: not a field /v1/embeddings serves"));
   EXPECT_TRUE(ParseEmbeddingsRequest(Json::parse(R"({"input": "a", "user": "u"})"), limits_).ok());
 
   // vLLM's stop extensions map to the engine's.
@@ -188,8 +187,7 @@ TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheOutputAreNeverIgnored) {
   EXPECT_THAT(error(Completion(R"({"prompt": "x", "stop_token_ids": 3})")),
               HasSubstr("stop_token_ids: expected a list"));
 
-  const ChatPrompt chat =
-      LoadChat("{% for m in messages %}{{ m.content }}{% endfor %}");
+  const ChatPrompt chat = LoadChat("{% for m in messages %}{{ m.content }}{% endfor %}");
   // Chat maps OpenAI's penalties and token limits.
   call = Chat(chat, R"(, "presence_penalty": 0.5, "frequency_penalty": -0.25,
                        "max_completion_tokens": 7, "stop": "q", "n": 2, "temperature": 1,
@@ -277,7 +275,7 @@ TEST_F(OpenAiRequestTest, SeveralPromptsAreOneEngineRequestEach) {
     EXPECT_EQ(p.request.max_new_tokens, 5);
     EXPECT_THAT(p.request.stop_strings, ElementsAre("z"));
   }
-  EXPECT_EQ(call->prompts[1].echo_text, "hi");  // token ids decoded
+  EXPECT_EQ(call->prompts[1].echo_text, "hi");       // token ids decoded
   EXPECT_EQ(&call->PromptOf(3), &call->prompts[1]);  // choice 3 = prompt 1, sample 1
   EXPECT_EQ(&call->PromptOf(4), &call->prompts[2]);
 }
@@ -299,8 +297,8 @@ TEST_F(OpenAiRequestTest, SeveralPromptsAreBoundedBeforeAnyWork) {
                         "at most 1600"));
   EXPECT_THAT(error(R"({"prompt": ["a", "b"], "best_of": 16, "temperature": 1, "max_tokens": 51})"),
               HasSubstr("= 1632 tokens"));
-  EXPECT_TRUE(Completion(R"({"prompt": ["a", "b"], "n": 8, "temperature": 1, "max_tokens": 100})")
-                  .ok());
+  EXPECT_TRUE(
+      Completion(R"({"prompt": ["a", "b"], "n": 8, "temperature": 1, "max_tokens": 100})").ok());
   // Each prompt is checked (and named) before any is submitted.
   EXPECT_THAT(error(R"({"prompt": ["a", 3]})"), HasSubstr("prompt[1]: expected a string"));
   EXPECT_THAT(error(R"({"prompt": ["a", [1, -2]]})"), HasSubstr("prompt[1][1]"));

@@ -59,12 +59,12 @@ TEST(ToolCallsTest, HermesBlocksWithTextAround) {
       "\"get_temperature_date\", \"arguments\": {\"location\": \"San Francisco, CA, USA\", "
       "\"date\": \"2024-10-01\", \"unit\": \"celsius\"}}\n</tool_call>";
   ParsedToolCalls parsed = ParseToolCalls(two, ToolCallFormat::kHermes);
-  EXPECT_THAT(parsed.calls,
-              ElementsAre(Call("get_current_temperature",
-                               R"({"location":"San Francisco, CA, USA"})"),
-                          Call("get_temperature_date",
-                               R"({"location":"San Francisco, CA, USA","date":"2024-10-01",)"
-                               R"("unit":"celsius"})")));
+  EXPECT_THAT(
+      parsed.calls,
+      ElementsAre(Call("get_current_temperature", R"({"location":"San Francisco, CA, USA"})"),
+                  Call("get_temperature_date",
+                       R"({"location":"San Francisco, CA, USA","date":"2024-10-01",)"
+                       R"("unit":"celsius"})")));
   EXPECT_EQ(parsed.content, "");
 
   parsed = ParseToolCalls(
@@ -81,8 +81,7 @@ TEST(ToolCallsTest, HermesBlocksWithTextAround) {
   for (const char* bad : {"Just text.", "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n",
                           "<tool_call>{\"name\": \"f\", \"arguments\": {}</tool_call>",
                           "<tool_call>{\"arguments\": {}}</tool_call>",
-                          "<tool_call>{\"name\": \"\"}</tool_call>",
-                          "<tool_call>[1]</tool_call>",
+                          "<tool_call>{\"name\": \"\"}</tool_call>", "<tool_call>[1]</tool_call>",
                           "<tool_call>{\"name\": \"f\"}</tool_call> <tool_call>oops</tool_call>"}) {
     EXPECT_TRUE(ParseToolCalls(bad, ToolCallFormat::kHermes).calls.empty()) << bad;
   }
@@ -104,7 +103,8 @@ TEST(ToolCallsTest, Llama3JsonIsTheWholeAnswer) {
 
   for (const char* content :
        {"The weather in Paris is {mild}.", "{\"name\": \"f\", \"parameters\": {}} and more text",
-        "{\"city\": \"Paris\"}", "{\"name\": \"f\", \"parameters\": {", "Sure: {\"name\": \"f\"}"}) {
+        "{\"city\": \"Paris\"}", "{\"name\": \"f\", \"parameters\": {",
+        "Sure: {\"name\": \"f\"}"}) {
     EXPECT_TRUE(ParseToolCalls(content, ToolCallFormat::kLlama3Json).calls.empty()) << content;
   }
 }
