@@ -39,6 +39,11 @@ struct Scratch {
   std::vector<float> logits;
   std::vector<float> weights;
   std::vector<uint64_t> keys;
+  // With a logit bias: the biased logits and their weights and ranking
+  // (the ones above stay the reported distribution).
+  std::vector<float> biased_logits;
+  std::vector<float> biased_weights;
+  std::vector<uint64_t> biased_keys;
 };
 
 Scratch& ThreadScratch() {
@@ -294,15 +299,43 @@ void Sampler::ObserveAll(absl::Span<const int32_t> token_ids) {
   for (int32_t id : token_ids) ++counts_[id];
 }
 
-void Sampler::ApplyPenalties(absl::Span<float> logits) const {
+float Sampler::Penalized(float v, int32_t count) const {
+  if (count == 0) return v;
   const float rep = params_.repetition_penalty;
+  if (rep != 1.0f) v = v > 0.0f ? v / rep : v * rep;
+  v -= params_.presence_penalty;
+  v -= params_.frequency_penalty * static_cast<float>(count);
+  return v;
+}
+
+void Sampler::ApplyPenalties(absl::Span<float> logits) const {
   for (const auto& [id, count] : counts_) {
     if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
-    float& v = logits[id];
-    if (rep != 1.0f) v = v > 0.0f ? v / rep : v * rep;
-    v -= params_.presence_penalty;
-    v -= params_.frequency_penalty * static_cast<float>(count);
+    logits[id] = Penalized(logits[id], count);
   }
+}
+
+absl::StatusOr<int32_t> Sampler::ChooseBiased(absl::Span<const float> raw,
+                                              absl::Span<const float> penalized) {
+  Scratch& scratch = ThreadScratch();
+  scratch.biased_logits.assign(penalized.begin(), penalized.end());
+  const absl::Span<float> x(scratch.biased_logits);
+  for (const LogitBias& entry : params_.logit_bias) {
+    if (entry.token_id < 0 || static_cast<size_t>(entry.token_id) >= x.size()) continue;
+    const auto seen = counts_.find(entry.token_id);
+    x[entry.token_id] =
+        Penalized(raw[entry.token_id] + entry.bias, seen == counts_.end() ? 0 : seen->second);
+  }
+  DIKKAT_ASSIGN_OR_RETURN(const float max_logit, CheckedMax(x));
+  if (params_.greedy()) {
+    return static_cast<int32_t>(std::find(x.begin(), x.end(), max_logit) - x.begin());
+  }
+  DIKKAT_RETURN_IF_ERROR(
+      ComputeWeights(x, max_logit, params_.temperature, &scratch.biased_weights));
+  Ranking ranking(x, scratch.biased_weights.data(), &scratch.biased_keys);
+  const size_t top_k = params_.top_k > 0 ? static_cast<size_t>(params_.top_k) : x.size();
+  ranking.SortPrefix(std::max(kSortedBlock, top_k <= kSortTopKUpTo ? top_k : size_t{0}));
+  return Draw(params_, rng_, ranking, top_k);
 }
 
 absl::StatusOr<SampledToken> Sampler::Sample(const at::Tensor& logits) {
@@ -333,6 +366,19 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
 
   SampledToken out;
   const size_t num_top = std::min<size_t>(params_.top_logprobs, x.size());
+  if (!params_.logit_bias.empty()) {
+    DIKKAT_ASSIGN_OR_RETURN(out.token_id, ChooseBiased(input, x));
+    out.logprob = static_cast<float>(logprob(out.token_id));
+    if (num_top > 0) {
+      Ranking ranking(x, scratch.weights.data(), &scratch.keys);
+      ranking.SortPrefix(num_top);
+      out.top.reserve(num_top);
+      for (size_t r = 0; r < num_top; ++r) {
+        out.top.push_back({ranking.Id(r), static_cast<float>(logprob(ranking.Id(r)))});
+      }
+    }
+    return out;
+  }
   if (greedy && num_top == 0) {
     out.token_id = static_cast<int32_t>(std::find(x.begin(), x.end(), max_logit) - x.begin());
     out.logprob = static_cast<float>(logprob(out.token_id));

@@ -1,5 +1,6 @@
-// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition /
-// presence / frequency penalties, per-request seeds, log-probabilities.
+// Token sampling: logit bias, greedy, temperature, top-k, top-p, min-p,
+// repetition / presence / frequency penalties, per-request seeds,
+// log-probabilities.
 //
 // A Sampler holds one request's state: its random generator and the counts of
 // tokens seen so far (for the penalties). It is not thread-safe; the engine
@@ -8,6 +9,12 @@
 // Sampler, so thousands of live requests do not each hold them.
 //
 // What Sample() does, in order (the contract the tests check):
+//  0. logit_bias (OpenAI's): each listed token's bias is added to its logit
+//     before anything else (so before the penalties, as OpenAI and vLLM
+//     order them). The biased logits decide the token in steps 2 and 3,
+//     greedy included: a bias of -100 bans a token in practice, +100 forces
+//     it. They are not the reported distribution (step 4). Ids outside
+//     [0, vocab) are ignored. No bias: none of this costs anything.
 //  1. Penalties, on the logits of every token seen so far (Observe*), with
 //     c = times seen:
 //       repetition (CTRL): logit > 0 ? logit / repetition_penalty
@@ -37,9 +44,12 @@
 //     prefix plus a weighted quickselect; see bench/sampler_bench.cc).
 //  4. Reported log-probabilities (the chosen token's and the top_logprobs
 //     alternatives) are of the distribution after penalties and temperature,
-//     before top-k / top-p / min-p filtering (greedy: temperature 1), so they
-//     stay comparable across filter settings. Alternatives are best first,
-//     ties -> lower id first.
+//     without the logit bias, before top-k / top-p / min-p filtering
+//     (greedy: temperature 1), so they stay comparable across filter and bias
+//     settings (and a bias cannot be used to read the logprobs of tokens
+//     the model would not rank, OpenAI's rule too). Alternatives are the
+//     most likely tokens of that distribution, best first, ties -> lower id
+//     first. With a bias, the chosen token may be none of them.
 // Logits may contain -inf (masked tokens) but not NaN or +inf, and at least
 // one must be finite; otherwise Sample returns INVALID_ARGUMENT.
 #ifndef DIKKAT_MODEL_SAMPLER_H_
@@ -98,7 +108,14 @@ class Sampler {
 
  private:
   bool penalties_active() const;
+  // Step 1 on one logit of a token seen `count` times.
+  float Penalized(float logit, int32_t count) const;
   void ApplyPenalties(absl::Span<float> logits) const;
+  // Steps 0, 2 and 3 with a logit bias: the token chosen from `penalized`
+  // (the step-1 logits) with each biased token's logit recomputed from its
+  // `raw` logit plus the bias.
+  absl::StatusOr<int32_t> ChooseBiased(absl::Span<const float> raw,
+                                       absl::Span<const float> penalized);
 
   SamplingParams params_;
   uint64_t seed_;

@@ -1,6 +1,8 @@
 #include "model/sampling_params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 
@@ -11,6 +13,35 @@ namespace {
 absl::Status OutOfRange(const char* field, double value, const char* allowed) {
   return absl::InvalidArgumentError(
       absl::StrFormat("sampling.%s = %g is out of range: must be %s", field, value, allowed));
+}
+
+absl::Status ValidateLogitBias(const std::vector<LogitBias>& entries) {
+  if (entries.size() > static_cast<size_t>(kMaxLogitBiasEntries)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampling.logit_bias has %d entries; at most %d are allowed",
+                        entries.size(), kMaxLogitBiasEntries));
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(entries.size());
+  for (const LogitBias& e : entries) {
+    if (e.token_id < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "sampling.logit_bias: token id %d is not a token id (ids are >= 0)", e.token_id));
+    }
+    if (!(e.bias >= -kMaxLogitBias && e.bias <= kMaxLogitBias)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sampling.logit_bias[%d] = %g is out of range: must be in [-100, 100]",
+                          e.token_id, e.bias));
+    }
+    ids.push_back(e.token_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  const auto repeated = std::adjacent_find(ids.begin(), ids.end());
+  if (repeated != ids.end()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "sampling.logit_bias: token id %d is listed twice; list each at most once", *repeated));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -44,7 +75,7 @@ absl::Status Validate(const SamplingParams& params) {
   if (params.top_logprobs < 0 || params.top_logprobs > 20) {
     return OutOfRange("top_logprobs", params.top_logprobs, "in [0, 20]");
   }
-  return absl::OkStatus();
+  return ValidateLogitBias(params.logit_bias);
 }
 
 }  // namespace dikkat::model

@@ -67,6 +67,7 @@ absl::StatusOr<ChatPrompt> ChatPrompt::Load(const std::string& model_dir) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": ", parsed.status().message()));
   }
   prompt.template_ = std::move(*parsed);
+  prompt.tool_call_format_ = DetectToolCallFormat(*source);
   prompt.bos_token_ = TokenString(config, "bos_token");
   prompt.eos_token_ = TokenString(config, "eos_token");
   return prompt;

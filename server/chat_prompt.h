@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "model/chat/chat_template.h"
 #include "nlohmann/json.hpp"
+#include "server/tool_calls.h"
 
 namespace dikkat::server {
 
@@ -27,6 +28,9 @@ class ChatPrompt {
   static absl::StatusOr<ChatPrompt> Load(const std::string& model_dir);
 
   bool has_template() const { return template_.has_value(); }
+  // How the template teaches the model to write tool calls (kNone without
+  // a template).
+  ToolCallFormat tool_call_format() const { return tool_call_format_; }
 
   // The prompt for `messages` (a JSON array of {role, content, ...}) and
   // `tools` (null when none), with add_generation_prompt true.
@@ -37,6 +41,7 @@ class ChatPrompt {
 
  private:
   std::optional<chat::ChatTemplate> template_;
+  ToolCallFormat tool_call_format_ = ToolCallFormat::kNone;
   std::string bos_token_;
   std::string eos_token_;
 };

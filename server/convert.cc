@@ -1,5 +1,6 @@
 #include "server/convert.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -127,6 +128,14 @@ model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32
   params.frequency_penalty = options.frequency_penalty();
   if (options.has_seed()) params.seed = options.seed();
   params.top_logprobs = top_logprobs;
+  // In id order: the wire map's order is unspecified.
+  params.logit_bias.reserve(options.logit_bias_size());
+  for (const auto& [token_id, bias] : options.logit_bias()) {
+    params.logit_bias.push_back(model::LogitBias{token_id, bias});
+  }
+  std::sort(
+      params.logit_bias.begin(), params.logit_bias.end(),
+      [](const model::LogitBias& a, const model::LogitBias& b) { return a.token_id < b.token_id; });
   return params;
 }
 

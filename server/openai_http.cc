@@ -30,6 +30,7 @@
 #include "server/metrics_http.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/prompt_fan_out.h"
 #include "server/status_util.h"
 
 namespace dikkat::server {
@@ -174,33 +175,43 @@ const char* EndpointLabel(const std::string& path) {
   return "other";
 }
 
-// One Generate call's output between the engine thread (OnChunk/OnFinish,
-// which only append under a short lock) and the HTTP thread (Take). Past
+// One Generate call's output (its engine requests, one per prompt, merged by
+// openai::PromptFanOut) between the engine thread (OnChunk/OnFinish, which
+// only append under a short lock) and the HTTP thread (Take). Past
 // `max_pending_bytes` of output not yet taken (a client that does not read
 // while the HTTP thread waits in a write) the call is cut: its output is
-// dropped, the engine thread cancels it at once (as the gRPC reactor does),
-// and the HTTP thread ends the response.
+// dropped, the engine thread cancels its requests at once (as the gRPC
+// reactor does), and the HTTP thread ends the response.
 class GenerateOutput final : public GenerateObserver {
  public:
   GenerateOutput(Engine* engine, int64_t max_pending_bytes)
       : engine_(engine), max_pending_bytes_(max_pending_bytes) {}
 
-  // Once SubmitGenerate returned; a cut before it is cancelled here.
-  void SetId(RequestId id) {
+  // Each time SubmitGenerate returned; a cut before it is cancelled here.
+  void AddId(RequestId id) {
     bool cancel = false;
     {
       dikkat::MutexLock lock(&mu_);
-      id_ = id;
+      ids_.push_back(id);
       cancel = cut_;
     }
     if (cancel) engine_->Cancel(id);
+  }
+
+  // Cancels every request submitted (each ends with OnFinish(kCancelled)).
+  void CancelAll() {
+    std::vector<RequestId> ids;
+    {
+      dikkat::MutexLock lock(&mu_);
+      ids = ids_;
+    }
+    for (RequestId id : ids) engine_->Cancel(id);
   }
 
   void OnChunk(GeneratedChunk chunk) override {
     const int64_t bytes = static_cast<int64_t>(
         chunk.text.size() + 16 * (chunk.tokens.size() + chunk.prompt_logprobs.size()) +
         (chunk.tokens.empty() ? 0 : 16 * chunk.tokens.size() * chunk.tokens[0].top.size()));
-    std::optional<RequestId> cancel;
     {
       dikkat::MutexLock lock(&mu_);
       if (cut_) return;
@@ -211,9 +222,8 @@ class GenerateOutput final : public GenerateObserver {
       }
       cut_ = true;
       chunks_.clear();
-      cancel = id_;
     }
-    if (cancel.has_value()) engine_->Cancel(*cancel);  // OnFinish(kCancelled) follows
+    CancelAll();  // OnFinish(kCancelled) follows
   }
 
   void OnFinish(GenerateSummary summary) override {
@@ -256,7 +266,7 @@ class GenerateOutput final : public GenerateObserver {
   Engine* const engine_;
   const int64_t max_pending_bytes_;
   mutable dikkat::Mutex mu_;
-  std::optional<RequestId> id_ ABSL_GUARDED_BY(mu_);
+  std::vector<RequestId> ids_ ABSL_GUARDED_BY(mu_);
   std::deque<GeneratedChunk> chunks_ ABSL_GUARDED_BY(mu_);
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool cut_ ABSL_GUARDED_BY(mu_) = false;
@@ -429,29 +439,36 @@ class OpenAiHttpServer::Handlers {
     if (api == Api::kChat) {
       call = openai::ParseChatRequest(*body, chat_.at(target->name), body_limits(), target->limits);
     } else {
-      call = openai::ParseCompletionRequest(*body, target->limits);
+      call = openai::ParseCompletionRequest(*body, body_limits(), target->limits);
     }
     if (!call.ok()) return SetStatusError(res, call.status());
     auto shared_call = std::make_shared<openai::GenerateCall>(std::move(*call));
     auto output =
         std::make_shared<GenerateOutput>(target->engine, options_.max_stream_pending_bytes);
-    absl::StatusOr<RequestId> id = target->engine->SubmitGenerate(shared_call->request, output);
-    if (!id.ok()) return SetStatusError(res, id.status());
-    output->SetId(*id);
+    // One engine request per prompt; a refused one cancels those before it.
+    const int32_t prompts = static_cast<int32_t>(shared_call->prompts.size());
+    auto fan_out = openai::PromptFanOut::Create(prompts, shared_call->n, output);
+    for (int32_t p = 0; p < prompts; ++p) {
+      absl::StatusOr<RequestId> id =
+          target->engine->SubmitGenerate(shared_call->prompts[p].request, fan_out->ObserverFor(p));
+      if (!id.ok()) {
+        output->CancelAll();
+        return SetStatusError(res, id.status());
+      }
+      output->AddId(*id);
+    }
     auto builder = std::make_shared<openai::ChoiceBuilder>(
         openai::NewResponseMeta(api, target->name), *shared_call, target->engine->tokenizer());
     if (shared_call->stream) {
-      Stream(target->engine, *id, std::move(shared_call), std::move(output), std::move(builder),
-             res);
+      Stream(std::move(shared_call), std::move(output), std::move(builder), res);
     } else {
-      Collect(target->engine, *id, *output, *builder, res);
+      Collect(*output, *builder, res);
     }
   }
 
   // Non-streaming: waits for the whole output (cancelling it if the client
   // goes away) and answers one JSON object.
-  void Collect(Engine* engine, RequestId id, GenerateOutput& output, openai::ChoiceBuilder& builder,
-               httplib::Response& res) {
+  void Collect(GenerateOutput& output, openai::ChoiceBuilder& builder, httplib::Response& res) {
     bool cancelled = false;
     while (true) {
       GenerateOutput::Taken taken = output.Take(kPollInterval);
@@ -469,7 +486,7 @@ class OpenAiHttpServer::Handlers {
       }
       if (!cancelled && (taken.cut || Abandoned())) {
         cancelled = true;
-        engine->Cancel(id);  // OnFinish(kCancelled) follows
+        output.CancelAll();  // OnFinish(kCancelled) follows
       }
     }
   }
@@ -478,8 +495,7 @@ class OpenAiHttpServer::Handlers {
   // produces them. A failed write (client gone, or not reading within the
   // write timeout), a cut buffer or a stop ends the response; the releaser
   // then cancels a generation that has not finished.
-  void Stream(Engine* engine, RequestId id, std::shared_ptr<openai::GenerateCall> call,
-              std::shared_ptr<GenerateOutput> output,
+  void Stream(std::shared_ptr<openai::GenerateCall> call, std::shared_ptr<GenerateOutput> output,
               std::shared_ptr<openai::ChoiceBuilder> builder, httplib::Response& res) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
@@ -524,8 +540,8 @@ class OpenAiHttpServer::Handlers {
           if (done) sink.done();
           return true;
         },
-        [engine, id, output, call](bool) {
-          if (!output->finished()) engine->Cancel(id);
+        [output, call](bool) {
+          if (!output->finished()) output->CancelAll();
         });
   }
 

@@ -1,11 +1,15 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "dikkat/v1/dikkat.pb.h"
 
@@ -91,6 +95,175 @@ absl::StatusOr<std::vector<int32_t>> TokenIds(const Json& list, const std::strin
 
 bool IsTokenList(const Json& v) { return v.is_array() && !v.empty() && v.front().is_number(); }
 
+// ---- which fields a body may carry ---------------------------------------------
+
+enum class Endpoint { kCompletions, kChat, kEmbeddings };
+
+const char* EndpointPath(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kCompletions:
+      return "/v1/completions";
+    case Endpoint::kChat:
+      return "/v1/chat/completions";
+    case Endpoint::kEmbeddings:
+      return "/v1/embeddings";
+  }
+  return "";
+}
+
+// The fields each endpoint reads (each parsed below), by name.
+constexpr std::string_view kGenerateFields[] = {"model",
+                                                "temperature",
+                                                "top_p",
+                                                "min_p",
+                                                "repetition_penalty",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "top_k",
+                                                "seed",
+                                                "logit_bias",
+                                                "n",
+                                                "best_of",
+                                                "ignore_eos",
+                                                "stop",
+                                                "stop_token_ids",
+                                                "include_stop_str_in_output",
+                                                "stream",
+                                                "stream_options",
+                                                "max_tokens"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "logprobs", "echo"};
+constexpr std::string_view kChatFields[] = {"messages",        "tools",
+                                            "tool_choice",     "parallel_tool_calls",
+                                            "response_format", "max_completion_tokens",
+                                            "logprobs",        "top_logprobs",
+                                            "modalities"};
+constexpr std::string_view kEmbeddingFields[] = {"model", "input", "encoding_format", "dimensions"};
+// OpenAI fields that cannot change what is generated (caller ids, metadata,
+// storage, billing tier, cache routing, latency hints): accepted, not used.
+constexpr std::string_view kNoEffectFields[] = {
+    "user",      "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
+    "prediction"};
+
+// OpenAI fields that would change the output and are not served, with why.
+struct RefusedField {
+  std::string_view name;
+  std::string_view why;
+};
+constexpr RefusedField kRefusedFields[] = {
+    {"suffix", "fill-in-the-middle is not served (no model here is trained for it)"},
+    {"functions", "deprecated by OpenAI and not served; use tools"},
+    {"function_call", "deprecated by OpenAI and not served; use tool_choice"},
+    {"audio", "audio output is not served (text only)"},
+    {"reasoning_effort", "not served: these models have no reasoning-effort control"},
+    {"verbosity", "not served: these models have no verbosity control"},
+    {"web_search_options", "web search is not served"},
+};
+
+bool Contains(absl::Span<const std::string_view> names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Every field of `body` is one `endpoint` reads or one that cannot change
+// the output; any other is refused by name (ignoring a field the caller
+// relies on would change the output silently). null counts as absent.
+absl::Status CheckFieldNames(const Json& body, Endpoint endpoint) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& name = it.key();
+    if (it.value().is_null() || Contains(kNoEffectFields, name)) continue;
+    const bool read =
+        endpoint == Endpoint::kEmbeddings
+            ? Contains(kEmbeddingFields, name)
+            : Contains(kGenerateFields, name) ||
+                  Contains(endpoint == Endpoint::kChat ? absl::MakeConstSpan(kChatFields)
+                                                       : absl::MakeConstSpan(kCompletionFields),
+                           name);
+    if (read) continue;
+    for (const RefusedField& refused : kRefusedFields) {
+      if (refused.name == name) return Invalid(absl::StrCat(name, ": ", std::string(refused.why)));
+    }
+    return Invalid(absl::StrCat(name, ": not a field ", EndpointPath(endpoint),
+                                " serves; fields that are not served are refused rather than "
+                                "ignored (docs/api.md lists those served)"));
+  }
+  return absl::OkStatus();
+}
+
+// response_format, tool_choice, parallel_tool_calls and modalities: the
+// model's free output is all this server generates (no constrained
+// decoding), so values that need more are refused.
+absl::Status CheckFreeGeneration(const Json& body, bool has_tools) {
+  if (const Json* format = Field(body, "response_format")) {
+    auto type = format->is_object() ? format->find("type") : format->end();
+    if (!format->is_object() || type == format->end() || !type->is_string()) {
+      return Invalid("response_format: expected an object {\"type\": \"text\"}");
+    }
+    if (*type == "json_object" || *type == "json_schema") {
+      return Invalid(absl::StrCat(
+          "response_format: {\"type\": \"", type->get<std::string>(),
+          "\"} needs constrained decoding, which this server does not do; leave "
+          "response_format unset or {\"type\": \"text\"} (and ask for JSON in the messages)"));
+    }
+    if (*type != "text") {
+      return Invalid(
+          absl::StrCat("response_format.type: ", type->dump(), " is not served; allowed \"text\""));
+    }
+  }
+  if (const Json* choice = Field(body, "tool_choice")) {
+    if (!choice->is_string() || (*choice != "none" && *choice != "auto")) {
+      return Invalid(absl::StrCat(
+          "tool_choice: ", choice->is_string() ? choice->dump() : "a named function",
+          " would force a tool call, which needs constrained decoding (not done here); "
+          "allowed \"auto\" (the model decides) or \"none\""));
+    }
+  }
+  if (const Json* parallel = Field(body, "parallel_tool_calls")) {
+    if (!parallel->is_boolean()) {
+      return Invalid(
+          absl::StrCat("parallel_tool_calls: expected true or false, got ", TypeName(*parallel)));
+    }
+    if (!parallel->get<bool>() && has_tools) {
+      return Invalid(
+          "parallel_tool_calls: false is not served: the model may call several tools in one "
+          "answer and nothing here constrains it to one; leave it unset or true");
+    }
+  }
+  if (const Json* modalities = Field(body, "modalities")) {
+    if (!modalities->is_array() || std::any_of(modalities->begin(), modalities->end(),
+                                               [](const Json& m) { return m != "text"; })) {
+      return Invalid("modalities: only [\"text\"] is served");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// logit_bias: {"token id": bias}. The count is bounded before the keys are
+// read; ids and biases are checked by the engine (sampling.logit_bias).
+absl::Status SetLogitBias(const Json& body, v1::SamplingOptions* s) {
+  const Json* bias = Field(body, "logit_bias");
+  if (bias == nullptr) return absl::OkStatus();
+  if (!bias->is_object()) {
+    return Invalid(
+        absl::StrCat("logit_bias: expected an object of token id -> bias, got ", TypeName(*bias)));
+  }
+  if (bias->size() > static_cast<size_t>(model::kMaxLogitBiasEntries)) {
+    return Invalid(absl::StrCat("logit_bias: ", bias->size(), " entries; at most ",
+                                model::kMaxLogitBiasEntries, " are allowed"));
+  }
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(it.key(), &id)) {
+      return Invalid(absl::StrCat("logit_bias: key \"", it.key(),
+                                  "\" is not a token id (an integer, as a string)"));
+    }
+    if (!it.value().is_number()) {
+      return Invalid(absl::StrCat("logit_bias[\"", it.key(), "\"]: expected a number, got ",
+                                  TypeName(it.value())));
+    }
+    (*s->mutable_logit_bias())[id] = it.value().get<float>();
+  }
+  return absl::OkStatus();
+}
+
 // The sampling and stopping fields shared by completions and chat.
 absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
   v1::SamplingOptions* s = out->mutable_sampling();
@@ -116,6 +289,8 @@ absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
                           OptionalInteger(body, "seed", 0, std::numeric_limits<int64_t>::max()));
   if (seed) s->set_seed(static_cast<uint64_t>(*seed));
 
+  DIKKAT_RETURN_IF_ERROR(SetLogitBias(body, s));
+
   DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> n, OptionalInteger(body, "n", 1, kMaxSamples));
   if (n) out->set_n(static_cast<int32_t>(*n));
   DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> best_of,
@@ -123,6 +298,17 @@ absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
   if (best_of) out->set_best_of(static_cast<int32_t>(*best_of));
   DIKKAT_ASSIGN_OR_RETURN(bool ignore_eos, OptionalBool(body, "ignore_eos"));
   out->set_ignore_eos(ignore_eos);
+  DIKKAT_ASSIGN_OR_RETURN(bool include_stop, OptionalBool(body, "include_stop_str_in_output"));
+  out->set_include_stop_text(include_stop);
+  if (const Json* ids = Field(body, "stop_token_ids")) {
+    if (!ids->is_array()) {
+      return Invalid(
+          absl::StrCat("stop_token_ids: expected a list of token ids, got ", TypeName(*ids)));
+    }
+    // Bounded (count and ids) by the engine's check, like gRPC's.
+    DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> stop_ids, TokenIds(*ids, "stop_token_ids"));
+    out->mutable_stop_token_ids()->Assign(stop_ids.begin(), stop_ids.end());
+  }
 
   if (const Json* stop = Field(body, "stop")) {
     if (stop->is_string()) {
@@ -156,12 +342,68 @@ absl::Status SetStream(const Json& body, GenerateCall* call) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GenerateCall> Convert(const v1::GenerateRequest& wire, GenerateCall call,
-                                     const ModelLimits& limits) {
+absl::StatusOr<PromptCall> ToPrompt(const v1::GenerateRequest& wire, const ModelLimits& limits) {
   DIKKAT_ASSIGN_OR_RETURN(GenerateConversion conversion, ToGenerateRequest(wire, limits));
-  call.request = std::move(conversion.request);
-  call.prompt_ids = std::move(conversion.input_ids);
-  return call;
+  PromptCall prompt;
+  prompt.request = std::move(conversion.request);
+  prompt.prompt_ids = std::move(conversion.input_ids);
+  return prompt;
+}
+
+// The prompts of a completion call, each a string or a list of token ids:
+// `prompt` itself, or the items of a list of them (counted first).
+absl::StatusOr<std::vector<const Json*>> CompletionPrompts(const Json& body,
+                                                           const BodyLimits& body_limits) {
+  const Json* prompt = Field(body, "prompt");
+  if (prompt == nullptr) {
+    return Invalid("prompt: required (a string, a list of token ids, or a list of those)");
+  }
+  if (prompt->is_string() || IsTokenList(*prompt)) return std::vector<const Json*>{prompt};
+  if (!prompt->is_array() || prompt->empty()) {
+    return Invalid(
+        absl::StrCat("prompt: expected a string, a list of token ids or a list of prompts, got ",
+                     prompt->is_array() ? "an empty list" : TypeName(*prompt)));
+  }
+  if (prompt->size() > static_cast<size_t>(body_limits.max_prompts)) {
+    return Invalid(absl::StrCat("prompt: a list of ", prompt->size(), " prompts; at most ",
+                                body_limits.max_prompts, " are allowed per request"));
+  }
+  std::vector<const Json*> prompts;
+  for (size_t i = 0; i < prompt->size(); ++i) {
+    const Json& item = (*prompt)[i];
+    if (!item.is_string() && !IsTokenList(item)) {
+      return Invalid(absl::StrCat("prompt[", i,
+                                  "]: expected a string or a non-empty list of token ids, got ",
+                                  !item.is_array() ? TypeName(item)
+                                  : item.empty()   ? "an empty list"
+                                                   : "a list of other values"));
+    }
+    prompts.push_back(&item);
+  }
+  return prompts;
+}
+
+// What `prompts` prompts with `wire`'s samples and max_new_tokens would cost,
+// refused past MaxCallTokens before any prompt is tokenized.
+absl::Status CheckCallCost(size_t prompts, const v1::GenerateRequest& wire,
+                           const EngineOptions& options) {
+  const int64_t samples = std::max({wire.n(), wire.best_of(), 1});
+  const int64_t tokens = static_cast<int64_t>(prompts) * samples * wire.max_new_tokens();
+  if (tokens > MaxCallTokens(options)) {
+    return Invalid(absl::StrCat("prompt: ", prompts, " prompts x ", samples,
+                                " samples x max_tokens ", wire.max_new_tokens(), " = ", tokens,
+                                " tokens to generate; at most ", MaxCallTokens(options),
+                                " are allowed per request (--max_new_tokens_cap ",
+                                options.max_new_tokens_cap, " x ", kMaxSamples,
+                                " samples): send fewer prompts or ask for fewer tokens"));
+  }
+  return absl::OkStatus();
+}
+
+// Prefixes "prompt[i]: " to a prompt's error when the call has several.
+absl::Status InPrompt(const absl::Status& status, size_t index, size_t count) {
+  if (status.ok() || count == 1) return status;
+  return absl::Status(status.code(), absl::StrCat("prompt[", index, "]: ", status.message()));
 }
 
 // One chat message's content as the template sees it: a string (a list of
@@ -190,6 +432,24 @@ absl::StatusOr<Json> MessageContent(const Json& content, size_t index) {
   return Json(text);
 }
 
+// An assistant message's tool_calls carry function.arguments as OpenAI
+// sends them, a JSON string; chat templates render them as objects (as Hugging
+// Face's do, e.g. `tool_call.arguments | tojson`), so a string holding a JSON
+// object (nested within the body's bound) is replaced by that object.
+// Anything else is left as sent.
+void ToolCallArgumentsAsObjects(Json& message, const BodyLimits& limits) {
+  auto calls = message.find("tool_calls");
+  if (calls == message.end() || !calls->is_array()) return;
+  for (Json& call : *calls) {
+    auto function = call.is_object() ? call.find("function") : call.end();
+    if (function == call.end() || !function->is_object()) continue;
+    auto arguments = function->find("arguments");
+    if (arguments == function->end() || !arguments->is_string()) continue;
+    absl::StatusOr<Json> parsed = ParseBody(arguments->get<std::string>(), limits);
+    if (parsed.ok()) *arguments = std::move(*parsed);
+  }
+}
+
 absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limits) {
   const Json* messages = Field(body, "messages");
   if (messages == nullptr || !messages->is_array() || messages->empty()) {
@@ -214,6 +474,7 @@ absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limit
     if (content != m.end()) {
       DIKKAT_ASSIGN_OR_RETURN(copy["content"], MessageContent(*content, i));
     }
+    ToolCallArgumentsAsObjects(copy, body_limits);
     out.push_back(std::move(copy));
   }
   return out;
@@ -259,29 +520,18 @@ absl::StatusOr<std::string> ModelName(const Json& body) {
   return model->get<std::string>();
 }
 
-absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const ModelLimits& limits) {
+int64_t MaxCallTokens(const EngineOptions& options) {
+  return static_cast<int64_t>(options.max_new_tokens_cap) * kMaxSamples;
+}
+
+absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const BodyLimits& body_limits,
+                                                    const ModelLimits& limits) {
   GenerateCall call;
+  DIKKAT_RETURN_IF_ERROR(CheckFieldNames(body, Endpoint::kCompletions));
+  DIKKAT_ASSIGN_OR_RETURN(std::vector<const Json*> prompts, CompletionPrompts(body, body_limits));
+  // The options every prompt shares, then the bound on the whole call,
+  // before any prompt is tokenized.
   v1::GenerateRequest wire;
-  const Json* prompt = Field(body, "prompt");
-  if (prompt != nullptr && prompt->is_array() && prompt->size() == 1 &&
-      ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    prompt = &(*prompt)[0];  // a batch of one
-  }
-  if (prompt == nullptr) {
-    return Invalid("prompt: required (a string or a list of token ids)");
-  } else if (prompt->is_string()) {
-    wire.mutable_input()->set_text(prompt->get<std::string>());
-    call.echo_text = prompt->get<std::string>();
-  } else if (IsTokenList(*prompt)) {
-    DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> ids, TokenIds(*prompt, "prompt"));
-    wire.mutable_input()->mutable_tokens()->mutable_ids()->Assign(ids.begin(), ids.end());
-  } else if (prompt->is_array() && !prompt->empty()) {
-    return Invalid(absl::StrCat("prompt: a list of ", prompt->size(),
-                                " prompts; this server takes one prompt per request"));
-  } else {
-    return Invalid(absl::StrCat("prompt: expected a string or a list of token ids, got ",
-                                prompt->is_array() ? "an empty list" : TypeName(*prompt)));
-  }
   DIKKAT_RETURN_IF_ERROR(SetSampling(body, &wire));
   DIKKAT_RETURN_IF_ERROR(SetStream(body, &call));
   DIKKAT_ASSIGN_OR_RETURN(
@@ -297,10 +547,37 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Mode
     wire.set_top_logprobs(static_cast<int32_t>(*logprobs));
     if (call.echo) wire.set_prompt_logprobs(static_cast<int32_t>(*logprobs));
   }
-  DIKKAT_ASSIGN_OR_RETURN(call, Convert(wire, std::move(call), limits));
-  if (call.echo && prompt->is_array()) {
-    call.echo_text = limits.tokenizer->Decode(call.prompt_ids, /*skip_special_tokens=*/false);
+  if (prompts.size() > 1)
+    DIKKAT_RETURN_IF_ERROR(CheckCallCost(prompts.size(), wire, *limits.options));
+
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Json& prompt = *prompts[i];
+    if (prompt.is_string()) {
+      wire.mutable_input()->set_text(prompt.get<std::string>());
+    } else {
+      absl::StatusOr<std::vector<int32_t>> ids =
+          TokenIds(prompt, prompts.size() == 1 ? "prompt" : absl::StrCat("prompt[", i, "]"));
+      if (!ids.ok()) return ids.status();
+      wire.mutable_input()->mutable_tokens()->mutable_ids()->Assign(ids->begin(), ids->end());
+    }
+    absl::StatusOr<PromptCall> converted = ToPrompt(wire, limits);
+    if (!converted.ok()) return InPrompt(converted.status(), i, prompts.size());
+    if (prompts.size() > 1) {
+      // Every prompt is checked before the first is submitted: a bad one
+      // costs none of the others' work.
+      DIKKAT_RETURN_IF_ERROR(
+          InPrompt(CheckGenerateRequest(converted->request, *limits.config, *limits.options), i,
+                   prompts.size()));
+    }
+    if (call.echo) {
+      converted->echo_text =
+          prompt.is_string()
+              ? prompt.get<std::string>()
+              : limits.tokenizer->Decode(converted->prompt_ids, /*skip_special_tokens=*/false);
+    }
+    call.prompts.push_back(std::move(*converted));
   }
+  call.n = call.prompts.front().request.n;
   return call;
 }
 
@@ -309,10 +586,17 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
                                               const ModelLimits& limits) {
   GenerateCall call;
   v1::GenerateRequest wire;
+  DIKKAT_RETURN_IF_ERROR(CheckFieldNames(body, Endpoint::kChat));
   DIKKAT_ASSIGN_OR_RETURN(Json messages, ChatMessages(body, body_limits));
   const Json* tools = Field(body, "tools");
   if (tools != nullptr && !tools->is_array()) {
     return Invalid(absl::StrCat("tools: expected a list, got ", TypeName(*tools)));
+  }
+  const bool has_tools = tools != nullptr && !tools->empty();
+  DIKKAT_RETURN_IF_ERROR(CheckFreeGeneration(body, has_tools));
+  const Json* tool_choice = Field(body, "tool_choice");
+  if (has_tools && (tool_choice == nullptr || *tool_choice != "none")) {
+    call.tool_format = chat.tool_call_format();
   }
   DIKKAT_ASSIGN_OR_RETURN(std::string prompt,
                           chat.Render(messages, tools == nullptr ? Json(nullptr) : *tools));
@@ -337,12 +621,16 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
     return Invalid("top_logprobs: needs logprobs set to true");
   }
   if (call.want_logprobs) wire.set_top_logprobs(static_cast<int32_t>(top_logprobs.value_or(0)));
-  return Convert(wire, std::move(call), limits);
+  DIKKAT_ASSIGN_OR_RETURN(PromptCall converted, ToPrompt(wire, limits));
+  call.n = converted.request.n;
+  call.prompts.push_back(std::move(converted));
+  return call;
 }
 
 absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body, const ModelLimits& limits) {
   EmbeddingsCall call;
   v1::EncodeRequest wire;
+  DIKKAT_RETURN_IF_ERROR(CheckFieldNames(body, Endpoint::kEmbeddings));
   const Json* input = Field(body, "input");
   if (input == nullptr) {
     return Invalid("input: required (a string, a list of strings or of token id lists)");

@@ -6,8 +6,9 @@
 // server/convert.h, so that both doors tokenize, bound and convert the same
 // way; the engine's request check (server/request_checks.h) then runs at
 // submit, as for gRPC. What is checked here is only what the JSON form makes
-// wrong: a field of the wrong type, a value OpenAI allows that dikkat does
-// not serve (several prompts in one request), the chat messages.
+// wrong: a field of the wrong type, a field OpenAI defines that dikkat does
+// not serve (refused, never ignored), the chat messages, and the cost of a
+// call that fans out to several engine requests (several prompts).
 // Errors are INVALID_ARGUMENT naming the field (OpenAI's name), except the
 // chat template's own (FAILED_PRECONDITION: the model has none).
 //
@@ -25,6 +26,7 @@
 #include "server/chat_prompt.h"
 #include "server/convert.h"
 #include "server/engine.h"
+#include "server/tool_calls.h"
 
 namespace dikkat::server::openai {
 
@@ -34,6 +36,8 @@ using Json = nlohmann::ordered_json;
 struct BodyLimits {
   int max_json_depth = 32;  // nested arrays/objects
   int max_chat_messages = 1024;
+  // Prompts in one /v1/completions call (each its own engine request).
+  int max_prompts = 32;
 };
 
 // Parses a request body: a JSON object nested at most max_json_depth deep
@@ -44,30 +48,62 @@ absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits);
 // The `model` field ("" when absent). INVALID_ARGUMENT when not a string.
 absl::StatusOr<std::string> ModelName(const Json& body);
 
-// A Generate request as the HTTP handlers need it.
-struct GenerateCall {
+// One prompt of a call: its engine request and what echo needs.
+struct PromptCall {
   GenerateRequest request;  // ready to submit
-  bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool want_logprobs = false;  // completions: logprobs given; chat: logprobs true
   // Completions with echo: the prompt text (or the decoded token ids)
-  // prepended to each choice's text; with logprobs, the prompt's tokens too.
-  bool echo = false;
+  // prepended to each of its choices' text; with logprobs, the prompt's
+  // tokens too.
   std::string echo_text;
   std::vector<int32_t> prompt_ids;
 };
 
-// POST /v1/completions: prompt (a string, a list of one string, or a list of
-// token ids), max_tokens (default 16, as OpenAI's), temperature, top_p,
-// stop (a string or a list), seed, n, best_of, logprobs (0..20 alternatives),
-// echo, presence_penalty, frequency_penalty, stream, stream_options, and the
-// extensions top_k, min_p, repetition_penalty, ignore_eos.
-absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const ModelLimits& limits);
+// A Generate call as the HTTP handlers need it: one engine request per
+// prompt, all with the same options. Its choices are numbered
+// prompt_index * n + sample_index (OpenAI's order); usage sums the prompts.
+struct GenerateCall {
+  std::vector<PromptCall> prompts;  // 1..BodyLimits::max_prompts; chat: 1
+  int32_t n = 1;                    // choices per prompt (GenerateRequest::n)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool want_logprobs = false;  // completions: logprobs given; chat: logprobs true
+  bool echo = false;           // completions: each choice starts with its prompt
+  // Chat with tools (and tool_choice not "none"): each choice's text is
+  // parsed for tool calls in the template's convention (server/tool_calls.h).
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
+
+  int32_t choices() const { return static_cast<int32_t>(prompts.size()) * n; }
+  // The prompt choice `index` belongs to.
+  const PromptCall& PromptOf(int32_t index) const { return prompts[index / n]; }
+};
+
+// Tokens a call may ask to generate in all, summed over its prompts and
+// samples (prompts x max(n, best_of) x max_tokens): what the largest single
+// request may ask (max_new_tokens_cap x kMaxSamples).
+int64_t MaxCallTokens(const EngineOptions& options);
+
+// POST /v1/completions: prompt (a string, a list of token ids, or a list of
+// 1..max_prompts strings or token id lists; the count and the call's cost,
+// MaxCallTokens, are checked before any prompt is tokenized), max_tokens
+// (default 16, as OpenAI's), temperature, top_p, stop (a string or a list),
+// seed, n, best_of, logprobs (0..20 alternatives), echo, presence_penalty,
+// frequency_penalty, logit_bias, stream, stream_options, and the extensions
+// top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids,
+// include_stop_str_in_output.
+//
+// Every endpoint refuses a field it does not read (naming it and, for
+// OpenAI's own such as suffix, why), except OpenAI's fields that cannot
+// change the output (user, metadata, store, service_tier, prompt_cache_key,
+// safety_identifier, prediction), accepted and unused; null is absent.
+absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const BodyLimits& body_limits,
+                                                    const ModelLimits& limits);
 
 // POST /v1/chat/completions: messages (1..max_chat_messages objects with a
 // string role and string content, or a list of {type: "text", text} parts),
-// tools, and the sampling fields above; max_tokens or max_completion_tokens
-// (default: the server's --default_max_new_tokens); logprobs (bool) with
+// tools, tool_choice ("auto" or "none"), parallel_tool_calls (true),
+// response_format ({"type": "text"}; JSON modes need constrained decoding
+// and are refused), modalities (["text"]), and the sampling fields above; max_tokens or
+// max_completion_tokens (default: the server's --default_max_new_tokens); logprobs (bool) with
 // top_logprobs. The prompt is `chat` rendered with add_generation_prompt,
 // tokenized without adding special tokens (the template has them).
 absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt& chat,

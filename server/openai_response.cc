@@ -1,5 +1,6 @@
 #include "server/openai_response.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -36,6 +37,20 @@ std::string RandomHex(int bytes) {
     const uint64_t v = rng();
     out += kHex[(v >> 4) & 15];
     out += kHex[v & 15];
+  }
+  return out;
+}
+
+// OpenAI's tool_calls list; streamed deltas also number each call.
+Json ToolCallsJson(const std::vector<ToolCall>& calls, bool with_index) {
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json call = Json::object();
+    if (with_index) call["index"] = i;
+    call["id"] = absl::StrCat("call_", RandomHex(12));
+    call["type"] = "function";
+    call["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    out.push_back(std::move(call));
   }
   return out;
 }
@@ -116,13 +131,14 @@ Json Usage(const GenerateSummary& summary) {
 ChoiceBuilder::ChoiceBuilder(ResponseMeta meta, const GenerateCall& call,
                              const model::Tokenizer& tokenizer)
     : meta_(std::move(meta)), call_(call), tokenizer_(tokenizer) {
-  choices_.resize(static_cast<size_t>(std::max(call.request.n, 1)));
+  choices_.resize(static_cast<size_t>(std::max(call.choices(), 1)));
+  prompt_logprobs_.resize(call.prompts.size());
 }
 
 ChoiceBuilder::Choice& ChoiceBuilder::ChoiceAt(int32_t index) {
-  // The engine numbers samples 0..n-1; anything else is a bug, kept safe.
-  if (index < 0) index = 0;
-  if (static_cast<size_t>(index) >= choices_.size()) choices_.resize(index + 1);
+  // Choices are numbered 0..choices()-1 (PromptFanOut); anything else is a
+  // bug, kept safe.
+  if (index < 0 || static_cast<size_t>(index) >= choices_.size()) index = 0;
   return choices_[index];
 }
 
@@ -164,29 +180,32 @@ Json ChoiceBuilder::ChatLogprob(const GeneratedToken& token) const {
 
 void ChoiceBuilder::Consume(const GeneratedChunk& chunk, Choice& choice, std::string* text,
                             Json* logprobs) {
-  if (!chunk.prompt_logprobs.empty() && prompt_logprobs_.empty()) {
-    prompt_logprobs_ = chunk.prompt_logprobs;
+  const size_t prompt_index = static_cast<size_t>(&choice - choices_.data()) / call_.n;
+  const PromptCall& prompt = call_.prompts[prompt_index];
+  std::vector<GeneratedToken>& prompt_logprobs = prompt_logprobs_[prompt_index];
+  if (!chunk.prompt_logprobs.empty() && prompt_logprobs.empty()) {
+    prompt_logprobs = chunk.prompt_logprobs;
   }
   const bool chat = meta_.api == Api::kChat;
   if (!choice.started) {
     choice.started = true;
     if (call_.echo) {
-      *text += call_.echo_text;
-      if (call_.want_logprobs && !chat && !call_.prompt_ids.empty()) {
+      *text += prompt.echo_text;
+      if (call_.want_logprobs && !chat && !prompt.prompt_ids.empty()) {
         // The first prompt token has no logprob; the others come from the
         // engine's prompt_logprobs, in order.
         // Offsets: each prompt token's own decoded bytes.
-        AppendCompletionLogprob(GeneratedToken{call_.prompt_ids[0], 0.0f, {}}, false, *logprobs,
+        AppendCompletionLogprob(GeneratedToken{prompt.prompt_ids[0], 0.0f, {}}, false, *logprobs,
                                 choice.text_offset);
         choice.text_offset += static_cast<int64_t>(
-            tokenizer_.Decode({call_.prompt_ids[0]}, /*skip_special_tokens=*/false).size());
-        for (const GeneratedToken& t : prompt_logprobs_) {
+            tokenizer_.Decode({prompt.prompt_ids[0]}, /*skip_special_tokens=*/false).size());
+        for (const GeneratedToken& t : prompt_logprobs) {
           AppendCompletionLogprob(t, true, *logprobs, choice.text_offset);
           choice.text_offset += static_cast<int64_t>(
               tokenizer_.Decode({t.token_id}, /*skip_special_tokens=*/false).size());
         }
         // The echo is the prompt's text: what follows starts after it.
-        choice.text_offset = static_cast<int64_t>(call_.echo_text.size());
+        choice.text_offset = static_cast<int64_t>(prompt.echo_text.size());
       }
     }
   }
@@ -232,11 +251,21 @@ Json ChoiceBuilder::Response(const GenerateSummary& summary) const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     std::string text = c.text;
-    if (!c.started && call_.echo) text = call_.echo_text;
+    if (!c.started && call_.echo) text = call_.PromptOf(static_cast<int32_t>(i)).echo_text;
     const FinishReason finish = c.finished ? c.finish : summary.reason;
+    std::string finish_reason = FinishReasonString(finish);
     Json choice = {{"index", i}};
     if (meta_.api == Api::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", std::move(text)}};
+      Json message = {{"role", "assistant"}, {"content", text}};
+      if (parses_tools()) {
+        ParsedToolCalls parsed = ParseToolCalls(text, call_.tool_format);
+        if (!parsed.calls.empty()) {
+          message["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
+          message["tool_calls"] = ToolCallsJson(parsed.calls, /*with_index=*/false);
+          finish_reason = "tool_calls";
+        }
+      }
+      choice["message"] = std::move(message);
       choice["logprobs"] = call_.want_logprobs && c.logprobs.is_null()
                                ? Json{{"content", Json::array()}}
                                : c.logprobs;
@@ -244,7 +273,7 @@ Json ChoiceBuilder::Response(const GenerateSummary& summary) const {
       choice["text"] = std::move(text);
       choice["logprobs"] = c.logprobs;
     }
-    choice["finish_reason"] = FinishReasonString(finish);
+    choice["finish_reason"] = finish_reason;
     choices.push_back(std::move(choice));
   }
   return Json{{"id", meta_.id},
@@ -274,12 +303,36 @@ Json ChoiceBuilder::ChoiceDelta(int32_t index, const std::string& text,
   return Json{{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", nullptr}};
 }
 
-Json ChoiceBuilder::FinishEvent(int32_t index, FinishReason reason) const {
+Json ChoiceBuilder::FinishEvent(int32_t index, const std::string& reason) const {
   Json choice = meta_.api == Api::kChat
                     ? Json{{"index", index}, {"delta", Json::object()}, {"logprobs", nullptr}}
                     : Json{{"index", index}, {"text", ""}, {"logprobs", nullptr}};
-  choice["finish_reason"] = FinishReasonString(reason);
+  choice["finish_reason"] = reason;
   return Event(Json::array({std::move(choice)}));
+}
+
+void ChoiceBuilder::AppendFinishEvents(int32_t index, Choice& choice, FinishReason reason,
+                                       std::vector<Json>& events) const {
+  std::string finish_reason = FinishReasonString(reason);
+  if (parses_tools()) {
+    const ParsedToolCalls parsed = ParseToolCalls(choice.text, call_.tool_format);
+    // The content is a continuation of what was sent (StreamableContent).
+    const std::string& content = parsed.calls.empty() ? choice.text : parsed.content;
+    if (content.size() > choice.streamed) {
+      events.push_back(
+          Event(Json::array({ChoiceDelta(index, content.substr(choice.streamed), nullptr)})));
+      choice.streamed = content.size();
+    }
+    if (!parsed.calls.empty()) {
+      events.push_back(Event(Json::array(
+          {Json{{"index", index},
+                {"delta", {{"tool_calls", ToolCallsJson(parsed.calls, /*with_index=*/true)}}},
+                {"logprobs", nullptr},
+                {"finish_reason", nullptr}}})));
+      finish_reason = "tool_calls";
+    }
+  }
+  events.push_back(FinishEvent(index, finish_reason));
 }
 
 std::vector<Json> ChoiceBuilder::StartEvents() const {
@@ -300,12 +353,20 @@ std::vector<Json> ChoiceBuilder::ChunkEvents(const GeneratedChunk& chunk) {
   std::string text;
   Json logprobs;
   Consume(chunk, choice, &text, &logprobs);
+  if (parses_tools()) {
+    // Content only as far as no tool call may begin; the rest at the finish.
+    const size_t streamable = StreamableContent(choice.text, call_.tool_format);
+    text = streamable > choice.streamed
+               ? choice.text.substr(choice.streamed, streamable - choice.streamed)
+               : std::string();
+    choice.streamed = std::max(choice.streamed, streamable);
+  }
   if (!text.empty() || !logprobs.is_null()) {
     events.push_back(Event(Json::array({ChoiceDelta(chunk.index, text, logprobs)})));
   }
   if (chunk.finish.has_value() && !choice.finished) {
     choice.finished = true;
-    events.push_back(FinishEvent(chunk.index, *chunk.finish));
+    AppendFinishEvents(chunk.index, choice, *chunk.finish, events);
   }
   return events;
 }
@@ -314,15 +375,16 @@ std::vector<Json> ChoiceBuilder::FinishEvents(const GenerateSummary& summary) {
   std::vector<Json> events;
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
-    if (!c.started && call_.echo && !call_.echo_text.empty()) {
-      // Nothing was generated (e.g. max_tokens reached at once): still echo.
+    const std::string& echo_text = call_.PromptOf(static_cast<int32_t>(i)).echo_text;
+    if (!c.started && call_.echo && !echo_text.empty()) {
+      // Nothing was generated (e.g. a cancelled call): still echo.
       c.started = true;
       events.push_back(
-          Event(Json::array({ChoiceDelta(static_cast<int32_t>(i), call_.echo_text, nullptr)})));
+          Event(Json::array({ChoiceDelta(static_cast<int32_t>(i), echo_text, nullptr)})));
     }
     if (c.finished) continue;
     c.finished = true;
-    events.push_back(FinishEvent(static_cast<int32_t>(i), summary.reason));
+    AppendFinishEvents(static_cast<int32_t>(i), c, summary.reason, events);
   }
   if (call_.include_usage) {
     Json usage = Event(Json::array());

@@ -54,8 +54,17 @@ ResponseMeta NewResponseMeta(Api api, std::string model);
 // {"prompt_tokens", "completion_tokens", "total_tokens"}.
 Json Usage(const GenerateSummary& summary);
 
-// Builds the choices of one Generate call from its chunks, for a whole
-// response (Add..., then Response) or a stream (StreamChunks per chunk).
+// Chat with tool-call parsing (GenerateCall::tool_format): a choice whose
+// text holds calls answers message.tool_calls ({id, type: "function",
+// function: {name, arguments}}), the text outside them as content (null when
+// none) and finish_reason "tool_calls". Streamed, content is sent as far as
+// no call may begin (server/tool_calls.h, StreamableContent); the rest waits
+// for the choice's finish, then comes as a content delta (if any) and one
+// delta with every tool_calls entry (with its index), then the finish.
+//
+// Builds the choices of one Generate call from its chunks (numbered
+// prompt_index * n + sample_index, as PromptFanOut numbers them), for a whole
+// response (Add..., then Response) or a stream (ChunkEvents per chunk).
 class ChoiceBuilder {
  public:
   // `call` and `tokenizer` must outlive the builder.
@@ -85,7 +94,12 @@ class ChoiceBuilder {
     Json logprobs;            // completions: {tokens, token_logprobs, top_logprobs, text_offset}
     int64_t text_offset = 0;  // bytes of text so far (completions logprobs)
     FinishReason finish = FinishReason::kLength;
+    size_t streamed = 0;  // tool-call parsing: bytes of `text` sent as content
   };
+
+  bool parses_tools() const {
+    return meta_.api == Api::kChat && call_.tool_format != ToolCallFormat::kNone;
+  }
 
   Choice& ChoiceAt(int32_t index);
   // Appends the chunk's text (after the echo, first time) and its logprobs
@@ -95,14 +109,19 @@ class ChoiceBuilder {
                                int64_t offset) const;
   Json ChatLogprob(const GeneratedToken& token) const;
   Json ChoiceDelta(int32_t index, const std::string& text, const Json& logprobs) const;
-  Json FinishEvent(int32_t index, FinishReason reason) const;
+  Json FinishEvent(int32_t index, const std::string& reason) const;
+  // A choice's last events: (tool-call parsing) the content held back and
+  // its tool_calls delta, then its finish.
+  void AppendFinishEvents(int32_t index, Choice& choice, FinishReason reason,
+                          std::vector<Json>& events) const;
   Json Event(Json choices) const;
 
   const ResponseMeta meta_;
   const GenerateCall& call_;
   const model::Tokenizer& tokenizer_;
   std::vector<Choice> choices_;
-  std::vector<GeneratedToken> prompt_logprobs_;  // from the first chunk (echo + logprobs)
+  // Per prompt, from its request's first chunk (echo + logprobs).
+  std::vector<std::vector<GeneratedToken>> prompt_logprobs_;
 };
 
 // ---- embeddings ----------------------------------------------------------------

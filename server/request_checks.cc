@@ -158,6 +158,11 @@ absl::Status CheckSamples(const GenerateRequest& r, int64_t prompt_len) {
     if (r.prompt_logprobs >= 0 || r.prompt_only) {
       return Invalid("prompt_logprobs is not supported with beam search");
     }
+    if (!r.sampling.logit_bias.empty()) {
+      return Invalid(
+          "sampling.logit_bias is not applied by beam search (hypotheses are scored with the "
+          "model's own log-probabilities); leave it empty with beam_width > 1");
+    }
     if (!std::isfinite(r.length_penalty) || std::abs(r.length_penalty) > 10.0f) {
       return Invalid(absl::StrCat("length_penalty = ", r.length_penalty,
                                   " is out of range: allowed -10..10"));
@@ -229,6 +234,13 @@ absl::Status CheckGenerateRequest(const GenerateRequest& r, const model::ModelCo
   }
   DIKKAT_RETURN_IF_ERROR(CheckSamples(r, static_cast<int64_t>(r.prompt.size()) + (enc_dec ? 1 : 0)));
   DIKKAT_RETURN_IF_ERROR(model::Validate(r.sampling));  // names the field (sampling.top_p, ...)
+  for (const model::LogitBias& entry : r.sampling.logit_bias) {
+    if (entry.token_id >= config.vocab_size) {
+      return Invalid(absl::StrCat("sampling.logit_bias: token id ", entry.token_id,
+                                  " is not in the vocabulary: allowed 0..", config.vocab_size - 1,
+                                  " (vocab_size ", config.vocab_size, ")"));
+    }
+  }
   if (r.priority < kMinPriority || r.priority > kMaxPriority) {
     return Invalid(absl::StrCat("priority = ", r.priority, " is out of range: allowed ",
                                 kMinPriority, "..", kMaxPriority));

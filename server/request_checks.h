@@ -34,7 +34,8 @@ absl::Status CheckMaxNewTokens(int32_t max_new_tokens, const EngineOptions& opti
 
 // Architecture (encoder-only models cannot generate), prompt / source
 // lengths and ids (at least one position must remain for generation),
-// max_new_tokens (0 = the server default), sampling (model::Validate), stop
+// max_new_tokens (0 = the server default), sampling (model::Validate, and
+// logit_bias ids in the vocabulary; no logit_bias with beam search), stop
 // strings and stop token ids (counts, sizes, UTF-8, ids).
 absl::Status CheckGenerateRequest(const GenerateRequest& request, const model::ModelConfig& config,
                                   const EngineOptions& options);

@@ -31,6 +31,20 @@ absl::Status ParseIntList(absl::string_view text, std::vector<int>* out) {
   return absl::OkStatus();
 }
 
+absl::Status ParseIdValueMap(absl::string_view text, std::map<int, double>* out) {
+  for (absl::string_view piece : absl::StrSplit(text, absl::ByAnyChar(", "), absl::SkipEmpty())) {
+    const std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(piece, absl::MaxSplits('=', 1));
+    int id;
+    double value;
+    if (!absl::SimpleAtoi(kv.first, &id) || !absl::SimpleAtod(kv.second, &value)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", piece, "' is not ID=VALUE"));
+    }
+    (*out)[id] = value;
+  }
+  return absl::OkStatus();
+}
+
 void FlagSet::Add(Flag flag) { flags_.push_back(std::move(flag)); }
 
 const FlagSet::Flag* FlagSet::Find(absl::string_view name) const {
@@ -120,6 +134,13 @@ void FlagSet::IntList(std::string name, std::vector<int>* values, std::string he
   Add({name, "LIST", std::move(help), "", [name, values](absl::string_view v) {
          absl::Status s = ParseIntList(v, values);
          return s.ok() ? s : BadValue(name, v, "integers separated by commas");
+       }});
+}
+
+void FlagSet::IdValueMap(std::string name, std::map<int, double>* values, std::string help) {
+  Add({name, "ID=VALUE,...", std::move(help), "", [name, values](absl::string_view v) {
+         absl::Status s = ParseIdValueMap(v, values);
+         return s.ok() ? s : BadValue(name, v, "ID=VALUE pairs separated by commas");
        }});
 }
 

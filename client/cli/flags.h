@@ -6,12 +6,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace dikkat::client::cli {
 
@@ -33,6 +34,9 @@ class FlagSet {
   void Bool(std::string name, bool* value, std::string help);
   // Comma- or space-separated integers; repeatable, every occurrence appends.
   void IntList(std::string name, std::vector<int>* values, std::string help);
+  // Comma- or space-separated ID=VALUE pairs (e.g. 50256=-100,13=2.5);
+  // repeatable, every occurrence adds (a repeated id takes the last value).
+  void IdValueMap(std::string name, std::map<int, double>* values, std::string help);
 
   // Parses `args`; non-flag arguments go to `positional` in order.
   // INVALID_ARGUMENT names the flag and the bad value.
@@ -61,6 +65,9 @@ class FlagSet {
 
 // Parses "1,2, 3" or "1 2 3" into integers.
 absl::Status ParseIntList(absl::string_view text, std::vector<int>* out);
+
+// Parses "5=-100,7=2.5" (or space-separated) into id -> value.
+absl::Status ParseIdValueMap(absl::string_view text, std::map<int, double>* out);
 
 }  // namespace dikkat::client::cli
 

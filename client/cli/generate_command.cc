@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -46,6 +47,9 @@ class GenerateCommand : public Command {
     f->Double("presence-penalty", &presence_penalty_, "in [-2, 2]");
     f->Double("frequency-penalty", &frequency_penalty_, "in [-2, 2]");
     f->OptionalUint64("seed", &seed_, "random seed; same seed and prompt give the same text");
+    f->IdValueMap("logit-bias", &logit_bias_,
+                  "add BIAS (-100..100) to token ID's logit before sampling, e.g. "
+                  "50256=-100 bans token 50256 (reported logprobs exclude it)");
     f->Strings("stop", &stop_, "stop when the text contains this string");
     f->IntList("stop-ids", &stop_ids_, "stop when one of these token ids is generated");
     f->Bool("ignore-eos", &ignore_eos_, "keep generating past the end-of-sequence token");
@@ -91,6 +95,9 @@ class GenerateCommand : public Command {
     s->set_presence_penalty(static_cast<float>(presence_penalty_));
     s->set_frequency_penalty(static_cast<float>(frequency_penalty_));
     if (seed_) s->set_seed(*seed_);
+    for (const auto& [id, bias] : logit_bias_) {
+      (*s->mutable_logit_bias())[id] = static_cast<float>(bias);
+    }
     if (max_tokens_) request.set_max_new_tokens(*max_tokens_);
     for (const std::string& stop : stop_) request.add_stop(stop);
     for (int id : stop_ids_) request.add_stop_token_ids(id);
@@ -243,6 +250,7 @@ class GenerateCommand : public Command {
   double min_p_ = 0;
   std::optional<double> repetition_penalty_;
   double presence_penalty_ = 0;
+  std::map<int, double> logit_bias_;
   double frequency_penalty_ = 0;
   std::optional<uint64_t> seed_;
   std::vector<std::string> stop_;

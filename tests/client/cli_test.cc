@@ -87,6 +87,20 @@ TEST_F(CliTest, GenerateStreamsTextToStdoutAndStatsToStderr) {
   EXPECT_EQ(server_.service().last().method, "Generate");
 }
 
+TEST_F(CliTest, LogitBiasGoesOnTheWire) {
+  CliRun run = Dikkat("generate --max-tokens=2 --logit-bias=5=-100,7=2.5 --logit-bias '9=1' hi");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const ::dikkat::testing::FakeDikkatService::Seen seen = server_.service().last();
+  const auto& bias = seen.generate.sampling().logit_bias();
+  ASSERT_EQ(bias.size(), 3u);
+  EXPECT_EQ(bias.at(5), -100.0f);
+  EXPECT_EQ(bias.at(7), 2.5f);
+  EXPECT_EQ(bias.at(9), 1.0f);
+  run = Dikkat("generate --logit-bias=5:-100 hi");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--logit-bias=5:-100: expected ID=VALUE pairs"));
+}
+
 TEST_F(CliTest, TokenAndModelGoOnTheWire) {
   CliRun run = Dikkat("--token=abc tokenize --model=m1 hi there");
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -53,6 +53,7 @@ class FakeDikkatService final : public v1::Dikkat::Service {
     std::string authorization;
     std::multimap<std::string, std::string> metadata;
     double deadline_seconds = 0;  // remaining when the call arrived
+    v1::GenerateRequest generate;  // the last Generate's request
   };
   Seen last() {
     dikkat::MutexLock lock(&mu_);
@@ -171,6 +172,10 @@ class FakeDikkatService final : public v1::Dikkat::Service {
   grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override {
     Record(context, "Generate", request->model());
+    {
+      dikkat::MutexLock lock(&mu_);
+      last_.generate = *request;
+    }
     const int n = request->has_max_new_tokens() ? request->max_new_tokens() : 5;
     const int delay_ms = IntMetadata(context, "x-fake-delay-ms");
     const bool no_finish = IntMetadata(context, "x-fake-no-finish") != 0;

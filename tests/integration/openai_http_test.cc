@@ -2,8 +2,9 @@
 // binary, called over HTTP/1.1 with cpp-httplib's client and compared with
 // the same server's gRPC answers: models, completions (greedy text equal
 // through both doors), streams (server-sent events concatenated equal to the
-// whole response), chat through a real chat template (Gemma 2's, from
-// tests/chat/data, in a copy of tiny-lm's folder), embeddings (float and
+// whole response), several prompts in one call, chat through a real chat
+// template (Gemma 2's, from tests/chat/data, in a copy of tiny-lm's folder),
+// embeddings (float and
 // base64 equal), the OpenAI error shape and statuses (400, 401, 404, 413),
 // and a client that disconnects mid-stream cancelling its generation.
 #include <arpa/inet.h>
@@ -275,6 +276,145 @@ TEST_F(OpenAiHttpTest, StreamConcatenatesToTheWholeResponse) {
   EXPECT_EQ(usage, whole.json["usage"]);
 }
 
+// Several prompts in one call: one engine request each, choices numbered
+// prompt_index * n + sample_index, usage summed; each choice equals the call
+// made with its prompt alone, whole or streamed.
+TEST_F(OpenAiHttpTest, SeveralPromptsAreChoicesInPromptOrder) {
+  const std::vector<std::string> prompts = {"The quick brown fox", "Once upon", "abc"};
+  HttpReply r = Post("/v1/completions",
+                     Json{{"prompt", prompts}, {"max_tokens", 12}, {"temperature", 0}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json["choices"].size(), 3u);
+  int prompt_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    HttpReply alone =
+        Post("/v1/completions",
+             Json{{"prompt", prompts[i]}, {"max_tokens", 12}, {"temperature", 0}}.dump());
+    ASSERT_EQ(alone.status, 200) << alone.body;
+    EXPECT_EQ(r.json["choices"][i]["index"], i);
+    EXPECT_EQ(r.json["choices"][i]["text"], alone.json["choices"][0]["text"]) << i;
+    EXPECT_EQ(r.json["choices"][i]["finish_reason"], "length");
+    prompt_tokens += alone.json["usage"]["prompt_tokens"].get<int>();
+  }
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 3 * 12);
+
+  // Two seeded samples of a text and a token-id prompt, echoed: prompt 1's
+  // samples are choices 2 and 3, equal to that prompt's own call; the
+  // stream's events name their choice and add up to the whole response.
+  Json ids = Json::array();
+  for (unsigned char c : std::string("abc")) ids.push_back(static_cast<int>(c));
+  Json request = {{"prompt", Json::array({"Once upon", ids})},
+                  {"max_tokens", 8},
+                  {"temperature", 0.8},
+                  {"n", 2},
+                  {"seed", 7},
+                  {"echo", true}};
+  HttpReply whole = Post("/v1/completions", request.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  ASSERT_EQ(whole.json["choices"].size(), 4u);
+  Json single = request;
+  single["prompt"] = "abc";
+  HttpReply alone = Post("/v1/completions", single.dump());
+  ASSERT_EQ(alone.status, 200) << alone.body;
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(whole.json["choices"][2 + s]["text"], alone.json["choices"][s]["text"]) << s;
+    EXPECT_TRUE(absl::StartsWith(whole.json["choices"][s]["text"].get<std::string>(), "Once upon"));
+  }
+  request["stream"] = true;
+  request["stream_options"] = {{"include_usage", true}};
+  HttpReply streamed = Post("/v1/completions", request.dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  bool done = false;
+  std::vector<std::string> text(4);
+  std::vector<std::string> finish(4);
+  Json usage;
+  for (const Json& e : Events(streamed.body, &done)) {
+    if (e.contains("usage")) usage = e["usage"];
+    for (const Json& c : e["choices"]) {
+      const int i = c["index"];
+      ASSERT_TRUE(i >= 0 && i < 4) << e.dump();
+      text[i] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finish[i] = c["finish_reason"];
+    }
+  }
+  EXPECT_TRUE(done);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(text[i], whole.json["choices"][i]["text"]) << i;
+    EXPECT_EQ(finish[i], whole.json["choices"][i]["finish_reason"]) << i;
+    EXPECT_FALSE(finish[i].empty()) << i;
+  }
+  EXPECT_EQ(usage, whole.json["usage"]);
+
+  // Bounded before any work: the count, then the call's total cost.
+  HttpReply many =
+      Post("/v1/completions",
+           Json{{"prompt", std::vector<std::string>(33, "a")}, {"max_tokens", 1}}.dump());
+  EXPECT_EQ(many.status, 400) << many.body;
+  EXPECT_THAT(many.json["error"]["message"].get<std::string>(), HasSubstr("at most 32"));
+  HttpReply costly = Post(
+      "/v1/completions",
+      Json{{"prompt", {"a", "b"}}, {"n", 16}, {"temperature", 1}, {"max_tokens", 4096}}.dump());
+  EXPECT_EQ(costly.status, 400) << costly.body;
+  EXPECT_THAT(costly.json["error"]["message"].get<std::string>(), HasSubstr("tokens to generate"));
+}
+
+// logit_bias through both doors: +100 forces a token under greedy, -100
+// keeps the greedy choice out; logprobs stay the model's (unbiased) ones.
+TEST_F(OpenAiHttpTest, LogitBiasForcesAndBansTokens) {
+  Json request = {{"prompt", "The quick brown fox"},
+                  {"max_tokens", 6},
+                  {"temperature", 0},
+                  {"logprobs", 1},
+                  {"ignore_eos", true}};
+  HttpReply plain = Post("/v1/completions", request.dump());
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  request["logit_bias"] = {{std::to_string('z'), 100}};
+  HttpReply forced = Post("/v1/completions", request.dump());
+  ASSERT_EQ(forced.status, 200) << forced.body;
+  EXPECT_EQ(forced.json["choices"][0]["text"], "zzzzzz");
+  // The reported top alternative of the first token is the model's choice,
+  // with the model's logprob (equal within float rounding: the prefix cache).
+  const Json& forced_top = forced.json["choices"][0]["logprobs"]["top_logprobs"][0];
+  const Json& plain_top = plain.json["choices"][0]["logprobs"]["top_logprobs"][0];
+  ASSERT_EQ(forced_top.size(), 1u);
+  ASSERT_EQ(plain_top.size(), 1u);
+  EXPECT_EQ(forced_top.begin().key(), plain_top.begin().key());
+  EXPECT_NEAR(forced_top.begin().value().get<double>(), plain_top.begin().value().get<double>(),
+              1e-4);
+
+  v1::GenerateRequest grpc_request;
+  grpc_request.mutable_input()->set_text("The quick brown fox");
+  grpc_request.set_max_new_tokens(6);
+  grpc_request.set_ignore_eos(true);
+  grpc_request.mutable_sampling()->set_temperature(0);
+  (*grpc_request.mutable_sampling()->mutable_logit_bias())['z'] = 100.0f;
+  absl::StatusOr<client::GenerateResult> grpc = Grpc()->Generate(grpc_request);
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  EXPECT_EQ(grpc->text, "zzzzzz");
+
+  // Banning the greedy first token (by id, from gRPC) keeps it out of every step.
+  grpc_request.mutable_sampling()->clear_logit_bias();
+  absl::StatusOr<client::GenerateResult> unbiased = Grpc()->Generate(grpc_request);
+  ASSERT_TRUE(unbiased.ok() && !unbiased->tokens.empty()) << unbiased.status();
+  const int32_t first = unbiased->tokens[0].id();
+  request["logit_bias"] = {{std::to_string(first), -100}};
+  HttpReply banned = Post("/v1/completions", request.dump());
+  ASSERT_EQ(banned.status, 200) << banned.body;
+  EXPECT_NE(banned.json["choices"][0]["text"], plain.json["choices"][0]["text"]);
+  (*grpc_request.mutable_sampling()->mutable_logit_bias())[first] = -100.0f;
+  absl::StatusOr<client::GenerateResult> without = Grpc()->Generate(grpc_request);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->text, banned.json["choices"][0]["text"]);
+  for (const v1::GeneratedToken& t : without->tokens) EXPECT_NE(t.id(), first);
+
+  request["logit_bias"] = {{"259", 1}};
+  HttpReply outside = Post("/v1/completions", request.dump());
+  EXPECT_EQ(outside.status, 400) << outside.body;
+  EXPECT_THAT(outside.json["error"]["message"].get<std::string>(),
+              HasSubstr("logit_bias: token id 259 is not in the vocabulary"));
+}
+
 TEST_F(OpenAiHttpTest, EchoAndLogprobs) {
   HttpReply r = Post(
       "/v1/completions",
@@ -405,14 +545,25 @@ TEST_F(OpenAiHttpTest, ErrorsHaveOpenAisShapeAndStatus) {
                "temperature");
   expect_error(Post("/v1/completions", Json{{"prompt", "x"}, {"max_tokens", "many"}}.dump()), 400,
                "max_tokens: expected an integer");
-  expect_error(Post("/v1/completions", Json{{"prompt", {"a", "b"}}}.dump()), 400,
-               "one prompt per request");
+  expect_error(Post("/v1/completions", Json{{"prompt", {"a", 3}}}.dump()), 400,
+               "prompt[1]: expected a string");
   expect_error(Post("/v1/completions", std::string(100, '[') + std::string(100, ']')), 400,
                "deeper than");
   HttpReply unknown = Post("/v1/completions", Json{{"model", "gpt-4"}, {"prompt", "x"}}.dump());
   expect_error(unknown, 404, "gpt-4");
   EXPECT_EQ(unknown.json["error"]["code"], "model_not_found");
   expect_error(Post("/v1/nowhere", "{}"), 404, "no such endpoint");
+  // Fields that would change the output are refused, never ignored.
+  expect_error(Post("/v1/completions", Json{{"prompt", "x"}, {"suffix", "y"}}.dump()), 400,
+               "suffix: fill-in-the-middle is not served");
+  expect_error(Post("/v1/completions", Json{{"prompt", "x"}, {"guided_json", "{}"}}.dump()), 400,
+               "guided_json: not a field /v1/completions serves");
+  expect_error(
+      Post("/v1/chat/completions", Json{{"model", "chat"},
+                                        {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                        {"response_format", {{"type", "json_object"}}}}
+                                       .dump()),
+      400, "needs constrained decoding");
   // Over --max_message_bytes (64KiB here): refused before it is parsed.
   expect_error(Post("/v1/completions", Json{{"prompt", std::string(100 << 10, 'x')}}.dump()), 413,
                "larger than");

@@ -453,6 +453,103 @@ TEST(SamplerTest, RepetitionPenaltyCanChangeTheGreedyChoice) {
   EXPECT_EQ(SampleId(s, logits), 1);
 }
 
+// ---- logit bias ------------------------------------------------------------------
+
+TEST(ValidateTest, LogitBiasIsBoundedAndUnique) {
+  SamplingParams p;
+  p.logit_bias = {{0, -100.0f}, {5, 100.0f}, {9, 0.5f}};
+  EXPECT_TRUE(Validate(p).ok()) << Validate(p);
+  for (int32_t id = 0; id < kMaxLogitBiasEntries; ++id) p.logit_bias.push_back({id + 10, 1.0f});
+  EXPECT_THAT(std::string(Validate(p).message()), HasSubstr("303 entries; at most 300"));
+  p.logit_bias = {{3, 100.5f}};
+  EXPECT_THAT(std::string(Validate(p).message()), HasSubstr("logit_bias[3] = 100.5"));
+  p.logit_bias = {{3, std::numeric_limits<float>::quiet_NaN()}};
+  EXPECT_THAT(std::string(Validate(p).message()), HasSubstr("logit_bias[3]"));
+  p.logit_bias = {{-2, 1.0f}};
+  EXPECT_THAT(std::string(Validate(p).message()), HasSubstr("token id -2"));
+  p.logit_bias = {{8, 1.0f}, {3, 1.0f}, {8, -1.0f}};
+  EXPECT_THAT(std::string(Validate(p).message()), HasSubstr("token id 8 is listed twice"));
+}
+
+TEST(SamplerTest, LogitBiasBansAndForcesUnderGreedyAndLogprobsIgnoreIt) {
+  const std::vector<float> logits = {1.0f, 5.0f, 2.0f, -1.0f};
+  const std::vector<double> lsm = LogSoftmax(std::vector<double>(logits.begin(), logits.end()));
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.top_logprobs = 2;
+  params.logit_bias = {{1, -100.0f}};  // bans the argmax
+  Sampler banned(params, 1);
+  absl::StatusOr<SampledToken> t = banned.Sample(absl::MakeConstSpan(logits));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->token_id, 2);
+  // The reported distribution is the model's: token 2's own logprob, and
+  // the banned token still the most likely alternative.
+  EXPECT_NEAR(t->logprob, lsm[2], 1e-5);
+  ASSERT_EQ(t->top.size(), 2u);
+  EXPECT_EQ(t->top[0].token_id, 1);
+  EXPECT_NEAR(t->top[0].logprob, lsm[1], 1e-5);
+  EXPECT_EQ(t->top[1].token_id, 2);
+
+  params.top_logprobs = 0;
+  params.logit_bias = {{3, 100.0f}};  // forces the least likely
+  Sampler forced(params, 1);
+  t = forced.Sample(absl::MakeConstSpan(logits));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->token_id, 3);
+  EXPECT_NEAR(t->logprob, lsm[3], 1e-5);
+  EXPECT_TRUE(t->top.empty());
+
+  params.logit_bias = {{4, 100.0f}};  // outside the vocab: ignored
+  Sampler outside(params, 1);
+  EXPECT_EQ(SampleId(outside, logits), 1);
+  // A masked token stays masked.
+  params.logit_bias = {{0, 100.0f}};
+  Sampler masked(params, 1);
+  EXPECT_EQ(SampleId(masked, {kNegInf, 5.0f, 2.0f, -1.0f}), 1);
+}
+
+TEST(SamplerTest, LogitBiasComesBeforeThePenalties) {
+  // Token 0 (logit 1, seen once) biased by +3: (1 + 3) / 2 = 2 < 2.5 with the
+  // bias first (documented); 1 / 2 + 3 = 3.5 > 2.5 were it added after.
+  const std::vector<float> logits = {1.0f, 2.5f};
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.repetition_penalty = 2.0f;
+  params.logit_bias = {{0, 3.0f}};
+  Sampler s(params, 1);
+  s.Observe(0);
+  EXPECT_EQ(SampleId(s, logits), 1);
+  params.repetition_penalty = 1.0f;
+  Sampler unpenalized(params, 1);
+  unpenalized.Observe(0);
+  EXPECT_EQ(SampleId(unpenalized, logits), 0);  // 1 + 3 = 4 > 2.5
+}
+
+TEST(SamplerTest, LogitBiasShiftsSampledFrequencies) {
+  const std::vector<float> logits = {0.5f, -1.0f, 2.0f, 1.2f, 0.0f, -0.3f, 1.9f, -2.5f};
+  SamplingParams params;
+  params.temperature = 0.7f;
+  params.logit_bias = {{2, -100.0f}, {7, 3.0f}, {1, 0.5f}};
+  std::vector<double> biased(logits.begin(), logits.end());
+  for (const LogitBias& b : params.logit_bias) biased[b.token_id] += b.bias;
+  for (double& v : biased) v /= 0.7;
+  ExpectFrequenciesMatch(params, logits, Softmax(biased));
+  // Token 2, the most likely, is never drawn; reported logprobs are the
+  // unbiased distribution's.
+  params.top_logprobs = 1;
+  Sampler s(params, 99);
+  std::vector<double> scaled;
+  for (float v : logits) scaled.push_back(v / 0.7);
+  const std::vector<double> lsm = LogSoftmax(scaled);
+  for (int i = 0; i < 500; ++i) {
+    absl::StatusOr<SampledToken> t = s.Sample(absl::MakeConstSpan(logits));
+    ASSERT_TRUE(t.ok());
+    ASSERT_NE(t->token_id, 2);
+    EXPECT_NEAR(t->logprob, lsm[t->token_id], 1e-5);
+    EXPECT_EQ(t->top[0].token_id, 2);
+  }
+}
+
 TEST(SamplerTest, ChosenLogprobIsBeforeFiltering) {
   std::mt19937 gen(11);
   const std::vector<float> logits = RandomLogits(1000, gen, 2.0f);

@@ -195,6 +195,19 @@ TEST_F(ConvertTest, SamplingDefaultsApplyToUnsetFields) {
   EXPECT_EQ(params.seed, std::optional<uint64_t>(7));
   EXPECT_EQ(params.top_k, 5);
   EXPECT_EQ(params.top_logprobs, 3);
+  EXPECT_TRUE(params.logit_bias.empty());
+
+  v1::SamplingOptions biased;
+  (*biased.mutable_logit_bias())[40] = -100.0f;
+  (*biased.mutable_logit_bias())[3] = 2.5f;
+  (*biased.mutable_logit_bias())[17] = 100.0f;
+  params = ToSamplingParams(biased, 0);
+  ASSERT_EQ(params.logit_bias.size(), 3u);  // in id order
+  EXPECT_EQ(params.logit_bias[0].token_id, 3);
+  EXPECT_EQ(params.logit_bias[0].bias, 2.5f);
+  EXPECT_EQ(params.logit_bias[1].token_id, 17);
+  EXPECT_EQ(params.logit_bias[2].token_id, 40);
+  EXPECT_EQ(params.logit_bias[2].bias, -100.0f);
 }
 
 TEST_F(ConvertTest, InvalidSamplingFieldsAreRejected) {
@@ -212,6 +225,17 @@ TEST_F(ConvertTest, InvalidSamplingFieldsAreRejected) {
       {[](v1::SamplingOptions* o) { o->set_repetition_penalty(0.0f); }, "repetition_penalty"},
       {[](v1::SamplingOptions* o) { o->set_presence_penalty(2.5f); }, "presence_penalty"},
       {[](v1::SamplingOptions* o) { o->set_frequency_penalty(-3.0f); }, "frequency_penalty"},
+      {[](v1::SamplingOptions* o) { (*o->mutable_logit_bias())[5] = 100.5f; },
+       "logit_bias[5] = 100.5 is out of range"},
+      {[](v1::SamplingOptions* o) { (*o->mutable_logit_bias())[5] = NAN; }, "logit_bias[5]"},
+      {[](v1::SamplingOptions* o) { (*o->mutable_logit_bias())[-1] = 1.0f; },
+       "logit_bias: token id -1"},
+      {[](v1::SamplingOptions* o) { (*o->mutable_logit_bias())[100000] = 1.0f; },
+       "logit_bias: token id 100000 is not in the vocabulary"},
+      {[](v1::SamplingOptions* o) {
+         for (int id = 0; id < 301; ++id) (*o->mutable_logit_bias())[id] = 1.0f;
+       },
+       "logit_bias has 301 entries; at most 300"},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest r = Prompt("ab");

@@ -112,6 +112,37 @@ TEST_F(EngineTest, ConcurrentGreedyStreamsMatchEachAlone) {
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }
 
+// logit_bias through the engine: +100 forces a token at every step, -100
+// keeps the greedy choice out, and an id outside the vocabulary is refused
+// at submit.
+TEST_F(EngineTest, LogitBiasForcesAndBansTokens) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  const GenerateRequest plain = Greedy("Hello, dikkat", 10);
+  const std::vector<int32_t> base = RunAlone(*engine, plain);
+  ASSERT_EQ(base.size(), 10u);
+
+  GenerateRequest forced = plain;
+  forced.sampling.logit_bias = {{'z', 100.0f}};
+  EXPECT_THAT(RunAlone(*engine, forced), ::testing::Each('z'));
+
+  GenerateRequest banned = plain;
+  banned.sampling.logit_bias = {{base[0], -100.0f}};
+  const std::vector<int32_t> without = RunAlone(*engine, banned);
+  ASSERT_EQ(without.size(), 10u);
+  EXPECT_THAT(without, ::testing::Not(::testing::Contains(base[0])));
+
+  GenerateRequest outside = plain;
+  outside.sampling.logit_bias = {{259, 1.0f}};
+  absl::StatusOr<RequestId> refused =
+      engine->SubmitGenerate(outside, std::make_shared<GenerateCollector>());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("logit_bias: token id 259"));
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, AHighPriorityRequestOvertakesAFullBatch) {
   EngineOptions options;
   options.max_batch_size = 2;

@@ -7,7 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,7 @@
 #include "model/text/byte_tokenizer.h"
 #include "server/chat_prompt.h"
 #include "server/openai_response.h"
+#include "server/prompt_fan_out.h"
 
 namespace dikkat::server::openai {
 namespace {
@@ -39,13 +43,34 @@ class OpenAiRequestTest : public ::testing::Test {
   }
 
   absl::StatusOr<GenerateCall> Completion(const std::string& body) {
-    return ParseCompletionRequest(Json::parse(body), limits_);
+    return ParseCompletionRequest(Json::parse(body), body_limits_, limits_);
+  }
+
+  // A model folder whose tokenizer_config.json holds `chat_template`.
+  static ChatPrompt LoadChat(const std::string& chat_template) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / "dikkat-openai-request-chat";
+    fs::create_directories(dir);
+    std::ofstream(dir / "tokenizer_config.json")
+        << Json{{"bos_token", "<s>"}, {"chat_template", chat_template}}.dump();
+    absl::StatusOr<ChatPrompt> chat = ChatPrompt::Load(dir.string());
+    fs::remove_all(dir);
+    EXPECT_TRUE(chat.ok()) << chat.status();
+    return std::move(*chat);
+  }
+
+  absl::StatusOr<GenerateCall> Chat(const ChatPrompt& chat, const std::string& fields) {
+    return ParseChatRequest(
+        Json::parse(
+            absl::StrCat(R"({"messages": [{"role": "user", "content": "hi"}])", fields, "}")),
+        chat, body_limits_, limits_);
   }
 
   model::ModelConfig config_;
   std::unique_ptr<model::Tokenizer> tokenizer_;
   EngineOptions options_;
   ModelLimits limits_;
+  BodyLimits body_limits_;
 };
 
 TEST_F(OpenAiRequestTest, BodyMustBeABoundedJsonObject) {
@@ -67,7 +92,9 @@ TEST_F(OpenAiRequestTest, CompletionFieldsMapToTheEngineRequest) {
           "stop": ["a", "b"], "presence_penalty": 0.1, "top_k": 5, "stream": true,
           "stream_options": {"include_usage": true}})");
   ASSERT_TRUE(call.ok()) << call.status();
-  const GenerateRequest& r = call->request;
+  ASSERT_EQ(call->prompts.size(), 1u);
+  EXPECT_EQ(call->n, 2);
+  const GenerateRequest& r = call->prompts[0].request;
   EXPECT_THAT(r.prompt, ElementsAre('h', 'i'));  // byte tokenizer: ids are bytes
   EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
   EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
@@ -85,14 +112,203 @@ TEST_F(OpenAiRequestTest, CompletionFieldsMapToTheEngineRequest) {
   call = Completion(R"({"prompt": [[104, 105]], "stop": "x", "max_tokens": 3,
                         "logprobs": 2, "echo": true})");
   ASSERT_TRUE(call.ok()) << call.status();
-  EXPECT_THAT(call->request.prompt, ElementsAre(104, 105));
-  EXPECT_THAT(call->request.stop_strings, ElementsAre("x"));
-  EXPECT_EQ(call->request.max_new_tokens, 3);
+  ASSERT_EQ(call->prompts.size(), 1u);  // a list of one prompt
+  const GenerateRequest& ids = call->prompts[0].request;
+  EXPECT_THAT(ids.prompt, ElementsAre(104, 105));
+  EXPECT_THAT(ids.stop_strings, ElementsAre("x"));
+  EXPECT_EQ(ids.max_new_tokens, 3);
   EXPECT_TRUE(call->want_logprobs);
-  EXPECT_EQ(call->request.sampling.top_logprobs, 2);
-  EXPECT_EQ(call->request.prompt_logprobs, 2);  // echo + logprobs scores the prompt
+  EXPECT_EQ(ids.sampling.top_logprobs, 2);
+  EXPECT_EQ(ids.prompt_logprobs, 2);  // echo + logprobs scores the prompt
   EXPECT_TRUE(call->echo);
-  EXPECT_EQ(call->echo_text, "hi");
+  EXPECT_EQ(call->prompts[0].echo_text, "hi");
+}
+
+TEST_F(OpenAiRequestTest, LogitBiasMapsToTheSamplingOptions) {
+  absl::StatusOr<GenerateCall> call =
+      Completion(R"({"prompt": "x", "logit_bias": {"104": -100, "7": 2.5, "258": 100}})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  const std::vector<model::LogitBias>& bias = call->prompts[0].request.sampling.logit_bias;
+  ASSERT_EQ(bias.size(), 3u);
+  EXPECT_EQ(bias[0].token_id, 7);
+  EXPECT_EQ(bias[0].bias, 2.5f);
+  EXPECT_EQ(bias[1].token_id, 104);
+  EXPECT_EQ(bias[1].bias, -100.0f);
+  EXPECT_EQ(bias[2].token_id, 258);
+
+  auto error = [&](const std::string& bias_json) {
+    absl::StatusOr<GenerateCall> c =
+        Completion(absl::StrCat(R"({"prompt": "x", "logit_bias": )", bias_json, "}"));
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bias_json;
+    return std::string(c.status().message());
+  };
+  EXPECT_THAT(error("[1]"), HasSubstr("logit_bias: expected an object"));
+  EXPECT_THAT(error(R"({"a": 1})"), HasSubstr(R"(key "a" is not a token id)"));
+  EXPECT_THAT(error(R"({"5": "high"})"), HasSubstr(R"(logit_bias["5"]: expected a number)"));
+  Json many = Json::object();
+  for (int i = 0; i < 301; ++i) many[std::to_string(i)] = 1;
+  EXPECT_THAT(error(many.dump()), HasSubstr("301 entries; at most 300"));
+  // Ids and biases are the engine's check (the same as gRPC's).
+  absl::StatusOr<GenerateCall> c =
+      Completion(R"({"prompt": "x", "logit_bias": {"259": 1, "3": -101}})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(std::string(CheckGenerateRequest(c->prompts[0].request, config_, options_).message()),
+              HasSubstr("logit_bias"));
+}
+
+TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheOutputAreNeverIgnored) {
+  auto error = [](const absl::StatusOr<GenerateCall>& call) {
+    EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(call.status().message());
+  };
+  // OpenAI's fields without effect on the output, and null ones, pass.
+  EXPECT_TRUE(Completion(R"({"prompt": "x", "user": "u1", "metadata": {"a": "b"}, "store": false,
+                             "service_tier": "auto", "suffix": null, "prompt_cache_key": "k"})")
+                  .ok());
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "suffix": "}"})")),
+              HasSubstr("suffix: fill-in-the-middle is not served"));
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "min_tokens": 3})")),
+              HasSubstr("min_tokens: not a field /v1/completions serves"));
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "messages": []})")),
+              HasSubstr("messages: not a field /v1/completions serves"));
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "top_logprobs": 2})")),
+              HasSubstr("top_logprobs: not a field"));
+  EXPECT_THAT(
+      ParseEmbeddingsRequest(Json::parse(R"({"input": "a", "n": 2})"), limits_).status().message(),
+      HasSubstr("n: not a field /v1/embeddings serves"));
+  EXPECT_TRUE(ParseEmbeddingsRequest(Json::parse(R"({"input": "a", "user": "u"})"), limits_).ok());
+
+  // vLLM's stop extensions map to the engine's.
+  absl::StatusOr<GenerateCall> call = Completion(
+      R"({"prompt": "x", "stop_token_ids": [3, 4], "include_stop_str_in_output": true})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_THAT(call->prompts[0].request.stop_token_ids, ElementsAre(3, 4));
+  EXPECT_TRUE(call->prompts[0].request.include_stop_text);
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "stop_token_ids": 3})")),
+              HasSubstr("stop_token_ids: expected a list"));
+
+  const ChatPrompt chat = LoadChat("{% for m in messages %}{{ m.content }}{% endfor %}");
+  // Chat maps OpenAI's penalties and token limits.
+  call = Chat(chat, R"(, "presence_penalty": 0.5, "frequency_penalty": -0.25,
+                       "max_completion_tokens": 7, "stop": "q", "n": 2, "temperature": 1,
+                       "user": "u", "response_format": {"type": "text"}, "tool_choice": "auto",
+                       "modalities": ["text"])");
+  ASSERT_TRUE(call.ok()) << call.status();
+  const GenerateRequest& r = call->prompts[0].request;
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.25f);
+  EXPECT_EQ(r.max_new_tokens, 7);
+  EXPECT_THAT(r.stop_strings, ElementsAre("q"));
+  EXPECT_EQ(call->n, 2);
+  // What would need constrained decoding is refused, saying so.
+  EXPECT_THAT(error(Chat(chat, R"(, "response_format": {"type": "json_object"})")),
+              HasSubstr(R"(response_format: {"type": "json_object"} needs constrained decoding)"));
+  EXPECT_THAT(error(Chat(chat, R"(, "response_format": {"type": "json_schema",
+                                                       "json_schema": {"name": "x"}})")),
+              HasSubstr("constrained decoding"));
+  EXPECT_THAT(error(Chat(chat, R"(, "response_format": {"type": "yaml"})")),
+              HasSubstr("response_format.type"));
+  EXPECT_THAT(error(Chat(chat, R"(, "response_format": "text")")),
+              HasSubstr("response_format: expected an object"));
+  EXPECT_THAT(error(Chat(chat, R"(, "tool_choice": "required")")),
+              HasSubstr(R"(tool_choice: "required" would force a tool call)"));
+  EXPECT_THAT(
+      error(Chat(chat, R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})")),
+      HasSubstr("tool_choice: a named function"));
+  EXPECT_TRUE(Chat(chat, R"(, "tool_choice": "none")").ok());
+  const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "f"}}])";
+  EXPECT_THAT(error(Chat(chat, tools + R"(, "parallel_tool_calls": false)")),
+              HasSubstr("parallel_tool_calls: false is not served"));
+  EXPECT_TRUE(Chat(chat, tools + R"(, "parallel_tool_calls": true)").ok());
+  EXPECT_TRUE(Chat(chat, R"(, "parallel_tool_calls": false)").ok());  // no tools: no effect
+  EXPECT_THAT(error(Chat(chat, R"(, "modalities": ["text", "audio"])")),
+              HasSubstr("modalities: only"));
+  EXPECT_THAT(error(Chat(chat, R"(, "functions": [{"name": "f"}])")),
+              HasSubstr("functions: deprecated by OpenAI and not served; use tools"));
+  EXPECT_THAT(error(Chat(chat, R"(, "audio": {"voice": "x"})")), HasSubstr("audio:"));
+  EXPECT_THAT(error(Chat(chat, R"(, "reasoning_effort": "low")")),
+              HasSubstr("reasoning_effort: not served"));
+  EXPECT_THAT(error(Chat(chat, R"(, "echo": true)")),
+              HasSubstr("echo: not a field /v1/chat/completions serves"));
+}
+
+TEST_F(OpenAiRequestTest, ChatWithToolsParsesInTheTemplatesConvention) {
+  const ChatPrompt chat = LoadChat(
+      "<tool_call>{% for m in messages %}[{{ m.role }}]{% if m.content %}{{ m.content }}{% endif %}"
+      "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments.city }}{% endif %}"
+      "{% endfor %}");
+  EXPECT_EQ(chat.tool_call_format(), ToolCallFormat::kHermes);
+  const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "w"}}])";
+  absl::StatusOr<GenerateCall> call = Chat(chat, tools);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->tool_format, ToolCallFormat::kHermes);
+  EXPECT_EQ(Chat(chat, tools + R"(, "tool_choice": "none")")->tool_format, ToolCallFormat::kNone);
+  EXPECT_EQ(Chat(chat, "")->tool_format, ToolCallFormat::kNone);  // no tools
+  EXPECT_EQ(Chat(chat, R"(, "tools": [])")->tool_format, ToolCallFormat::kNone);
+
+  // A call sent back in the history: its arguments (a JSON string, as
+  // OpenAI's) reach the template as an object.
+  call = ParseChatRequest(Json::parse(R"({"messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+          "function": {"name": "w", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]})"),
+                          chat, body_limits_, limits_);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(tokenizer_->Decode(call->prompts[0].request.prompt, false),
+            "<tool_call>[user]weather?[assistant]Paris[tool]sunny");
+}
+
+TEST_F(OpenAiRequestTest, SeveralPromptsAreOneEngineRequestEach) {
+  absl::StatusOr<GenerateCall> call = Completion(
+      R"({"prompt": ["ab", [104, 105], "c"], "n": 2, "temperature": 1, "max_tokens": 5,
+          "echo": true, "stop": "z"})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  ASSERT_EQ(call->prompts.size(), 3u);
+  EXPECT_EQ(call->n, 2);
+  EXPECT_EQ(call->choices(), 6);
+  EXPECT_THAT(call->prompts[0].request.prompt, ElementsAre('a', 'b'));
+  EXPECT_THAT(call->prompts[1].request.prompt, ElementsAre(104, 105));
+  EXPECT_THAT(call->prompts[2].request.prompt, ElementsAre('c'));
+  for (const PromptCall& p : call->prompts) {
+    EXPECT_EQ(p.request.n, 2);
+    EXPECT_EQ(p.request.max_new_tokens, 5);
+    EXPECT_THAT(p.request.stop_strings, ElementsAre("z"));
+  }
+  EXPECT_EQ(call->prompts[1].echo_text, "hi");       // token ids decoded
+  EXPECT_EQ(&call->PromptOf(3), &call->prompts[1]);  // choice 3 = prompt 1, sample 1
+  EXPECT_EQ(&call->PromptOf(4), &call->prompts[2]);
+}
+
+TEST_F(OpenAiRequestTest, SeveralPromptsAreBoundedBeforeAnyWork) {
+  auto error = [&](const std::string& body) {
+    absl::StatusOr<GenerateCall> call = Completion(body);
+    EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    return std::string(call.status().message());
+  };
+  body_limits_.max_prompts = 2;
+  EXPECT_THAT(error(R"({"prompt": ["a", "b", "c"]})"),
+              HasSubstr("a list of 3 prompts; at most 2 are allowed"));
+  body_limits_.max_prompts = 32;
+  // prompts x samples x max_tokens against max_new_tokens_cap x 16.
+  options_.max_new_tokens_cap = 100;
+  EXPECT_THAT(error(R"({"prompt": ["a", "b"], "n": 9, "temperature": 1, "max_tokens": 100})"),
+              HasSubstr("2 prompts x 9 samples x max_tokens 100 = 1800 tokens to generate; "
+                        "at most 1600"));
+  EXPECT_THAT(error(R"({"prompt": ["a", "b"], "best_of": 16, "temperature": 1, "max_tokens": 51})"),
+              HasSubstr("= 1632 tokens"));
+  EXPECT_TRUE(
+      Completion(R"({"prompt": ["a", "b"], "n": 8, "temperature": 1, "max_tokens": 100})").ok());
+  // Each prompt is checked (and named) before any is submitted.
+  EXPECT_THAT(error(R"({"prompt": ["a", 3]})"), HasSubstr("prompt[1]: expected a string"));
+  EXPECT_THAT(error(R"({"prompt": ["a", [1, -2]]})"), HasSubstr("prompt[1][1]"));
+  EXPECT_THAT(error(R"({"prompt": ["a", []]})"), HasSubstr("prompt[1]"));
+  EXPECT_THAT(error(R"({"prompt": ["a", [300]]})"),
+              HasSubstr("prompt[1]: input[0] = 300 is not a token id"));
+  EXPECT_THAT(error(R"({"prompt": ["a", "b"], "max_tokens": 101})"),
+              HasSubstr("prompt[0]: max_new_tokens = 101"));
+  EXPECT_THAT(error(Json{{"prompt", {"a", std::string(64 * 32 + 1, 'x')}}}.dump()),
+              HasSubstr("prompt[1]: input.text"));
 }
 
 TEST_F(OpenAiRequestTest, CompletionErrorsNameTheField) {
@@ -103,8 +319,8 @@ TEST_F(OpenAiRequestTest, CompletionErrorsNameTheField) {
     return std::string(call.status().message());
   };
   EXPECT_THAT(error(R"({})"), HasSubstr("prompt: required"));
-  EXPECT_THAT(error(R"({"prompt": ["a", "b"]})"), HasSubstr("one prompt per request"));
   EXPECT_THAT(error(R"({"prompt": []})"), HasSubstr("an empty list"));
+  EXPECT_THAT(error(R"({"prompt": {"a": 1}})"), HasSubstr("got an object"));
   EXPECT_THAT(error(R"({"prompt": [1, -2]})"), HasSubstr("prompt[1]"));
   EXPECT_THAT(error(R"({"prompt": "x", "temperature": "hot"})"),
               HasSubstr("temperature: expected a number, got a string"));
@@ -146,10 +362,12 @@ TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
       *chat, BodyLimits{}, limits_);
   ASSERT_TRUE(call.ok()) << call.status();
   const std::string expected = "<s>[user]ab[assistant]";
-  EXPECT_EQ(tokenizer_->Decode(call->request.prompt, false), expected);
-  EXPECT_EQ(call->request.prompt.size(), expected.size());  // no BOS id added
-  EXPECT_EQ(call->request.max_new_tokens, options_.default_max_new_tokens);
-  EXPECT_EQ(call->request.sampling.top_logprobs, 3);
+  ASSERT_EQ(call->prompts.size(), 1u);
+  const GenerateRequest& request = call->prompts[0].request;
+  EXPECT_EQ(tokenizer_->Decode(request.prompt, false), expected);
+  EXPECT_EQ(request.prompt.size(), expected.size());  // no BOS id added
+  EXPECT_EQ(request.max_new_tokens, options_.default_max_new_tokens);
+  EXPECT_EQ(request.sampling.top_logprobs, 3);
 
   BodyLimits one;
   one.max_chat_messages = 1;
@@ -236,7 +454,9 @@ TEST(OpenAiResponseTest, ErrorsAndFinishReasons) {
 TEST(OpenAiResponseTest, ChunksBecomeChoicesAndEvents) {
   std::unique_ptr<model::Tokenizer> tokenizer = model::MakeByteTokenizer();
   GenerateCall call;
-  call.request.n = 2;
+  call.n = 2;
+  call.prompts.resize(1);
+  call.prompts[0].request.n = 2;
   ChoiceBuilder whole(NewResponseMeta(Api::kChat, "m"), call, *tokenizer);
   ChoiceBuilder stream(NewResponseMeta(Api::kChat, "m"), call, *tokenizer);
   GeneratedChunk a{{{'h', 0, {}}}, "h", 0, std::nullopt, 0, {}, std::nullopt};
@@ -266,6 +486,124 @@ TEST(OpenAiResponseTest, ChunksBecomeChoicesAndEvents) {
   ASSERT_EQ(events.size(), 1u);  // only sample 0 is left
   EXPECT_EQ(events[0]["choices"][0]["index"], 0);
   EXPECT_EQ(events[0]["choices"][0]["finish_reason"], "length");
+}
+
+// What a target observer received, in order.
+class RecordingObserver : public GenerateObserver {
+ public:
+  void OnChunk(GeneratedChunk chunk) override { chunks.push_back(std::move(chunk)); }
+  void OnFinish(GenerateSummary s) override {
+    ++finishes;
+    summary = std::move(s);
+  }
+  std::vector<GeneratedChunk> chunks;
+  int finishes = 0;
+  GenerateSummary summary;
+};
+
+GeneratedChunk TextChunk(int32_t index, std::string text,
+                         std::optional<FinishReason> finish = std::nullopt) {
+  GeneratedChunk chunk;
+  chunk.index = index;
+  chunk.text = std::move(text);
+  chunk.finish = finish;
+  return chunk;
+}
+
+GenerateSummary Summary(FinishReason reason, int32_t prompt_tokens, int32_t generated) {
+  GenerateSummary s;
+  s.reason = reason;
+  s.prompt_tokens = prompt_tokens;
+  s.generated_tokens = generated;
+  s.samples = 2;
+  return s;
+}
+
+TEST(PromptFanOutTest, RenumbersChoicesFinishesEachPromptAndMergesSummaries) {
+  auto target = std::make_shared<RecordingObserver>();
+  std::shared_ptr<PromptFanOut> fan_out = PromptFanOut::Create(2, 2, target);
+  std::shared_ptr<GenerateObserver> p0 = fan_out->ObserverFor(0);
+  std::shared_ptr<GenerateObserver> p1 = fan_out->ObserverFor(1);
+  fan_out.reset();  // the observers keep it
+  p1->OnChunk(TextChunk(0, "x"));
+  p0->OnChunk(TextChunk(1, "y", FinishReason::kStop));
+  p1->OnChunk(TextChunk(1, "z"));
+  p1->OnFinish(Summary(FinishReason::kLength, 3, 4));
+  EXPECT_EQ(target->finishes, 0);  // prompt 0 still runs
+  p0->OnFinish(Summary(FinishReason::kEos, 2, 5));
+  ASSERT_EQ(target->finishes, 1);
+
+  std::vector<std::tuple<int32_t, std::string, std::optional<FinishReason>>> got;
+  for (const GeneratedChunk& c : target->chunks) got.emplace_back(c.index, c.text, c.finish);
+  using R = FinishReason;
+  EXPECT_THAT(got, ElementsAre(std::make_tuple(2, "x", std::nullopt),
+                               std::make_tuple(1, "y", std::optional<R>(R::kStop)),
+                               std::make_tuple(3, "z", std::nullopt),
+                               // prompt 1 ends: both of its samples get its reason
+                               std::make_tuple(2, "", std::optional<R>(R::kLength)),
+                               std::make_tuple(3, "", std::optional<R>(R::kLength)),
+                               // prompt 0 ends: sample 1 had its own finish
+                               std::make_tuple(0, "", std::optional<R>(R::kEos))));
+  EXPECT_EQ(target->summary.prompt_tokens, 5);
+  EXPECT_EQ(target->summary.generated_tokens, 9);
+  EXPECT_EQ(target->summary.samples, 4);
+  EXPECT_EQ(target->summary.reason, FinishReason::kEos);
+}
+
+TEST(PromptFanOutTest, AFailedPromptFailsTheCall) {
+  auto target = std::make_shared<RecordingObserver>();
+  std::shared_ptr<PromptFanOut> fan_out = PromptFanOut::Create(3, 1, target);
+  GenerateSummary error = Summary(FinishReason::kError, 1, 0);
+  error.status = absl::InternalError("forward failed");
+  fan_out->ObserverFor(0)->OnFinish(Summary(FinishReason::kCancelled, 1, 0));
+  fan_out->ObserverFor(1)->OnFinish(error);
+  fan_out->ObserverFor(2)->OnFinish(Summary(FinishReason::kLength, 1, 1));
+  ASSERT_EQ(target->finishes, 1);
+  EXPECT_EQ(target->summary.reason, FinishReason::kError);
+  EXPECT_EQ(target->summary.status.message(), "forward failed");
+  // No finish chunk for the failed prompts; one for the one that ended.
+  ASSERT_EQ(target->chunks.size(), 1u);
+  EXPECT_EQ(target->chunks[0].index, 2);
+
+  auto cancelled = std::make_shared<RecordingObserver>();
+  fan_out = PromptFanOut::Create(2, 1, cancelled);
+  fan_out->ObserverFor(0)->OnFinish(Summary(FinishReason::kLength, 1, 1));
+  fan_out->ObserverFor(1)->OnFinish(Summary(FinishReason::kCancelled, 1, 0));
+  EXPECT_EQ(cancelled->summary.reason, FinishReason::kCancelled);
+}
+
+TEST(OpenAiResponseTest, ChoicesOfSeveralPromptsEchoTheirOwnPrompt) {
+  std::unique_ptr<model::Tokenizer> tokenizer = model::MakeByteTokenizer();
+  GenerateCall call;
+  call.n = 2;
+  call.echo = true;
+  call.prompts.resize(2);
+  call.prompts[0].echo_text = "A:";
+  call.prompts[1].echo_text = "B:";
+  ChoiceBuilder whole(NewResponseMeta(Api::kCompletions, "m"), call, *tokenizer);
+  ChoiceBuilder stream(NewResponseMeta(Api::kCompletions, "m"), call, *tokenizer);
+  const std::vector<GeneratedChunk> chunks = {
+      TextChunk(3, "d"), TextChunk(0, "a"), TextChunk(1, "b", FinishReason::kStop),
+      TextChunk(2, "c", FinishReason::kLength), TextChunk(3, "", FinishReason::kEos)};
+  std::vector<std::string> streamed(4);
+  for (const GeneratedChunk& c : chunks) {
+    whole.Add(c);
+    for (const Json& e : stream.ChunkEvents(c)) {
+      for (const Json& choice : e["choices"]) {
+        streamed[choice["index"].get<int>()] += choice["text"].get<std::string>();
+      }
+    }
+  }
+  const Json response = whole.Response(Summary(FinishReason::kLength, 4, 4));
+  ASSERT_EQ(response["choices"].size(), 4u);
+  const std::vector<std::string> texts = {"A:a", "A:b", "B:c", "B:d"};
+  const std::vector<std::string> finishes = {"length", "stop", "length", "stop"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(response["choices"][i]["index"], i);
+    EXPECT_EQ(response["choices"][i]["text"], texts[i]) << i;
+    EXPECT_EQ(response["choices"][i]["finish_reason"], finishes[i]) << i;
+    EXPECT_EQ(streamed[i], texts[i]) << i;
+  }
 }
 
 TEST(OpenAiResponseTest, Base64EmbeddingsAreLittleEndianFloat32) {

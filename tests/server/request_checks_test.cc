@@ -112,6 +112,18 @@ TEST_F(RequestChecksTest, GenerateLimitsSamplingAndStops) {
   r.stop_token_ids.assign(options_.max_stop_token_ids + 1, 1);
   ExpectInvalid(CheckGenerateRequest(r, lm_, options_),
                 {"stop_token_ids has 33 entries", "at most 32"});
+
+  r = Prompt(3);
+  r.sampling.logit_bias = {{0, -100.0f}, {258, 100.0f}};
+  EXPECT_TRUE(CheckGenerateRequest(r, lm_, options_).ok());
+  r.sampling.logit_bias = {{259, 1.0f}};
+  ExpectInvalid(CheckGenerateRequest(r, lm_, options_),
+                {"logit_bias: token id 259 is not in the vocabulary", "0..258"});
+  r.sampling.logit_bias = {{4, 1.0f}, {4, 2.0f}};
+  ExpectInvalid(CheckGenerateRequest(r, lm_, options_), {"token id 4 is listed twice"});
+  r.sampling.logit_bias = {{4, 1.0f}};
+  r.beam_width = 2;
+  ExpectInvalid(CheckGenerateRequest(r, lm_, options_), {"logit_bias", "beam search"});
 }
 
 TEST_F(RequestChecksTest, EncodeBatchInputsTypeIdsAndLayer) {
