@@ -16,6 +16,7 @@
 #include "server/engine_impl.h"
 #include "server/request_checks.h"
 #include "server/sample_group.h"
+#include "server/status_util.h"
 
 namespace dikkat::server {
 namespace engine_internal {
@@ -59,7 +60,7 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
                               (config_.architecture == Architecture::kEncoderDecoder ? 1 : 0);
   const int64_t needed = cache_->allocator().BlocksFor(decoder_len + 1);
   if (needed > cache_->allocator().num_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
+    return NeverFitsError(absl::StrCat(
         "the prompt needs ", needed, " KV blocks but the cache has ",
         cache_->allocator().num_blocks(), "; raise --kv_cache_bytes or shorten the prompt"));
   }
@@ -70,7 +71,7 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
     const int64_t length = std::min<int64_t>(decoder_len + requested, config_.max_positions);
     const int64_t worst = static_cast<int64_t>(r.beam_width) * cache_->allocator().BlocksFor(length);
     if (worst > cache_->allocator().num_blocks()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return NeverFitsError(absl::StrCat(
           "beam_width = ", r.beam_width, " over ", length, " tokens needs up to ", worst,
           " KV blocks but the cache has ", cache_->allocator().num_blocks(),
           "; use fewer beams, fewer new tokens, or raise --kv_cache_bytes"));

@@ -284,7 +284,7 @@ void SetStatusError(httplib::Response& res, const absl::Status& status) {
   const int http = openai::HttpStatusOf(status);
   SetError(res, http, status.message(),
            status.code() == absl::StatusCode::kNotFound ? "model_not_found" : "");
-  if (status.code() == absl::StatusCode::kResourceExhausted) {
+  if (http == 429) {
     // Whole seconds, rounded up (HTTP's Retry-After has no fractions).
     res.set_header("Retry-After", std::to_string((RetryAfterMs(status) + 999) / 1000));
   }

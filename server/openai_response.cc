@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/status_util.h"
 
 namespace dikkat::server::openai {
 namespace {
@@ -78,7 +79,8 @@ int HttpStatusOf(const absl::Status& status) {
     case absl::StatusCode::kNotFound:
       return 404;
     case absl::StatusCode::kResourceExhausted:
-      return 429;
+      // A request this server can never hold is no reason to retry.
+      return NeverFits(status) ? 400 : 429;
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kCancelled:
       return 503;

@@ -14,7 +14,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status, grpc::ServerContextBase* context) {
-  if (context != nullptr && status.code() == absl::StatusCode::kResourceExhausted) {
+  if (context != nullptr && status.code() == absl::StatusCode::kResourceExhausted &&
+      !NeverFits(status)) {
     context->AddTrailingMetadata(kRetryAfterMetadataKey, std::to_string(RetryAfterMs(status)));
   }
   return ToGrpcStatus(status);
@@ -34,6 +35,17 @@ int64_t RetryAfterMs(const absl::Status& status) {
 
 void SetRetryAfterMs(absl::Status& status, int64_t ms) {
   status.SetPayload(kRetryAfterPayloadUrl, absl::Cord(std::to_string(ms)));
+}
+
+absl::Status NeverFitsError(absl::string_view message) {
+  absl::Status status = absl::ResourceExhaustedError(message);
+  status.SetPayload(kNeverFitsPayloadUrl, absl::Cord("1"));
+  return status;
+}
+
+bool NeverFits(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted &&
+         status.GetPayload(kNeverFitsPayloadUrl).has_value();
 }
 
 }  // namespace dikkat::server

@@ -5,7 +5,8 @@
 // RESOURCE_EXHAUSTED tells the caller when to retry: the trailing metadata
 // `retry-after-ms` carries a hint, taken from the status payload
 // kRetryAfterPayloadUrl (a decimal number of milliseconds) when the engine
-// attached one, else kDefaultRetryAfterMs.
+// attached one, else kDefaultRetryAfterMs; none when the status is marked
+// NeverFits.
 #ifndef DIKKAT_SERVER_STATUS_UTIL_H_
 #define DIKKAT_SERVER_STATUS_UTIL_H_
 
@@ -15,6 +16,7 @@
 #include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace dikkat::server {
 
@@ -35,6 +37,15 @@ int64_t RetryAfterMs(const absl::Status& status);
 
 // Attaches a retry hint to a status (used by whoever produces RESOURCE_EXHAUSTED).
 void SetRetryAfterMs(absl::Status& status, int64_t ms);
+
+// RESOURCE_EXHAUSTED that no retry on this server can cure: the request can
+// never fit its KV cache (a prompt needing more blocks than the cache has, a
+// beam search whose worst case is larger). gRPC keeps the code (another
+// replica may have a larger cache) but sends no `retry-after-ms`; the
+// OpenAI-compatible port answers 400 instead of 429 (whose clients retry).
+inline constexpr char kNeverFitsPayloadUrl[] = "type.dikkat.dev/never-fits";
+absl::Status NeverFitsError(absl::string_view message);
+bool NeverFits(const absl::Status& status);
 
 }  // namespace dikkat::server
 

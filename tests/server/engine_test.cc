@@ -14,6 +14,7 @@
 #include "common/failpoint.h"
 #include "common/sync.h"
 #include "server/convert.h"
+#include "server/status_util.h"
 
 namespace dikkat::server {
 namespace {
@@ -203,6 +204,29 @@ TEST_F(EngineTest, DeadlineStopsGeneration) {
   EXPECT_EQ(c->summary().reason, FinishReason::kDeadline);
   WaitIdle(*engine);
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, ABeamSearchTheCacheCanNeverHoldIsRefusedAsNeverFitting) {
+  // The smallest cache the engine takes: one full-context sequence (512
+  // tokens of tiny-lm). Two beams over ~400 tokens can never fit in it,
+  // whatever finishes: RESOURCE_EXHAUSTED marked as no retry helping.
+  EngineOptions options;
+  options.kv_cache_bytes = 524288;
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest beams = Greedy("ab", 400);
+  beams.beam_width = 2;
+  auto c = std::make_shared<GenerateCollector>();
+  absl::StatusOr<RequestId> id = engine->SubmitGenerate(beams, c);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kResourceExhausted) << id.status();
+  EXPECT_THAT(std::string(id.status().message()),
+              ::testing::HasSubstr("KV blocks but the cache has"));
+  EXPECT_TRUE(NeverFits(id.status())) << id.status();
+  // What fits runs; a full queue is not marked.
+  beams.max_new_tokens = 8;
+  EXPECT_FALSE(RunAlone(*engine, beams).empty());
+  EXPECT_FALSE(NeverFits(absl::ResourceExhaustedError("the request queue is full")));
 }
 
 TEST_F(EngineTest, FullQueueIsResourceExhausted) {

@@ -19,6 +19,7 @@
 #include "model/text/byte_tokenizer.h"
 #include "server/chat_prompt.h"
 #include "server/openai_response.h"
+#include "server/status_util.h"
 #include "server/prompt_fan_out.h"
 
 namespace dikkat::server::openai {
@@ -439,6 +440,8 @@ TEST(OpenAiResponseTest, ErrorsAndFinishReasons) {
   EXPECT_EQ(HttpStatusOf(absl::UnauthenticatedError("x")), 401);
   EXPECT_EQ(HttpStatusOf(absl::NotFoundError("x")), 404);
   EXPECT_EQ(HttpStatusOf(absl::ResourceExhaustedError("x")), 429);
+  // A request this server can never hold: retrying cannot help.
+  EXPECT_EQ(HttpStatusOf(NeverFitsError("the prompt needs 9 KV blocks but the cache has 8")), 400);
   EXPECT_EQ(HttpStatusOf(absl::UnavailableError("x")), 503);
   EXPECT_EQ(HttpStatusOf(absl::InternalError("x")), 500);
   const Json error = Json::parse(ErrorBody(404, "no \"model\"", "model_not_found"));
