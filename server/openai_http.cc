@@ -278,6 +278,19 @@ class OpenAiHttpServer::Handlers {
       res.set_header("Retry-After", "1");
       return httplib::Server::HandlerResponse::Handled;
     }
+    // A body over the limit is refused from its Content-Length, unread:
+    // httplib 0.11.4's own check reads (skips) the whole body first, so a
+    // client that sent only its start waited for the request deadline.
+    const uint64_t max_body = static_cast<uint64_t>(std::max<int64_t>(options_.max_body_bytes, 0));
+    if (req.has_header("Content-Length") &&
+        req.get_header_value<uint64_t>("Content-Length") > max_body) {
+      t_close_connection = true;
+      SetError(res, 413,
+               absl::StrCat("the request body (Content-Length ",
+                            req.get_header_value("Content-Length"),
+                            ") is larger than the server accepts (", max_body, " bytes)"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   }
 
