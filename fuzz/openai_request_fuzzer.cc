@@ -83,8 +83,9 @@ std::vector<server::ChatPrompt> LoadTemplates() {
   const fs::path dir = fs::temp_directory_path() /
                        ("dikkat_fuzz_openai_" + std::to_string(static_cast<long>(getpid())));
   std::vector<server::ChatPrompt> prompts;
-  for (const char* file : {"Qwen-Qwen2.5-7B-Instruct.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja",
-                           "google-gemma-2-2b-it.jinja", ""}) {
+  for (const char* file :
+       {"Qwen-Qwen2.5-7B-Instruct.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+        "google-gemma-2-2b-it.jinja", ""}) {
     fs::remove_all(dir);
     fs::create_directories(dir);
     Json config = {{"bos_token", {{"content", "<s>"}}}, {"eos_token", "</s>"}};
@@ -117,9 +118,9 @@ void CheckRefusal(const absl::Status& status, const char* what) {
 void CheckBounded(const Json& value, const openai::BodyLimits& limits, int depth) {
   if (!value.is_structured()) return;
   DIKKAT_FUZZ_CHECK(depth <= limits.max_json_depth, "accepted JSON %d deep", depth);
-  DIKKAT_FUZZ_CHECK(!value.is_object() ||
-                        value.size() <= static_cast<size_t>(limits.max_object_members),
-                    "accepted an object of %zu members", value.size());
+  DIKKAT_FUZZ_CHECK(
+      !value.is_object() || value.size() <= static_cast<size_t>(limits.max_object_members),
+      "accepted an object of %zu members", value.size());
   for (const Json& child : value) CheckBounded(child, limits, depth + 1);
 }
 
@@ -134,7 +135,9 @@ Json Reparsed(const Json& value, const char* what) {
 class Output {
  public:
   explicit Output(const std::string& bytes) : bytes_(bytes) {}
-  uint8_t Next() { return bytes_.empty() ? 0 : static_cast<uint8_t>(bytes_[pos_++ % bytes_.size()]); }
+  uint8_t Next() {
+    return bytes_.empty() ? 0 : static_cast<uint8_t>(bytes_[pos_++ % bytes_.size()]);
+  }
   server::GeneratedToken Token(int alternatives) {
     server::GeneratedToken t;
     t.token_id = Next() % 259;
@@ -233,9 +236,9 @@ void Generate(openai::Api api, const Json& body, const server::ChatPrompt& chat,
   const absl::Status checked = server::CheckGenerateRequest(call->request, m.config, m.options);
   if (!checked.ok()) return CheckRefusal(checked, "CheckGenerateRequest");
   const server::GenerateRequest& r = call->request;
-  DIKKAT_FUZZ_CHECK(!r.prompt.empty() &&
-                        static_cast<int64_t>(r.prompt.size()) < m.config.max_positions,
-                    "prompt of %zu tokens", r.prompt.size());
+  DIKKAT_FUZZ_CHECK(
+      !r.prompt.empty() && static_cast<int64_t>(r.prompt.size()) < m.config.max_positions,
+      "prompt of %zu tokens", r.prompt.size());
   for (int32_t id : r.prompt) {
     DIKKAT_FUZZ_CHECK(id >= 0 && id < m.config.vocab_size, "prompt id %d", id);
   }
@@ -319,8 +322,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Embeddings(*body, m, limits, bytes);
       break;
     default:
-      Generate(openai::Api::kChat, *body, (*templates)[(data[0] >> 2) & 3], body_limits, m,
-               limits, bytes);
+      Generate(openai::Api::kChat, *body, (*templates)[(data[0] >> 2) & 3], body_limits, m, limits,
+               bytes);
       break;
   }
   return 0;

@@ -51,8 +51,7 @@ constexpr char kBusyResponse[] =
 // routes it and writes the response.
 class MetricsHttpServer::BoundedServer final : public httplib::Server {
  public:
-  explicit BoundedServer(const MetricsHttpOptions& options)
-      : options_(options) {
+  explicit BoundedServer(const MetricsHttpOptions& options) : options_(options) {
     new_task_queue = [this] {
       return new HttpWorkerPool(options_.max_workers, options_.max_waiting);
     };

@@ -285,10 +285,10 @@ class OpenAiHttpServer::Handlers {
     if (req.has_header("Content-Length") &&
         req.get_header_value<uint64_t>("Content-Length") > max_body) {
       t_close_connection = true;
-      SetError(res, 413,
-               absl::StrCat("the request body (Content-Length ",
-                            req.get_header_value("Content-Length"),
-                            ") is larger than the server accepts (", max_body, " bytes)"));
+      SetError(
+          res, 413,
+          absl::StrCat("the request body (Content-Length ", req.get_header_value("Content-Length"),
+                       ") is larger than the server accepts (", max_body, " bytes)"));
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -492,8 +492,7 @@ class OpenAiHttpServer::Handlers {
 // one request, routes it and writes the response).
 class OpenAiHttpServer::BoundedServer final : public httplib::Server {
  public:
-  explicit BoundedServer(const OpenAiHttpOptions& options)
-      : options_(options) {
+  explicit BoundedServer(const OpenAiHttpOptions& options) : options_(options) {
     new_task_queue = [this] {
       return new HttpWorkerPool(options_.max_workers, options_.max_waiting);
     };

@@ -728,7 +728,9 @@ TEST_F(OpenAiHttpTest, AHeadPastSixteenKibIs431) {
   char buf[4096];
   timeval tv{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) reply.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
+    reply.append(buf, static_cast<size_t>(n));
+  }
   shutdown(fd, SHUT_RDWR);
   sender.join();
   close(fd);
@@ -761,7 +763,9 @@ TEST_F(OpenAiHttpTest, AnOversizedBodyIs413BeforeItIsRead) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   std::string reply;
   char buf[4096];
-  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) reply.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
+    reply.append(buf, static_cast<size_t>(n));
+  }
   const absl::Duration took = absl::Now() - start;
   close(fd);
   EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 413 ")) << reply.substr(0, 200);

@@ -14,9 +14,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
 namespace dikkat::soak {
@@ -266,9 +266,9 @@ HttpAbuseResult RunHttpAbuse(HttpAbuse abuse, const HttpTarget& t, int variant) 
       }
       for (auto& c : idle) {
         const absl::Duration left = patience - (absl::Now() - start);
-        result.outcomes.push_back(
-            c->fd() < 0 ? "connect failed"
-                        : held(c->Outcome(std::max(left, absl::ZeroDuration()))));
+        result.outcomes.push_back(c->fd() < 0
+                                      ? "connect failed"
+                                      : held(c->Outcome(std::max(left, absl::ZeroDuration()))));
       }
       break;
     }
@@ -288,9 +288,8 @@ HttpAbuseResult RunHttpAbuse(HttpAbuse abuse, const HttpTarget& t, int variant) 
           OneShot(t, absl::StrCat(Head(t, "GET", GetPath(t), 5), "\r\nhello")));
       break;
     case HttpAbuse::kHugeHeader:
-      result.outcomes.push_back(OneShot(
-          t, absl::StrCat(Head(t, "GET", GetPath(t), -1), "X-Huge: ", std::string(20 << 10, 'h'),
-                          "\r\n\r\n")));
+      result.outcomes.push_back(OneShot(t, absl::StrCat(Head(t, "GET", GetPath(t), -1), "X-Huge: ",
+                                                        std::string(20 << 10, 'h'), "\r\n\r\n")));
       break;
     case HttpAbuse::kManyHeaders: {
       std::string request = Head(t, "GET", GetPath(t), -1);
@@ -307,11 +306,11 @@ HttpAbuseResult RunHttpAbuse(HttpAbuse abuse, const HttpTarget& t, int variant) 
       const std::string path = GetPath(t);
       const std::string garbage[] = {
           "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  // a TLS hello
-          "GET " + path + "\r\n\r\n",                                // no version
-          "GET  " + path + " HTTP/1.1\r\n\r\n",                      // two spaces
-          "G\x01T " + path + " HTTP/1.1\r\n\r\n",                    // control in the method
-          "GET " + path + " HTTP/1.1\r\nno colon here\r\n\r\n",      // header without ':'
-          "GET " + path + " HTTP/1.1\r\n folded: header\r\n\r\n",    // obsolete folding
+          "GET " + path + "\r\n\r\n",                              // no version
+          "GET  " + path + " HTTP/1.1\r\n\r\n",                    // two spaces
+          "G\x01T " + path + " HTTP/1.1\r\n\r\n",                  // control in the method
+          "GET " + path + " HTTP/1.1\r\nno colon here\r\n\r\n",    // header without ':'
+          "GET " + path + " HTTP/1.1\r\n folded: header\r\n\r\n",  // obsolete folding
       };
       const size_t n = sizeof(garbage) / sizeof(garbage[0]);
       // The TLS hello has no line end: the metrics port closes it at its 2 s
@@ -337,10 +336,10 @@ HttpAbuseResult RunHttpAbuse(HttpAbuse abuse, const HttpTarget& t, int variant) 
       break;
     }
     case HttpAbuse::kDeepJson:
-      result.outcomes.push_back(OneShot(
-          t, Post(t, "/v1/completions",
-                  absl::StrCat(R"({"prompt": "x", "stop": )", std::string(100, '['),
-                               std::string(100, ']'), "}"))));
+      result.outcomes.push_back(
+          OneShot(t, Post(t, "/v1/completions",
+                          absl::StrCat(R"({"prompt": "x", "stop": )", std::string(100, '['),
+                                       std::string(100, ']'), "}"))));
       break;
     case HttpAbuse::kInvalidJson:
       result.outcomes.push_back(
@@ -348,8 +347,8 @@ HttpAbuseResult RunHttpAbuse(HttpAbuse abuse, const HttpTarget& t, int variant) 
       break;
     case HttpAbuse::kWrongToken: {
       const std::string wrong(std::max<size_t>(t.token.size(), 32), 'w');
-      result.outcomes.push_back(OneShot(
-          t, Post(t, "/v1/completions", R"({"prompt": "x", "max_tokens": 4})", &wrong)));
+      result.outcomes.push_back(
+          OneShot(t, Post(t, "/v1/completions", R"({"prompt": "x", "max_tokens": 4})", &wrong)));
       break;
     }
     case HttpAbuse::kStreamHangUp: {

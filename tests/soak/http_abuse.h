@@ -12,8 +12,8 @@
 // closed (or reset) the connection without an answer, or "no answer" when it
 // neither answered nor closed within 5 s (never allowed on the metrics port,
 // whose request deadline is 2 s; on the OpenAI port, whose deadline is 30 s,
-// slowloris and idle connections are given up by the client after 5 s as
-// "held"). Thread-safe: no shared state.
+// slowloris and idle connections, and a TLS hello that never ends its line,
+// are given up by the client after 2 s as "held"). Thread-safe: no shared state.
 #ifndef DIKKAT_TESTS_SOAK_HTTP_ABUSE_H_
 #define DIKKAT_TESTS_SOAK_HTTP_ABUSE_H_
 
@@ -51,8 +51,8 @@ enum class HttpAbuse {
 };
 inline constexpr int kFirstOpenAiOnly = static_cast<int>(HttpAbuse::kOversizedChat);
 inline constexpr const char* kHttpAbuseNames[] = {
-    "slow-headers", "idle",      "post-body",    "get-body",    "huge-header",
-    "headers",      "garbage",   "unknown-path", "big-chat",    "deep-json",
+    "slow-headers", "idle",      "post-body",     "get-body",     "huge-header",
+    "headers",      "garbage",   "unknown-path",  "big-chat",     "deep-json",
     "invalid-json", "bad-token", "stream-hangup", "stream-unread"};
 static_assert(sizeof(kHttpAbuseNames) / sizeof(kHttpAbuseNames[0]) ==
               static_cast<size_t>(HttpAbuse::kNumAbuses));

@@ -627,8 +627,9 @@ class Soak {
     for (const std::string& outcome : r.outcomes) {
       ++http_counts_[{port, static_cast<int>(abuse), outcome}];
       if (!HttpOutcomeAllowed(port, abuse, outcome) && unexpected_.size() < 20) {
-        unexpected_.push_back(absl::StrCat("HTTP ", port == HttpPort::kMetrics ? "metrics " : "OpenAI ",
-                                           kHttpAbuseNames[static_cast<int>(abuse)], ": ", outcome));
+        unexpected_.push_back(absl::StrCat(
+            "HTTP ", port == HttpPort::kMetrics ? "metrics " : "OpenAI ",
+            kHttpAbuseNames[static_cast<int>(abuse)], ": ", outcome));
       }
     }
     // The metrics port cuts them at its 2 s deadline; the OpenAI port's
