@@ -543,7 +543,12 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
         if (!served || connection_closed || t_close_connection) break;
       }
       t_connection = nullptr;
-      socket.LingeringClose();
+      // A body refused unread (413, 401) may still be arriving: drain it for
+      // 200 ms (up to the body limit), or closing with unread bytes resets
+      // the connection, and a client still writing its body sees the reset
+      // (EPIPE / ECONNRESET on its write) instead of reading the answer.
+      socket.LingeringClose(absl::Milliseconds(200),
+                            std::max<int64_t>(64 << 10, options_.max_body_bytes));
     }
     shutdown(sock, SHUT_RDWR);
     close(sock);
