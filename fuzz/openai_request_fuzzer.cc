@@ -295,7 +295,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       new std::vector<server::ChatPrompt>(LoadTemplates());
   // The handlers' bounds (OpenAiHttpOptions' defaults, but fewer messages
   // and object members, so that inputs of a few KiB reach them).
-  const openai::BodyLimits body_limits{32, 64, 64};
+  static const openai::BodyLimits body_limits = [] {
+    openai::BodyLimits limits;
+    limits.max_json_depth = 32;
+    limits.max_chat_messages = 64;
+    limits.max_object_members = 64;
+    return limits;
+  }();
 
   const std::string bytes(reinterpret_cast<const char*>(data + 1), size - 1);
   absl::StatusOr<Json> body = openai::ParseBody(bytes, body_limits);
