@@ -4,10 +4,12 @@
 // nesting bound), ModelName, the endpoint's Parse*Request (chat renders the
 // messages through a real chat template: Qwen2.5's, Llama 3.1's with tool
 // calls, Gemma 2's that raises on bad role order, or none), then the
-// engine's own request check (server/request_checks.h). An accepted call is
+// engine's own request check (server/request_checks.h) on each prompt's
+// request. An accepted call is
 // answered with synthetic engine output through the response builders
 // (server/openai_response.h): the whole JSON response and the SSE events of
-// a stream, with the caller's echo, sample count and logprob counts.
+// a stream, with the caller's prompts, echo, sample count and logprob
+// counts (and, for chat with tools, the tool-call parsing of the output).
 //
 // The first byte picks the endpoint (bits 0-1) and the chat template (bits
 // 2-3); the rest is the body. No LibTorch: the byte tokenizer, and a
@@ -153,17 +155,19 @@ class Output {
   size_t pos_ = 0;
 };
 
-// The chunks an engine could send for `r`: per sample, two chunks of one or
-// two tokens whose text is their decoding; the last ends the sample when
-// there are several; the first carries the prompt's logprobs when asked.
-std::vector<server::GeneratedChunk> Chunks(const server::GenerateRequest& r,
-                                           const dikkat::model::Tokenizer& tokenizer, Output& out) {
-  std::vector<server::GeneratedChunk> chunks;
-  const int samples = std::max(r.n, 1);
+// The chunks an engine could send for prompt `p` of a call (its request
+// `r`), numbered as the HTTP handler renumbers them (p * n + sample): per
+// sample, two chunks of one or two tokens whose text is their decoding; the
+// last ends the sample when there are several; the first carries the
+// prompt's logprobs when asked.
+void AddChunks(const server::GenerateRequest& r, int32_t p, int32_t n,
+               const dikkat::model::Tokenizer& tokenizer, Output& out,
+               std::vector<server::GeneratedChunk>& chunks) {
+  const int samples = std::max(n, 1);
   for (int step = 0; step < 2; ++step) {
     for (int s = 0; s < samples; ++s) {
       server::GeneratedChunk c;
-      c.index = s;
+      c.index = p * samples + s;
       std::vector<int32_t> ids;
       const int tokens = 1 + out.Next() % 2;
       for (int k = 0; k < tokens; ++k) {
@@ -172,9 +176,9 @@ std::vector<server::GeneratedChunk> Chunks(const server::GenerateRequest& r,
       }
       c.text = tokenizer.Decode(ids, /*skip_special_tokens=*/true);
       if (step == 0 && s == 0 && r.prompt_logprobs >= 0) {
-        for (size_t p = 1; p < r.prompt.size(); ++p) {
+        for (size_t i = 1; i < r.prompt.size(); ++i) {
           server::GeneratedToken t = out.Token(r.prompt_logprobs);
-          t.token_id = r.prompt[p];
+          t.token_id = r.prompt[i];
           c.prompt_logprobs.push_back(std::move(t));
         }
       }
@@ -182,30 +186,36 @@ std::vector<server::GeneratedChunk> Chunks(const server::GenerateRequest& r,
       chunks.push_back(std::move(c));
     }
   }
-  return chunks;
 }
 
 void Respond(openai::Api api, const openai::GenerateCall& call,
              const dikkat::model::Tokenizer& tokenizer, const std::string& bytes) {
-  const server::GenerateRequest& r = call.request;
   Output out(bytes);
-  const std::vector<server::GeneratedChunk> chunks = Chunks(r, tokenizer, out);
+  std::vector<server::GeneratedChunk> chunks;
   server::GenerateSummary summary;
+  for (size_t p = 0; p < call.prompts.size(); ++p) {
+    const server::GenerateRequest& r = call.prompts[p].request;
+    AddChunks(r, static_cast<int32_t>(p), call.n, tokenizer, out, chunks);
+    summary.prompt_tokens += static_cast<int32_t>(r.prompt.size());
+  }
   summary.reason = out.Next() % 2 == 0 ? server::FinishReason::kLength : server::FinishReason::kEos;
-  summary.prompt_tokens = static_cast<int32_t>(r.prompt.size());
   summary.generated_tokens = 4;
-  summary.samples = std::max(r.n, 1);
+  summary.samples = std::max(call.n, 1);
+  const size_t expected = static_cast<size_t>(call.choices());
 
   openai::ChoiceBuilder whole(openai::NewResponseMeta(api, "fuzz"), call, tokenizer);
   for (const server::GeneratedChunk& c : chunks) whole.Add(c);
   const Json response = Reparsed(whole.Response(summary), "the response");
   const Json& choices = response["choices"];
-  DIKKAT_FUZZ_CHECK(choices.is_array() && choices.size() == static_cast<size_t>(std::max(r.n, 1)),
-                    "%zu choices for n = %d", choices.size(), r.n);
+  DIKKAT_FUZZ_CHECK(choices.is_array() && choices.size() == expected,
+                    "%zu choices for %zu prompts x n = %d", choices.size(), call.prompts.size(),
+                    call.n);
   if (api == openai::Api::kCompletions && call.echo) {
-    for (const Json& choice : choices) {
-      const std::string text = choice["text"].get<std::string>();
-      DIKKAT_FUZZ_CHECK(text.size() >= call.echo_text.size(), "a choice shorter than its echo");
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const std::string text = choices[i]["text"].get<std::string>();
+      const std::string& echo = call.PromptOf(static_cast<int32_t>(i)).echo_text;
+      DIKKAT_FUZZ_CHECK(text.compare(0, echo.size(), echo) == 0,
+                        "choice %zu does not start with its prompt's echo", i);
     }
   }
 
@@ -222,8 +232,7 @@ void Respond(openai::Api api, const openai::GenerateCall& call,
       if (!choice["finish_reason"].is_null()) ++finishes;
     }
   }
-  DIKKAT_FUZZ_CHECK(finishes == static_cast<size_t>(std::max(r.n, 1)),
-                    "%zu finish events for n = %d", finishes, r.n);
+  DIKKAT_FUZZ_CHECK(finishes == expected, "%zu finish events for %zu choices", finishes, expected);
 }
 
 void Generate(openai::Api api, const Json& body, const server::ChatPrompt& chat,
@@ -231,19 +240,24 @@ void Generate(openai::Api api, const Json& body, const server::ChatPrompt& chat,
               const server::ModelLimits& limits, const std::string& bytes) {
   absl::StatusOr<openai::GenerateCall> call =
       api == openai::Api::kChat ? openai::ParseChatRequest(body, chat, body_limits, limits)
-                                : openai::ParseCompletionRequest(body, limits);
+                                : openai::ParseCompletionRequest(body, body_limits, limits);
   if (!call.ok()) return CheckRefusal(call.status(), "Parse*Request");
-  const absl::Status checked = server::CheckGenerateRequest(call->request, m.config, m.options);
-  if (!checked.ok()) return CheckRefusal(checked, "CheckGenerateRequest");
-  const server::GenerateRequest& r = call->request;
-  DIKKAT_FUZZ_CHECK(
-      !r.prompt.empty() && static_cast<int64_t>(r.prompt.size()) < m.config.max_positions,
-      "prompt of %zu tokens", r.prompt.size());
-  for (int32_t id : r.prompt) {
-    DIKKAT_FUZZ_CHECK(id >= 0 && id < m.config.vocab_size, "prompt id %d", id);
+  DIKKAT_FUZZ_CHECK(!call->prompts.empty() &&
+                        call->prompts.size() <= static_cast<size_t>(body_limits.max_prompts),
+                    "%zu prompts", call->prompts.size());
+  for (const openai::PromptCall& prompt : call->prompts) {
+    const server::GenerateRequest& r = prompt.request;
+    const absl::Status checked = server::CheckGenerateRequest(r, m.config, m.options);
+    if (!checked.ok()) return CheckRefusal(checked, "CheckGenerateRequest");
+    DIKKAT_FUZZ_CHECK(
+        !r.prompt.empty() && static_cast<int64_t>(r.prompt.size()) < m.config.max_positions,
+        "prompt of %zu tokens", r.prompt.size());
+    for (int32_t id : r.prompt) {
+      DIKKAT_FUZZ_CHECK(id >= 0 && id < m.config.vocab_size, "prompt id %d", id);
+    }
+    DIKKAT_FUZZ_CHECK(r.n >= 1 && r.n <= server::kMaxSamples && r.n == call->n, "n = %d", r.n);
+    DIKKAT_FUZZ_CHECK(dikkat::model::Validate(r.sampling).ok(), "invalid sampling accepted");
   }
-  DIKKAT_FUZZ_CHECK(r.n >= 1 && r.n <= server::kMaxSamples, "n = %d", r.n);
-  DIKKAT_FUZZ_CHECK(dikkat::model::Validate(r.sampling).ok(), "invalid sampling accepted");
   Respond(api, *call, *limits.tokenizer, bytes);
 }
 
@@ -300,6 +314,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     limits.max_json_depth = 32;
     limits.max_chat_messages = 64;
     limits.max_object_members = 64;
+    limits.max_prompts = 4;
     return limits;
   }();
 
