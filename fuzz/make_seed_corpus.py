@@ -343,6 +343,7 @@ def main():
         req("attention_cross", 2, 2, a2)
 
     chat_template_seeds()
+    openai_request_seeds()
 
 
 def chat_template_seeds():
@@ -366,6 +367,52 @@ def chat_template_seeds():
     }
     for name, source in small.items():
         out("chat_template", name, source)
+
+
+def openai_request_seeds():
+    """Request bodies of the OpenAI-compatible port as clients send them.
+
+    The first byte picks the endpoint (bits 0-1: 0 completions, 1 and 3
+    chat, 2 embeddings) and the chat template (bits 2-3: Qwen2.5, Llama 3.1,
+    Gemma 2, none); fuzz/openai_request_fuzzer.cc.
+    """
+    def body(endpoint, template, name, value):
+        data = json.dumps(value, ensure_ascii=False).encode()
+        out("openai_request", name, bytes([endpoint | template << 2]) + data)
+
+    body(0, 0, "completion", {"model": "fuzz", "prompt": "Once upon a time", "max_tokens": 16,
+                              "temperature": 0.7, "top_p": 0.9, "stop": ["\n", "The end"],
+                              "seed": 7, "n": 2})
+    body(0, 0, "completion_ids_echo", {"prompt": [72, 105, 33], "max_tokens": 4, "echo": True,
+                                       "logprobs": 3, "stream": True,
+                                       "stream_options": {"include_usage": True}})
+    body(0, 0, "completion_batch_of_one", {"prompt": ["Merhaba dünya"], "best_of": 3, "n": 2,
+                                           "presence_penalty": 0.5, "frequency_penalty": 0.5,
+                                           "top_k": -1, "min_p": 0.05, "ignore_eos": True})
+    chat = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is the weather in İzmir?"}]
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}]
+    tool_turns = chat + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "İzmir"}}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "{\"t\": 21.5}"}]
+    for template, name in [(0, "qwen"), (1, "llama"), (2, "gemma"), (3, "none")]:
+        body(1, template, f"chat_{name}", {"model": "fuzz", "messages": chat, "max_tokens": 8,
+                                           "logprobs": True, "top_logprobs": 2})
+        body(1, template, f"chat_tools_{name}", {"messages": tool_turns, "tools": tools,
+                                                 "stream": True, "max_completion_tokens": 4})
+    body(3, 0, "chat_parts", {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Hello, "}, {"type": "text", "text": "world"}]}]})
+    body(1, 2, "chat_gemma_alternation", {"messages": [{"role": "user", "content": "a"},
+                                                       {"role": "user", "content": "b"}]})
+    body(2, 0, "embeddings_text", {"model": "fuzz", "input": "first text"})
+    body(2, 0, "embeddings_list", {"input": ["first", "second"], "encoding_format": "base64"})
+    body(2, 0, "embeddings_ids", {"input": [[1, 2, 3], [4, 5]], "encoding_format": "float"})
+    body(0, 0, "nested", {"prompt": "x", "stop": [[[[["deep"]]]]]})
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 #       libFuzzer coverage (-DDIKKAT_FUZZ=ON) in build-asan/. It builds the
 #       fuzzers and every test, runs each fuzzer from its committed seed corpus
 #       for a fixed number of inputs (fuzz/run.sh's table times FUZZ_SCALE;
-#       13 targets, 65-105 s in all), then the unit, integration, soak and parity
+#       14 targets, 70-115 s in all), then the unit, integration, soak and parity
 #       suites (servers the tests start are ASan builds too). LeakSanitizer
 #       checks every process at exit.
 # tsan: a clang ThreadSanitizer build in build-tsan/ of the suites whose

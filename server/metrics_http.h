@@ -15,7 +15,8 @@
 // and a bounded set of workers with a short waiting line (past it, 503 at
 // once). cpp-httplib 0.11.4 (Debian 12) has no total request deadline and no
 // header-size bound of its own, so the connection loop is dikkat's
-// (metrics_http.cc). It reads the request head itself and checks it
+// (metrics_http.cc, over server/bounded_socket.h, shared with the OpenAI
+// port). It reads the request head itself and checks it
 // (server/metrics_http_request.h, fuzzed) before httplib parses anything:
 // a malformed head is 400, more than 100 header lines or the byte limit
 // without the end of the head 431, other methods 405, a body 413.

@@ -1,19 +1,13 @@
 #include "server/openai_http.h"
 
-#include <arpa/inet.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
@@ -24,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/sync.h"
+#include "server/bounded_socket.h"
 #include "server/chat_prompt.h"
 #include "server/convert.h"
 #include "server/http_worker_pool.h"
@@ -50,120 +45,9 @@ constexpr absl::Duration kKeepAliveComment = absl::Seconds(5);
 // (a refused request whose body was never read).
 thread_local bool t_close_connection = false;
 
-// One connection's socket as httplib reads and writes it, with the limits
-// httplib 0.11.4 lacks: each request (head and body) within a byte budget
-// and a deadline from its first wait, each write within the write timeout.
-// Every wait also ends when `stop_fd` becomes readable (the server stops).
-class ConnectionStream final : public httplib::Stream {
- public:
-  ConnectionStream(int fd, int stop_fd, const OpenAiHttpOptions& options)
-      : fd_(fd), stop_fd_(stop_fd), options_(options) {}
-
-  // Waits up to `idle` for the next request's first byte, then starts its
-  // budget and deadline. False: none came (or the server stops).
-  bool NextRequest(absl::Duration idle) {
-    if (pos_ == len_ && !Wait(POLLIN, absl::Now() + idle)) return false;
-    received_ = 0;
-    read_deadline_ = absl::Now() + options_.request_timeout;
-    return true;
-  }
-
-  // The client closed its side or reset (checked without blocking).
-  bool PeerClosed() const {
-    char byte;
-    const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;
-    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-  }
-  bool Stopping() const {
-    pollfd fd = {stop_fd_, POLLIN, 0};
-    return poll(&fd, 1, 0) > 0;
-  }
-
-  bool is_readable() const override { return pos_ < len_ || Wait(POLLIN, read_deadline_); }
-  bool is_writable() const override { return Wait(POLLOUT, absl::Now() + options_.write_timeout); }
-
-  ssize_t read(char* ptr, size_t size) override {
-    if (pos_ == len_) {
-      const int64_t budget = options_.max_head_bytes + options_.max_body_bytes - received_;
-      if (budget <= 0 || !Wait(POLLIN, read_deadline_)) return -1;
-      ssize_t n;
-      do {
-        n = recv(fd_, buffer_, std::min<size_t>(sizeof(buffer_), static_cast<size_t>(budget)), 0);
-      } while (n < 0 && errno == EINTR);
-      if (n <= 0) return n;
-      received_ += n;
-      pos_ = 0;
-      len_ = static_cast<size_t>(n);
-    }
-    const size_t n = std::min(size, len_ - pos_);
-    std::memcpy(ptr, buffer_ + pos_, n);
-    pos_ += n;
-    return static_cast<ssize_t>(n);
-  }
-
-  ssize_t write(const char* ptr, size_t size) override {
-    if (!Wait(POLLOUT, absl::Now() + options_.write_timeout)) return -1;
-    const ssize_t n = send(fd_, ptr, size, MSG_NOSIGNAL);
-    return n < 0 && errno == EINTR ? 0 : n;
-  }
-
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    if (getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) Describe(addr, ip, port);
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    if (getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) Describe(addr, ip, port);
-  }
-  socket_t socket() const override { return fd_; }
-
- private:
-  static void Describe(const sockaddr_storage& addr, std::string& ip, int& port) {
-    char text[INET6_ADDRSTRLEN] = {};
-    if (addr.ss_family == AF_INET) {
-      const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
-      inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
-      port = ntohs(in->sin_port);
-    } else if (addr.ss_family == AF_INET6) {
-      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
-      inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
-      port = ntohs(in6->sin6_port);
-    }
-    ip = text;
-  }
-
-  // Whether `fd_` is ready for `events` before `deadline` (false on timeout,
-  // on a stop, and on errors other than a hang-up, which read/write report).
-  bool Wait(short events, absl::Time deadline) const {
-    while (true) {
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) return false;
-      pollfd fds[2] = {{fd_, events, 0}, {stop_fd_, POLLIN, 0}};
-      const int ms = static_cast<int>(std::min<int64_t>(
-          absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 60 * 1000));
-      const int ready = poll(fds, 2, ms);
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready < 0 || (fds[1].revents & POLLIN) != 0) return false;
-      if (fds[0].revents != 0) return (fds[0].revents & POLLNVAL) == 0;
-    }
-  }
-
-  const int fd_;
-  const int stop_fd_;
-  const OpenAiHttpOptions& options_;
-  absl::Time read_deadline_ = absl::InfinitePast();
-  int64_t received_ = 0;
-  char buffer_[16384];
-  size_t pos_ = 0;
-  size_t len_ = 0;
-};
-
 // The connection the current worker serves (handlers run on it), and when
 // its current request's first byte arrived.
-thread_local const ConnectionStream* t_connection = nullptr;
+thread_local const BoundedSocket* t_connection = nullptr;
 thread_local absl::Time t_request_start;
 
 // The endpoint label of a path: a fixed set, never the request's own text.
@@ -394,6 +278,19 @@ class OpenAiHttpServer::Handlers {
       res.set_header("Retry-After", "1");
       return httplib::Server::HandlerResponse::Handled;
     }
+    // A body over the limit is refused from its Content-Length, unread:
+    // httplib 0.11.4's own check reads (skips) the whole body first, so a
+    // client that sent only its start waited for the request deadline.
+    const uint64_t max_body = static_cast<uint64_t>(std::max<int64_t>(options_.max_body_bytes, 0));
+    if (req.has_header("Content-Length") &&
+        req.get_header_value<uint64_t>("Content-Length") > max_body) {
+      t_close_connection = true;
+      SetError(
+          res, 413,
+          absl::StrCat("the request body (Content-Length ", req.get_header_value("Content-Length"),
+                       ") is larger than the server accepts (", max_body, " bytes)"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   }
 
@@ -590,13 +487,12 @@ class OpenAiHttpServer::Handlers {
 };
 
 // httplib::Server whose connections are served by an HttpWorkerPool through
-// a ConnectionStream, in dikkat's own keep-alive loop (httplib's
+// a BoundedSocket, in dikkat's own keep-alive loop (httplib's
 // process_and_close_socket is private and virtual; process_request parses
 // one request, routes it and writes the response).
 class OpenAiHttpServer::BoundedServer final : public httplib::Server {
  public:
-  explicit BoundedServer(const OpenAiHttpOptions& options)
-      : options_(options), stop_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  explicit BoundedServer(const OpenAiHttpOptions& options) : options_(options) {
     new_task_queue = [this] {
       return new HttpWorkerPool(options_.max_workers, options_.max_waiting);
     };
@@ -608,20 +504,11 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
     set_keep_alive_timeout(
         absl::ToInt64Seconds(absl::Ceil(options.idle_timeout, absl::Seconds(1))));
   }
-  ~BoundedServer() override {
-    if (stop_fd_ >= 0) close(stop_fd_);
-  }
-
   void WidenBacklog() {
     if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, kListenBacklog);
   }
 
-  void EndConnections() {
-    const uint64_t one = 1;
-    if (stop_fd_ >= 0 && ::write(stop_fd_, &one, sizeof(one)) < 0) {
-      // Connections still end at their deadlines.
-    }
-  }
+  void EndConnections() { stop_.Raise(); }
 
  private:
   bool process_and_close_socket(socket_t sock) override {
@@ -636,27 +523,60 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
         // The client is gone or its buffer is full: closing says enough.
       }
     } else {
-      ConnectionStream stream(sock, stop_fd_, options_);
-      t_connection = &stream;
+      BoundedSocket socket(sock, stop_, Bounds());
+      t_connection = &socket;
       for (int i = 0; i < options_.max_requests_per_connection; ++i) {
-        if (!stream.NextRequest(i == 0 ? options_.request_timeout : options_.idle_timeout)) break;
+        if (!socket.NextRequest(i == 0 ? options_.request_timeout : options_.idle_timeout)) break;
         t_request_start = absl::Now();
+        // The head is read (and bounded) before httplib parses it: httplib
+        // bounds each header line but not their number.
+        const BoundedSocket::Head head = socket.ReadHead();
+        if (head == BoundedSocket::Head::kTooLarge) {
+          WriteHeadTooLarge(socket);
+          break;
+        }
+        if (head != BoundedSocket::Head::kComplete) break;  // deadline, closed or stopping
         t_close_connection = false;
         const bool last = i + 1 == options_.max_requests_per_connection;
         bool connection_closed = false;
-        served = process_request(stream, last, connection_closed, nullptr);
+        served = process_request(socket, last, connection_closed, nullptr);
         if (!served || connection_closed || t_close_connection) break;
       }
       t_connection = nullptr;
-      shutdown(sock, SHUT_WR);
+      // A body refused unread (413, 401) may still be arriving: drain it for
+      // 200 ms (up to the body limit), or closing with unread bytes resets
+      // the connection, and a client still writing its body sees the reset
+      // (EPIPE / ECONNRESET on its write) instead of reading the answer.
+      socket.LingeringClose(absl::Milliseconds(200),
+                            std::max<int64_t>(64 << 10, options_.max_body_bytes));
     }
     shutdown(sock, SHUT_RDWR);
     close(sock);
     return served;
   }
 
+  SocketBounds Bounds() const {
+    SocketBounds bounds;
+    bounds.max_head_bytes = options_.max_head_bytes;
+    bounds.max_body_bytes = options_.max_body_bytes;
+    bounds.request_timeout = options_.request_timeout;
+    bounds.write_timeout = options_.write_timeout;  // each write: streams last
+    return bounds;
+  }
+
+  // 431 in OpenAI's error shape; the connection closes after it.
+  void WriteHeadTooLarge(BoundedSocket& socket) const {
+    const std::string body = openai::ErrorBody(
+        431, absl::StrCat("the request line and headers exceed ", options_.max_head_bytes,
+                          " bytes"));
+    socket.WriteAll(absl::StrCat(
+        "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
+        "Content-Type: application/json\r\nContent-Length: ",
+        body.size(), "\r\n\r\n", body));
+  }
+
   const OpenAiHttpOptions options_;
-  const int stop_fd_;
+  StopSignal stop_;
 };
 
 OpenAiHttpServer::OpenAiHttpServer(const ModelRegistry* registry,

@@ -7,9 +7,11 @@
 // Errors are OpenAI's {"error": {...}} with the HTTP status of the cause
 // (server/openai_response.h); 429 carries Retry-After.
 //
-// Every connection is bounded (OpenAiHttpOptions): a bounded set of workers
-// with a short waiting line (past it, 503 at once), each request's head and
-// body within a byte budget and a deadline, the body refused (413) before it
+// Every connection is bounded (OpenAiHttpOptions, through
+// server/bounded_socket.h, shared with the metrics port): a bounded set of
+// workers with a short waiting line (past it, 503 at once), each request's
+// head (read before httplib parses it; past max_head_bytes, 431) and body
+// within a byte budget and a deadline, the body refused (413) before it
 // is read when its Content-Length is over the limit, a bounded JSON nesting,
 // a write timeout (a client that does not read is cut), a bounded number of
 // requests per keep-alive connection. A stream's output waits between the

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -483,8 +484,12 @@ absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limit
 }  // namespace
 
 absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits) {
-  // Depth on the bytes: brackets outside strings.
-  int depth = 0;
+  // Depth and members on the bytes: brackets and colons outside strings. A
+  // colon belongs to the innermost open object (in valid JSON; any other
+  // body fails to parse anyway). `open` holds, per open container, -1 for
+  // an array or its members so far for an object.
+  std::vector<int> open;
+  open.reserve(static_cast<size_t>(std::max(limits.max_json_depth, 0)) + 1);
   bool in_string = false;
   for (size_t i = 0; i < body.size(); ++i) {
     const char c = body[i];
@@ -497,12 +502,17 @@ absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits) 
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > limits.max_json_depth) {
+      if (static_cast<int>(open.size()) >= limits.max_json_depth) {
         return Invalid(absl::StrCat("the request body nests JSON deeper than ",
                                     limits.max_json_depth, " levels"));
       }
+      open.push_back(c == '{' ? 0 : -1);
     } else if (c == ']' || c == '}') {
-      --depth;
+      if (!open.empty()) open.pop_back();
+    } else if (c == ':' && !open.empty() && open.back() >= 0 &&
+               ++open.back() > limits.max_object_members) {
+      return Invalid(absl::StrCat("an object in the request body has more than ",
+                                  limits.max_object_members, " members"));
     }
   }
   Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);

@@ -700,6 +700,79 @@ TEST_F(OpenAiHttpTest, DisconnectMidStreamCancelsTheGeneration) {
       << text;
 }
 
+// The head is bounded before cpp-httplib parses it (which bounds each header
+// line, 8 KiB, but not their number): 20 000 short header lines, ~200 KB,
+// get 431 in OpenAI's shape, after at most 16 KiB of them were read, and the
+// server goes on serving.
+TEST_F(OpenAiHttpTest, AHeadPastSixteenKibIs431) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(Port(*server_)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 20000; ++i) absl::StrAppend(&request, "X-", i, ": v\r\n");
+  request += "Content-Length: 2\r\n\r\n{}";
+  // The server stops reading at the bound: send what it takes.
+  std::thread sender([fd, &request] {
+    size_t sent = 0;
+    while (sent < request.size()) {
+      const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += static_cast<size_t>(n);
+    }
+  });
+  std::string reply;
+  char buf[4096];
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
+    reply.append(buf, static_cast<size_t>(n));
+  }
+  shutdown(fd, SHUT_RDWR);
+  sender.join();
+  close(fd);
+  EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 431 ")) << reply.substr(0, 200);
+  const Json error = Json::parse(reply.substr(reply.find("\r\n\r\n") + 4), nullptr, false);
+  ASSERT_TRUE(error.contains("error")) << reply;
+  EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("16384 bytes"));
+  EXPECT_EQ(Get("/v1/models").status, 200);
+}
+
+// A body over --max_message_bytes is refused from its Content-Length before
+// it is read: a client that sent only the start of a 10 MB body gets its 413
+// at once (cpp-httplib 0.11.4 alone reads the whole body first: the client
+// waited for the 30 s request deadline).
+TEST_F(OpenAiHttpTest, AnOversizedBodyIs413BeforeItIsRead) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(Port(*server_)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string request = absl::StrCat(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 10000000\r\n\r\n{\"messages\": [{\"role\": \"user\", \"content\": \"",
+      std::string(1024, 'x'));
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  const absl::Time start = absl::Now();
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
+    reply.append(buf, static_cast<size_t>(n));
+  }
+  const absl::Duration took = absl::Now() - start;
+  close(fd);
+  EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 413 ")) << reply.substr(0, 200);
+  EXPECT_THAT(reply, HasSubstr("larger than the server accepts"));
+  EXPECT_LT(took, absl::Seconds(3));  // the answer, then the connection closed
+}
+
 // A client that stops reading: its socket buffers fill, the output kept for
 // it passes --max_stream_pending_bytes, and the generation is cancelled
 // while the client is still connected.

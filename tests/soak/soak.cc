@@ -19,7 +19,10 @@
 //             requests, wrong or missing bearer tokens, Encode / Attention /
 //             Tokenize), where /metrics scrapes and abusive HTTP clients on
 //             the metrics port (slowloris, idle connections, bodies, huge or
-//             too many headers, garbage) join them. The probe's latency is
+//             too many headers, garbage) join them, and with --openai the
+//             same on the OpenAI port plus its own abuse (a body over the
+//             limit, deep or invalid JSON, a wrong token, streams hung up or
+//             never read). The probe's latency is
 //             compared between the two kinds of window: the abuse must not
 //             slow the well-behaved clients down past --max_p99_ratio;
 //   overload  the abusive mix plus bursts of --burst_size streams at once that
@@ -50,7 +53,8 @@
 // In both, "load running" is printed (and flushed) once the load is up, for
 // the script to act on.
 //
-//   dikkat-soak --target=HOST:PORT --metrics=HOST:PORT [--duration=60s] [...]
+//   dikkat-soak --target=HOST:PORT --metrics=HOST:PORT [--openai=HOST:PORT]
+//               [--duration=60s] [...]
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -112,6 +116,10 @@ ABSL_FLAG(absl::Duration, think, absl::Milliseconds(400),
           "overload phase's bursts do that on purpose.");
 ABSL_FLAG(double, probe_rate, 40, "Well-behaved probe calls per second (soak).");
 ABSL_FLAG(int32_t, http_abusers, 6, "Abusive HTTP client threads on the metrics port (soak).");
+ABSL_FLAG(std::string, openai, "",
+          "host:port of the server's OpenAI-compatible port (--openai_listen); empty: the "
+          "OpenAI port is not abused.");
+ABSL_FLAG(int32_t, openai_abusers, 3, "Abusive HTTP client threads on the OpenAI port (soak).");
 ABSL_FLAG(double, max_p99_ratio, 0,
           "Fail when the probe's chaos p99 exceeds this times its quiet p99; 0 = report only.");
 ABSL_FLAG(int32_t, burst_size, 150, "Streams started at once by each overload burst.");
@@ -385,14 +393,34 @@ struct Clients {
 };
 
 // host and port of --metrics.
-absl::StatusOr<std::pair<std::string, int>> MetricsAddress() {
-  const std::string address = absl::GetFlag(FLAGS_metrics);
+absl::StatusOr<std::pair<std::string, int>> HostPort(const char* flag, const std::string& address) {
   const size_t colon = address.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(absl::StrCat("--metrics=", address, ": want host:port"));
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", address, ": want host:port"));
   }
   return std::make_pair(address.substr(0, colon), port);
+}
+
+absl::StatusOr<std::pair<std::string, int>> MetricsAddress() {
+  return HostPort("metrics", absl::GetFlag(FLAGS_metrics));
+}
+
+// The abusive HTTP clients' target on each port.
+absl::StatusOr<HttpTarget> AbuseTarget(HttpPort port) {
+  absl::StatusOr<std::pair<std::string, int>> address =
+      port == HttpPort::kMetrics ? MetricsAddress()
+                                 : HostPort("openai", absl::GetFlag(FLAGS_openai));
+  if (!address.ok()) return address.status();
+  HttpTarget target;
+  target.port = port;
+  target.host = address->first;
+  target.port_number = address->second;
+  if (port == HttpPort::kOpenAi) {
+    target.token = absl::GetFlag(FLAGS_token);
+    target.max_body_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  }
+  return target;
 }
 
 class Soak {
@@ -436,7 +464,16 @@ class Soak {
     }
     if (chaos) {
       for (int a = 0; a < absl::GetFlag(FLAGS_http_abusers); ++a) {
-        threads.emplace_back([this, end, seed, a] { HttpAbuser(end, seed * 1000 + 500 + a); });
+        threads.emplace_back([this, end, seed, a] {
+          HttpAbuser(HttpPort::kMetrics, end, seed * 1000 + 500 + a);
+        });
+      }
+      if (!absl::GetFlag(FLAGS_openai).empty()) {
+        for (int a = 0; a < absl::GetFlag(FLAGS_openai_abusers); ++a) {
+          threads.emplace_back([this, end, seed, a] {
+            HttpAbuser(HttpPort::kOpenAi, end, seed * 1000 + 600 + a);
+          });
+        }
       }
       threads.emplace_back([this, end] { Scraper(end); });
     }
@@ -508,16 +545,26 @@ class Soak {
       }
       if (!line.empty()) absl::PrintF("  %-15s%s\n", kKindNames[k], line);
     }
-    if (!http_counts_.empty()) {
-      absl::PrintF("metrics port (HTTP), by abuse:\n");
+    for (const HttpPort port : {HttpPort::kMetrics, HttpPort::kOpenAi}) {
+      std::string table;
       for (int a = 0; a < static_cast<int>(HttpAbuse::kNumAbuses); ++a) {
         std::string line;
         for (const auto& [key, n] : http_counts_) {
-          if (key.first == a) absl::StrAppend(&line, " ", key.second, "=", n);
+          if (std::get<0>(key) == port && std::get<1>(key) == a) {
+            absl::StrAppend(&line, " ", std::get<2>(key), "=", n);
+          }
         }
-        if (!line.empty()) absl::PrintF("  %-15s%s\n", kHttpAbuseNames[a], line);
+        if (!line.empty()) {
+          absl::StrAppend(&table, absl::StrFormat("  %-15s%s\n", kHttpAbuseNames[a], line));
+        }
       }
-      absl::PrintF("  slow-headers and idle connections cut after at most %.2f s\n",
+      if (!table.empty()) {
+        absl::PrintF("%s port (HTTP), by abuse:\n%s",
+                     port == HttpPort::kMetrics ? "metrics" : "OpenAI", table);
+      }
+    }
+    if (!http_counts_.empty()) {
+      absl::PrintF("metrics port: slow-headers and idle connections cut after at most %.2f s\n",
                    absl::ToDoubleSeconds(slowest_cut_));
       absl::PrintF("  /metrics scrapes: %d, failed %d\n", scrapes_, failed_scrapes_);
     }
@@ -575,16 +622,20 @@ class Soak {
     }
   }
 
-  void RecordHttp(HttpAbuse abuse, const HttpAbuseResult& r) {
+  void RecordHttp(HttpPort port, HttpAbuse abuse, const HttpAbuseResult& r) {
     dikkat::MutexLock lock(&mu_);
     for (const std::string& outcome : r.outcomes) {
-      ++http_counts_[{static_cast<int>(abuse), outcome}];
-      if (!HttpOutcomeAllowed(abuse, outcome) && unexpected_.size() < 20) {
-        unexpected_.push_back(
-            absl::StrCat("HTTP ", kHttpAbuseNames[static_cast<int>(abuse)], ": ", outcome));
+      ++http_counts_[{port, static_cast<int>(abuse), outcome}];
+      if (!HttpOutcomeAllowed(port, abuse, outcome) && unexpected_.size() < 20) {
+        unexpected_.push_back(absl::StrCat(
+            "HTTP ", port == HttpPort::kMetrics ? "metrics " : "OpenAI ",
+            kHttpAbuseNames[static_cast<int>(abuse)], ": ", outcome));
       }
     }
-    if (abuse == HttpAbuse::kSlowHeaders || abuse == HttpAbuse::kIdle) {
+    // The metrics port cuts them at its 2 s deadline; the OpenAI port's
+    // clients give up first ("held").
+    if (port == HttpPort::kMetrics &&
+        (abuse == HttpAbuse::kSlowHeaders || abuse == HttpAbuse::kIdle)) {
       slowest_cut_ = std::max(slowest_cut_, r.elapsed);
     }
   }
@@ -1039,14 +1090,17 @@ class Soak {
 
   // ---- the metrics port under abuse ----
 
-  void HttpAbuser(absl::Time end, uint64_t seed) {
-    absl::StatusOr<std::pair<std::string, int>> address = MetricsAddress();
-    if (!address.ok()) return Unexpected(address.status().ToString());
+  // Loops over the port's abuses (the metrics port: the generic ones; the
+  // OpenAI port: those and its own) until `end`.
+  void HttpAbuser(HttpPort port, absl::Time end, uint64_t seed) {
+    absl::StatusOr<HttpTarget> target = AbuseTarget(port);
+    if (!target.ok()) return Unexpected(target.status().ToString());
+    const int kinds = port == HttpPort::kMetrics ? kFirstOpenAiOnly
+                                                 : static_cast<int>(HttpAbuse::kNumAbuses);
     std::mt19937_64 rng(seed);
     while (absl::Now() < end) {
-      const auto abuse = static_cast<HttpAbuse>(rng() % static_cast<int>(HttpAbuse::kNumAbuses));
-      RecordHttp(abuse, RunHttpAbuse(abuse, address->first, address->second,
-                                     static_cast<int>(rng() % 16)));
+      const auto abuse = static_cast<HttpAbuse>(rng() % kinds);
+      RecordHttp(port, abuse, RunHttpAbuse(abuse, *target, static_cast<int>(rng() % 16)));
     }
   }
 
@@ -1098,7 +1152,8 @@ class Soak {
 
   dikkat::Mutex mu_;
   std::map<std::pair<Kind, StatusCode>, int64_t> counts_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<int, std::string>, int64_t> http_counts_ ABSL_GUARDED_BY(mu_);
+  // By port, abuse and outcome.
+  std::map<std::tuple<HttpPort, int, std::string>, int64_t> http_counts_ ABSL_GUARDED_BY(mu_);
   absl::Duration slowest_cut_ ABSL_GUARDED_BY(mu_);
   int64_t scrapes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failed_scrapes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -1168,6 +1223,21 @@ bool ServerSettles() {
     return false;
   }
   return true;
+}
+
+// The OpenAI port (when abused) still answers: GET /v1/models is 200.
+bool OpenAiServing() {
+  if (absl::GetFlag(FLAGS_openai).empty()) return true;
+  absl::StatusOr<HttpTarget> target = AbuseTarget(HttpPort::kOpenAi);
+  if (!target.ok()) return false;
+  httplib::Client http(target->host, target->port_number);
+  http.set_read_timeout(5, 0);
+  httplib::Headers headers;
+  if (!target->token.empty()) headers.emplace("Authorization", "Bearer " + target->token);
+  httplib::Result res = http.Get("/v1/models", headers);
+  absl::PrintF("OpenAI port: GET /v1/models %s\n",
+               res ? absl::StrCat(res->status) : httplib::to_string(res.error()));
+  return res && res->status == 200;
 }
 
 bool Serving(Client& c) {
@@ -1536,6 +1606,7 @@ int SoakMain() {
                  MetricSum(*text, "dikkat_preemptions_total").value_or(-1));
   }
   ok = Serving(*client) && ok;
+  ok = OpenAiServing() && ok;
 
   absl::StatusOr<double> rss_after = ScrapeValue("process_resident_memory_bytes");
   if (!rss_after.ok()) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Chaos soak (ctest label "soak", `make soak`; docs/soak.md). Starts
-# dikkat-server on 127.0.0.1 with a bearer token and small limits, then:
+# dikkat-server on 127.0.0.1 with a bearer token, small limits and its
+# OpenAI-compatible port, then:
 #   1. dikkat-soak --mode=soak: quiet and chaos windows, then an overload
 #      phase (DURATION is the time in chaos windows);
 #   2. dikkat-soak --mode=restart while the server is SIGKILLed and started
@@ -57,15 +58,17 @@ SERVER_FLAGS=(--model="$MODEL" --threads=1 --max_queue=128 --kv_cache_bytes=16Mi
   --max_batch_size=64 --grace_period=5s --max_message_bytes=1MiB
   --max_stream_pending_bytes=32KiB)
 
-# start_server N GRPC_LISTEN METRICS_LISTEN: server N's log is server$N.{out,err}.
+# start_server N GRPC_LISTEN METRICS_LISTEN OPENAI_LISTEN: server N's log is
+# server$N.{out,err}.
 start_server() {
-  local n="$1" listen="$2" metrics="$3"
+  local n="$1" listen="$2" metrics="$3" openai="$4"
   DIKKAT_AUTH_TOKEN="$TOKEN" "$SERVER" "${SERVER_FLAGS[@]}" --listen="$listen" \
-    --metrics_listen="$metrics" > "$TMP/server$n.out" 2> "$TMP/server$n.err" &
+    --metrics_listen="$metrics" --openai_listen="$openai" \
+    > "$TMP/server$n.out" 2> "$TMP/server$n.err" &
   SERVER_PID=$!
   for _ in $(seq 1 600); do
     grep -q 'serving ' "$TMP/server$n.err" && grep -q '^listening on ' "$TMP/server$n.out" &&
-      return 0
+      grep -q 'openai on http://' "$TMP/server$n.err" && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || return 1
     sleep 0.1
   done
@@ -82,15 +85,16 @@ wait_for_line() {
 }
 
 stamp "start"
-start_server 1 127.0.0.1:0 127.0.0.1:0 || fail "dikkat-server exited at start"
+start_server 1 127.0.0.1:0 127.0.0.1:0 127.0.0.1:0 || fail "dikkat-server exited at start"
 GRPC="$(sed -n 's/^listening on //p' "$TMP/server1.out")"
 METRICS="$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$TMP/server1.err")"
-[ -n "$GRPC" ] && [ -n "$METRICS" ] || fail "no addresses from dikkat-server"
+OPENAI="$(sed -n 's|.*openai on http://\([^/]*\)/v1.*|\1|p' "$TMP/server1.err")"
+[ -n "$GRPC" ] && [ -n "$METRICS" ] && [ -n "$OPENAI" ] || fail "no addresses from dikkat-server"
 COMMON=(--target="$GRPC" --metrics="$METRICS" --token="$TOKEN")
 
 # 1. Quiet / chaos / overload.
 stamp "chaos soak"
-"$SOAK" "${COMMON[@]}" --duration="$DURATION" --quiet="${SOAK_QUIET:-9s}" \
+"$SOAK" "${COMMON[@]}" --openai="$OPENAI" --duration="$DURATION" --quiet="${SOAK_QUIET:-9s}" \
   --rounds="${SOAK_ROUNDS:-3}" --overload="${SOAK_OVERLOAD:-6s}" "$@" ||
   fail "dikkat-soak (chaos)"
 
@@ -110,11 +114,11 @@ sleep 1  # an outage the clients notice
 # in case a client's outgoing connection took the number meanwhile.
 started=""
 for _ in 1 2 3 4 5; do
-  if start_server 2 "$GRPC" "$METRICS"; then started=1; break; fi
+  if start_server 2 "$GRPC" "$METRICS" "$OPENAI"; then started=1; break; fi
   [ -n "$SERVER_PID" ] && wait "$SERVER_PID" 2>/dev/null || true
   sleep 0.5
 done
-[ -n "$started" ] || fail "dikkat-server did not start again on $GRPC / $METRICS"
+[ -n "$started" ] || fail "dikkat-server did not start again on $GRPC / $METRICS / $OPENAI"
 stamp "restarted"
 wait "$SOAK_PID" || { cat "$TMP/restart.out"; SOAK_PID=""; fail "dikkat-soak (restart)"; }
 SOAK_PID=""
