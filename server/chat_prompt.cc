@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/status_util.h"
 
 namespace dikkat::server {
 namespace {
@@ -86,7 +87,13 @@ absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& mes
   context["add_generation_prompt"] = true;
   context["bos_token"] = bos_token_;
   context["eos_token"] = eos_token_;
-  return template_->Render(context);
+  absl::StatusOr<std::string> text = template_->Render(context);
+  // The renderer's bounds (output size, steps, depth) are hit by this
+  // conversation whenever it is sent: no retry can help (not 429).
+  if (text.status().code() == absl::StatusCode::kResourceExhausted) {
+    return NeverFitsError(text.status().message());
+  }
+  return text;
 }
 
 }  // namespace dikkat::server

@@ -445,6 +445,18 @@ TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
   fs::remove_all(dir);
 }
 
+TEST_F(OpenAiRequestTest, AChatPastTheTemplateBoundsIs400NotRetryable) {
+  // A template whose output passes the renderer's 4 MiB bound for this
+  // conversation: the same on every retry, so 400 rather than 429.
+  const ChatPrompt chat = LoadChat(
+      "{% for i in range(100000) %}{{ messages[0].content * 100 }}{% endfor %}");
+  absl::StatusOr<GenerateCall> call = Chat(chat, "");
+  ASSERT_FALSE(call.ok());
+  EXPECT_EQ(call.status().code(), absl::StatusCode::kResourceExhausted) << call.status();
+  EXPECT_TRUE(NeverFits(call.status())) << call.status();
+  EXPECT_EQ(HttpStatusOf(call.status()), 400);
+}
+
 TEST_F(OpenAiRequestTest, EmbeddingsInputsAndFormat) {
   absl::StatusOr<EmbeddingsCall> call =
       ParseEmbeddingsRequest(Json::parse(R"({"input": ["a", [5, 6]], "encoding_format":
