@@ -4,7 +4,8 @@
 # model (byte tokenizer) with a ChatML chat template, greedy, EOS ignored.
 #   8 streams: streamed chat completions through HTTP (`dikkat bench
 #              --openai-chat`) against gRPC Generate streams of the prompt the
-#              template renders (the same tokens): generated tokens/s.
+#              template renders (the same tokens): generated tokens/s, 32
+#              requests x 96 tokens per door and round (~15 s).
 #              Target: HTTP >= 95% of gRPC.
 #   1 stream:  time to first token of a streamed completion through HTTP
 #              (request sent -> first event naming a token) against gRPC's
@@ -51,8 +52,8 @@ ttft() { awk '/^time to first token/ {print $5}' "$1"; }  # the p50
 tmp=$(mktemp -d)
 : > "$OUT/openai.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
-  grpc8() { "${CLI[@]}" bench --concurrency=8 --requests=16 --max-tokens=64 "${COMMON[@]}" --prompt="$RENDERED" > "$tmp/g8"; }
-  http8() { "${CLI[@]}" bench --openai="$HTTP" --openai-chat --concurrency=8 --requests=16 --max-tokens=64 "${COMMON[@]}" --prompt="$USER_TEXT" > "$tmp/h8"; }
+  grpc8() { "${CLI[@]}" bench --concurrency=8 --requests=32 --max-tokens=96 "${COMMON[@]}" --prompt="$RENDERED" > "$tmp/g8"; }
+  http8() { "${CLI[@]}" bench --openai="$HTTP" --openai-chat --concurrency=8 --requests=32 --max-tokens=96 "${COMMON[@]}" --prompt="$USER_TEXT" > "$tmp/h8"; }
   grpc1() { "${CLI[@]}" bench --concurrency=1 --requests=12 --max-tokens=8 --logprobs=0 "${COMMON[@]}" --prompt="$RENDERED" > "$tmp/g1"; }
   http1() { "${CLI[@]}" bench --openai="$HTTP" --concurrency=1 --requests=12 --max-tokens=8 --logprobs=0 "${COMMON[@]}" --prompt="$RENDERED" > "$tmp/h1"; }
   if [ $((round % 2)) -eq 1 ]; then grpc8; http8; grpc1; http1; else http8; grpc8; http1; grpc1; fi
