@@ -5,6 +5,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -91,10 +92,25 @@ int HttpStatusOf(const absl::Status& status) {
   }
 }
 
+// The field a 400's message starts with ("max_tokens: expected an integer",
+// "messages[1].content: ..."), or null: every request check names the field
+// first, and OpenAI's clients show it as the error's `param`.
+Json ParamOf(int http_status, absl::string_view message) {
+  if (http_status != 400) return nullptr;
+  const size_t colon = message.find(": ");
+  if (colon == absl::string_view::npos || colon == 0 || colon > 128) return nullptr;
+  const absl::string_view field = message.substr(0, colon);
+  if (!(absl::ascii_isalpha(field[0]) || field[0] == '_')) return nullptr;
+  for (char c : field) {
+    if (!(absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '[' || c == ']')) return nullptr;
+  }
+  return std::string(field);
+}
+
 std::string ErrorBody(int http_status, absl::string_view message, absl::string_view code) {
   Json error = {{"message", std::string(message)},
                 {"type", ErrorType(http_status)},
-                {"param", nullptr},
+                {"param", ParamOf(http_status, message)},
                 {"code", code.empty() ? Json(nullptr) : Json(std::string(code))}};
   return Json{{"error", std::move(error)}}.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

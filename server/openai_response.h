@@ -30,9 +30,10 @@ enum class Api { kCompletions, kChat };
 // DEADLINE_EXCEEDED 504, anything else 500.
 int HttpStatusOf(const absl::Status& status);
 
-// {"error": {"message", "type", "param": null, "code"}}; type follows the
-// status (invalid_request_error, authentication_error, ...); `code` null
-// when empty.
+// {"error": {"message", "type", "param", "code"}}; type follows the status
+// (invalid_request_error, authentication_error, ...); `param` is the field a
+// 400's message starts with ("max_tokens: ..." -> "max_tokens"), else null;
+// `code` null when empty.
 std::string ErrorBody(int http_status, absl::string_view message, absl::string_view code = "");
 
 // "stop" (EOS or a stop string/token), "length"; "abort" for a generation

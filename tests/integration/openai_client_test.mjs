@@ -301,6 +301,7 @@ await part("errors through the client: 400, 401, 404, 413", async () => {
   e = await thrown(() => client.completions.create({ model: LM, prompt: "x", max_tokens: "many" }),
                    "max_tokens 'many'");
   check(e instanceof OpenAI.BadRequestError && e.message.includes("max_tokens"), `400: ${e}`);
+  checkEqual(e?.param, "max_tokens", "400 param names the field");
 
   const stranger = new OpenAI({ baseURL, apiKey: "not-the-token-0123456789abcdef", maxRetries: 0 });
   e = await thrown(() => stranger.completions.create({ model: LM, prompt: "x", max_tokens: 2 }),

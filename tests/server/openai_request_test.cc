@@ -497,6 +497,18 @@ TEST(OpenAiResponseTest, ErrorsAndFinishReasons) {
   EXPECT_EQ(error["error"]["type"], "invalid_request_error");
   EXPECT_TRUE(error["error"]["param"].is_null());
   EXPECT_EQ(error["error"]["code"], "model_not_found");
+  // A 400 names the field its message starts with, as OpenAI's `param`.
+  auto param = [](absl::string_view message) {
+    return Json::parse(ErrorBody(400, message))["error"]["param"];
+  };
+  EXPECT_EQ(param("max_tokens: expected an integer, got a string"), "max_tokens");
+  EXPECT_EQ(param("messages[1].content: expected a string or a list of parts"),
+            "messages[1].content");
+  EXPECT_TRUE(param("this model has no chat template (no chat_template in its "
+                    "tokenizer_config.json): use /v1/completions")
+                  .is_null());
+  EXPECT_TRUE(param("JSON nested deeper than 32").is_null());
+  EXPECT_TRUE(Json::parse(ErrorBody(429, "queue: full"))["error"]["param"].is_null());
   EXPECT_STREQ(FinishReasonString(FinishReason::kEos), "stop");
   EXPECT_STREQ(FinishReasonString(FinishReason::kStop), "stop");
   EXPECT_STREQ(FinishReasonString(FinishReason::kLength), "length");
