@@ -15,7 +15,9 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -42,6 +44,35 @@ double Mean(const std::vector<double>& values) {
   double sum = 0;
   for (double v : values) sum += v;
   return sum / values.size();
+}
+
+// What both runs (gRPC, OpenAI port) report, in one format: counts, the
+// lines describing failures, throughput over `seconds` and the latencies.
+struct RunReport {
+  int ok = 0, failed = 0;
+  int64_t tokens = 0;
+  std::vector<std::string> error_lines;
+  std::vector<double> ttft_ms, inter_token_ms, request_ms;
+};
+
+void PrintRow(std::ostream& out, const char* name, std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  out << absl::StrFormat("%-22s %9.2f %9.2f %9.2f %9.2f\n", name, Percentile(values, 50),
+                         Percentile(values, 90), Percentile(values, 99), Mean(values));
+}
+
+void PrintReport(std::ostream& out, const RunReport& r, double seconds) {
+  out << absl::StrFormat("completed: %d ok, %d failed in %.2f s\n", r.ok, r.failed, seconds);
+  for (const std::string& line : r.error_lines) out << "  " << line << "\n";
+  out << absl::StrFormat("throughput: %.1f generated tokens/s, %.2f requests/s\n",
+                         r.tokens / seconds, r.ok / seconds);
+  out << absl::StrFormat("%-22s %9s %9s %9s %9s\n", "latency (ms)", "p50", "p90", "p99", "mean");
+  PrintRow(out, "time to first token", r.ttft_ms);
+  PrintRow(out, "inter-token", r.inter_token_ms);
+  PrintRow(out, "request", r.request_ms);
+  if (r.ok > 0) {
+    out << absl::StrFormat("tokens per request: %.1f\n", static_cast<double>(r.tokens) / r.ok);
+  }
 }
 
 // Measurements of one stream, touched only by its own (serialized) callbacks.
@@ -79,24 +110,19 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
 
   void Report(std::ostream& out) const {
     dikkat::MutexLock lock(&mu_);
-    const double seconds = absl::ToDoubleSeconds(wall_);
-    out << absl::StrFormat("completed: %d ok, %d failed in %.2f s\n", ok_, finished_ - ok_,
-                           seconds);
+    RunReport r;
+    r.ok = ok_;
+    r.failed = finished_ - ok_;
+    r.tokens = total_tokens_;
     for (const auto& [code, count] : errors_) {
-      out << absl::StrFormat("  %d x %s (first: %s)\n", count, absl::StatusCodeToString(code),
-                             first_error_.at(code));
+      r.error_lines.push_back(absl::StrFormat("%d x %s (first: %s)", count,
+                                              absl::StatusCodeToString(code),
+                                              first_error_.at(code)));
     }
-    out << absl::StrFormat("throughput: %.1f generated tokens/s, %.2f requests/s\n",
-                           total_tokens_ / seconds, ok_ / seconds);
-    out << absl::StrFormat("%-22s %9s %9s %9s %9s\n", "latency (ms)", "p50", "p90", "p99",
-                           "mean");
-    PrintRow(out, "time to first token", ttft_ms_);
-    PrintRow(out, "inter-token", inter_token_ms_);
-    PrintRow(out, "request", request_ms_);
-    if (ok_ > 0) {
-      out << absl::StrFormat("tokens per request: %.1f\n",
-                             static_cast<double>(total_tokens_) / ok_);
-    }
+    r.ttft_ms = ttft_ms_;
+    r.inter_token_ms = inter_token_ms_;
+    r.request_ms = request_ms_;
+    PrintReport(out, r, absl::ToDoubleSeconds(wall_));
   }
 
   bool all_ok() const {
@@ -105,12 +131,6 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
   }
 
  private:
-  static void PrintRow(std::ostream& out, const char* name, std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    out << absl::StrFormat("%-22s %9.2f %9.2f %9.2f %9.2f\n", name, Percentile(values, 50),
-                           Percentile(values, 90), Percentile(values, 99), Mean(values));
-  }
-
   static std::string Suffix(int index, int bytes) {
     std::string s;
     while (static_cast<int>(s.size()) < bytes) s += absl::StrFormat(" #%d.", index);
@@ -198,14 +218,6 @@ class BenchRun : public std::enable_shared_from_this<BenchRun> {
   std::map<absl::StatusCode, int> errors_ ABSL_GUARDED_BY(mu_);
   std::map<absl::StatusCode, std::string> first_error_ ABSL_GUARDED_BY(mu_);
   absl::Duration wall_ ABSL_GUARDED_BY(mu_);
-};
-
-// Latency and throughput figures of a run, printed as BenchRun::Report does.
-struct HttpRunTotals {
-  int ok = 0, failed = 0;
-  int64_t tokens = 0;
-  std::vector<double> ttft_ms, inter_token_ms, request_ms;
-  std::map<std::string, int> errors;
 };
 
 // The same load through the OpenAI-compatible port: --concurrency threads,
@@ -334,7 +346,7 @@ class HttpBenchRun {
   void Add(const One& one) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!one.error.empty()) {
       ++totals_.failed;
-      ++totals_.errors[one.error];
+      ++errors_[one.error];
       return;
     }
     ++totals_.ok;
@@ -351,23 +363,11 @@ class HttpBenchRun {
 
   void Report(std::ostream& out) const {
     dikkat::MutexLock lock(&mu_);
-    const double seconds = absl::ToDoubleSeconds(wall_);
-    out << absl::StrFormat("completed: %d ok, %d failed in %.2f s\n", totals_.ok,
-                           totals_.failed, seconds);
-    for (const auto& [message, count] : totals_.errors) {
-      out << absl::StrFormat("  %d x %s\n", count, message);
+    RunReport r = totals_;
+    for (const auto& [message, count] : errors_) {
+      r.error_lines.push_back(absl::StrFormat("%d x %s", count, message));
     }
-    out << absl::StrFormat("throughput: %.1f generated tokens/s, %.2f requests/s\n",
-                           totals_.tokens / seconds, totals_.ok / seconds);
-    out << absl::StrFormat("%-22s %9s %9s %9s %9s\n", "latency (ms)", "p50", "p90", "p99",
-                           "mean");
-    PrintRow(out, "time to first token", totals_.ttft_ms);
-    PrintRow(out, "inter-token", totals_.inter_token_ms);
-    PrintRow(out, "request", totals_.request_ms);
-    if (totals_.ok > 0) {
-      out << absl::StrFormat("tokens per request: %.1f\n",
-                             static_cast<double>(totals_.tokens) / totals_.ok);
-    }
+    PrintReport(out, r, absl::ToDoubleSeconds(wall_));
   }
 
   bool all_ok() const {
@@ -376,18 +376,13 @@ class HttpBenchRun {
   }
 
  private:
-  static void PrintRow(std::ostream& out, const char* name, std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    out << absl::StrFormat("%-22s %9.2f %9.2f %9.2f %9.2f\n", name, Percentile(values, 50),
-                           Percentile(values, 90), Percentile(values, 99), Mean(values));
-  }
-
   const std::string host_;
   const int port_;
   const std::string path_, body_, bearer_;
   const bool chat_;
   mutable dikkat::Mutex mu_;
-  HttpRunTotals totals_ ABSL_GUARDED_BY(mu_);
+  RunReport totals_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> errors_ ABSL_GUARDED_BY(mu_);  // message -> count
   absl::Duration wall_;
 };
 
