@@ -241,11 +241,19 @@ class HttpBenchRun {
     std::vector<double> event_ms;  // arrival of each text event after the first, from the previous
   };
 
-  One Send() const {
+  // A client per stream, kept alive from request to request as a gRPC
+  // channel is (no connect in the time to first token).
+  std::unique_ptr<httplib::Client> NewClient() const {
+    auto http = std::make_unique<httplib::Client>(host_, port_);
+    http->set_read_timeout(300, 0);
+    http->set_connection_timeout(10, 0);
+    http->set_keep_alive(true);
+    http->set_tcp_nodelay(true);
+    return http;
+  }
+
+  One Send(httplib::Client& http) const {
     One one;
-    httplib::Client http(host_, port_);
-    http.set_read_timeout(300, 0);
-    http.set_connection_timeout(10, 0);
     httplib::Request req;
     req.method = "POST";
     req.path = path_;
@@ -332,8 +340,9 @@ class HttpBenchRun {
     std::vector<std::thread> threads;
     for (int t = 0; t < concurrency; ++t) {
       threads.emplace_back([&] {
+        std::unique_ptr<httplib::Client> http = NewClient();
         while (next.fetch_add(1) < total) {
-          One one = Send();
+          One one = Send(*http);
           dikkat::MutexLock lock(&mu_);
           Add(one);
         }
@@ -500,7 +509,7 @@ class BenchCommand : public Command {
     HttpBenchRun run(host, port, openai_chat_ ? "/v1/chat/completions" : "/v1/completions",
                      body.dump(), context.globals->token, openai_chat_);
     for (int i = 0; i < warmup_; ++i) {
-      HttpBenchRun::One one = run.Send();
+      HttpBenchRun::One one = run.Send(*run.NewClient());
       if (!one.error.empty()) {
         std::cerr << "error: " << one.error << "\n";
         return kExitFailure;
