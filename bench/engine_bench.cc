@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -168,6 +169,51 @@ void BM_DecodeRowBlocksPaired(benchmark::State& state) {
   state.counters["gemm_tok_s"] = n / gemm;
   state.counters["blocks_tok_s"] = n / blocks;
   state.counters["blocks_speedup"] = gemm / blocks;
+}
+
+// Args: {batch, prompt}. int8 weights: x as int16 (the AVX2 kernel) against
+// x as float32 (each weight widened; SetInt8Int16Activations), side by
+// side: each iteration runs one decode step of `batch` sequences at context
+// 128 with each, or with prompt > 0 a prefill of that many tokens (batch
+// ignored). Counters: ms of each (float_x_ms, int16_x_ms) and int16_speedup =
+// float32-x time / int16-x time. On an ISA without the int16 kernel both are
+// the float32 one (speedup ~1).
+void BM_Int8ActivationsPaired(benchmark::State& state) {
+  const int64_t batch = state.range(0), prompt = state.range(1);
+  LoadedModel& m = Model(at::kChar);
+  std::function<void()> run;
+  std::unique_ptr<DecodeSteps> steps;
+  std::unique_ptr<KvCache> cache;
+  std::vector<int32_t> tokens, table;
+  SequenceChunk chunk;
+  if (prompt > 0) {
+    cache = std::make_unique<KvCache>(*KvCache::Create(
+        m.config, 2 * KvCache::BytesPerToken(m.config, at::kFloat) * m.config.max_positions, 16,
+        at::kFloat, at::kCPU));
+    tokens = RandomTokens(prompt, m.config.vocab_size, 1);
+    cache->allocator().EnsureCapacity(&table, prompt);
+    chunk.tokens = absl::MakeConstSpan(tokens);
+    chunk.block_table = &table;
+    run = [&] {
+      ForwardResult r = m.transformer->Decode({chunk}, &*cache, ForwardOptions());
+      benchmark::DoNotOptimize(r.logits.data_ptr());
+    };
+  } else {
+    steps = std::make_unique<DecodeSteps>(m, at::kChar, batch, 128);
+    run = [&] { steps->Run(); };
+  }
+  double float_x = 0, int16_x = 0;
+  for (auto _ : state) {
+    SetInt8Int16Activations(false);
+    float_x += Seconds(run);
+    SetInt8Int16Activations(true);
+    int16_x += Seconds(run);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["float_x_ms"] = 1e3 * float_x / n;
+  state.counters["int16_x_ms"] = 1e3 * int16_x / n;
+  state.counters["int16_speedup"] = float_x / int16_x;
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
 // Args: {context}. The attention core of one decode token, GPT-2-small heads.
@@ -476,6 +522,12 @@ BENCHMARK(BM_LinearRowBlocksPaired)
     ->ArgsProduct({{0, 1}, {8, 16, 24, 32, 48, 63}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
+    ->UseRealTime();
+BENCHMARK(BM_Int8ActivationsPaired)
+    ->ArgNames({"batch", "prompt"})
+    ->Args({1, 0})->Args({4, 0})->Args({8, 0})->Args({32, 0})->Args({0, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
     ->UseRealTime();
 BENCHMARK(BM_AttentionDecode)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 

@@ -99,7 +99,8 @@ at::Tensor Int8LinearGemm(const at::Tensor& x /*[M, in] float32*/, const LinearW
   return b.defined() ? y.add_(b.to(at::kFloat)) : y;
 }
 
-std::atomic<bool> row_blocks{true};  // SetSmallBatchLinearRowBlocks
+std::atomic<bool> row_blocks{true};     // SetSmallBatchLinearRowBlocks
+std::atomic<bool> int8_int16_x{true};  // SetInt8Int16Activations
 
 }  // namespace
 
@@ -123,6 +124,10 @@ bool FastBFloat16Gemm() {
 
 void SetSmallBatchLinearRowBlocks(bool enabled) {
   row_blocks.store(enabled, std::memory_order_relaxed);
+}
+
+void SetInt8Int16Activations(bool enabled) {
+  int8_int16_x.store(enabled, std::memory_order_relaxed);
 }
 
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
@@ -184,9 +189,20 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   const float* sp = w.scales.data_ptr<float>();
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  const kernels::Int8RowsFn fn = kernels::Kernels().int8_rows;
+  const KernelTable& k = kernels::Kernels();
+  // x as int16 per row and group, once for every task (where the ISA's kernel
+  // multiplies int8 by int16).
+  std::vector<int16_t> xq;
+  std::vector<float> xs;
+  kernels::Int8RowsFn fn = k.int8_rows_float_x;
+  if (k.quantize_x_int16 != nullptr && int8_int16_x.load(std::memory_order_relaxed)) {
+    xq.resize(rows * in);
+    xs.resize(rows * groups);
+    k.quantize_x_int16(xp, xq.data(), xs.data(), rows, in, groups);
+    fn = k.int8_rows;
+  }
   ForEachOutputTask(out, rows, [&](int64_t o0, int64_t o1) {
-    fn(xp, wp, sp, bp, yp, rows, in, groups, out, o0, o1);
+    fn(xp, xq.data(), xs.data(), wp, sp, bp, yp, rows, in, groups, out, o0, o1);
   });
   return y.view(out_shape);
 }

@@ -113,12 +113,21 @@ at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::
 // Rows from which Int8Linear dequantizes tiles of W for LibTorch's GEMM.
 inline constexpr int64_t kInt8GemmMinRows = 64;
 
+// For benchmarks: false makes Int8Linear's row kernels take x as float32
+// (each weight widened to float32) on every ISA, instead of int16 per row
+// and group of 32 where the ISA has that kernel (AVX2), so that both can be
+// measured side by side in one process. Default true.
+void SetInt8Int16Activations(bool enabled);
+
 // x [..., in] (any float dtype), w int8 with scales (QuantizeInt8), b [out] or
 // undefined -> [..., out] float32, accumulated in float32. Any number of rows:
 // below kInt8GemmMinRows, blocks of up to kSmallBatchMaxRows rows reuse each
 // task's slice of the matrix from the cache (the int8 matrix is read from
 // memory once); from it, tiles of W dequantized into a cache-sized float32
-// buffer go through LibTorch's GEMM.
+// buffer go through LibTorch's GEMM. Below kInt8GemmMinRows on AVX2, x is
+// rounded to int16 per row and group of 32 (absmax / 32767 steps: about
+// 1/256 of the weights' own rounding) and each group's products are summed
+// as integers; every row is computed as if it were alone.
 at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b);
 
 // One decode token per sequence.

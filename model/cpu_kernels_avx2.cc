@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -53,6 +54,10 @@ struct Ops {
   // interleaved rows (3 short streams) read faster than 6 on a Zen 3 EPYC.
   static constexpr int kInt8BlockRows[9] = {0, 3, 4, 3, 3, 2, 2, 1, 1};
   static constexpr bool kInt8ScalePerGroup = true;
+  // int8 x int16 (Int8X16Block): output rows per block for M input rows.
+  static constexpr bool kInt8Int16X = true;
+  static constexpr int kInt8X16BlockRows[9] = {0, 3, 3, 2, 2, 1, 1, 1, 1};
+  static constexpr int kInt8StreamPrefetchBytes = 1024;
 
   DIKKAT_INLINE static V Zero() { return _mm256_setzero_ps(); }
   DIKKAT_INLINE static V Set1(float a) { return _mm256_set1_ps(a); }
@@ -94,6 +99,21 @@ struct Ops {
     std::memcpy(buf, p, n);
     return LoadInt8(buf, scale);
   }
+  // Integer vectors for the int8 x int16 kernel.
+  using IV = __m256i;
+  // 16 int8 weights sign-extended to int16.
+  DIKKAT_INLINE static IV LoadInt8AsInt16(const int8_t* p) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  DIKKAT_INLINE static IV LoadInt16(const int16_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  // 8 int32 lanes: a[2j] * b[2j] + a[2j + 1] * b[2j + 1] (vpmaddwd).
+  DIKKAT_INLINE static IV MulAddPairs(IV a, IV b) { return _mm256_madd_epi16(a, b); }
+  DIKKAT_INLINE static IV AddInt32(IV a, IV b) { return _mm256_add_epi32(a, b); }
+  DIKKAT_INLINE static V Int32ToFloat(IV a) { return _mm256_cvtepi32_ps(a); }
+  DIKKAT_INLINE static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+
   DIKKAT_INLINE static void Store(float* p, V a) { _mm256_storeu_ps(p, a); }
   DIKKAT_INLINE static void StoreN(float* p, V a, int n) {
     alignas(32) float buf[kLanes];

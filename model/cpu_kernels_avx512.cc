@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -47,6 +48,8 @@ struct Ops {
   static constexpr int kStreamPrefetchBytes = 0;
   static constexpr int kInt8BlockRows[9] = {0, 8, 8, 6, 5, 4, 4, 3, 3};
   static constexpr bool kInt8ScalePerGroup = false;
+  // int8 weights meet float32 x (Int8Block), not int16 (Int8X16Block).
+  static constexpr bool kInt8Int16X = false;
 
   static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
 

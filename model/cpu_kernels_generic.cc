@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -70,6 +71,8 @@ struct Ops {
   static constexpr int kStreamPrefetchBytes = 0;
   static constexpr int kInt8BlockRows[9] = {0, 4, 4, 2, 2, 1, 1, 1, 1};
   static constexpr bool kInt8ScalePerGroup = false;
+  // int8 weights meet float32 x (Int8Block), not int16 (Int8X16Block).
+  static constexpr bool kInt8Int16X = false;
 
   DIKKAT_INLINE static V Zero() { return V{}; }
   DIKKAT_INLINE static V Set1(float a) { return V{a, a, a, a, a, a, a, a}; }

@@ -31,10 +31,19 @@ using LinearRowsFn = void (*)(const float* x, const float* xp, const W* w, const
                               int64_t o1);
 
 // The same for int8 W with a float32 scale per row and group of 32 inputs
-// (linear_weight.h): scales [out, groups].
-using Int8RowsFn = void (*)(const float* x, const int8_t* w, const float* scales, const float* b,
-                            float* y, int64_t rows, int64_t in, int64_t groups, int64_t ldy,
-                            int64_t o0, int64_t o1);
+// (linear_weight.h): scales [out, groups]. `xq` and `xs` are x quantized by
+// the table's quantize_x_int16 (null where it has none; kernels that do not
+// use them ignore them).
+using Int8RowsFn = void (*)(const float* x, const int16_t* xq, const float* xs, const int8_t* w,
+                            const float* scales, const float* b, float* y, int64_t rows,
+                            int64_t in, int64_t groups, int64_t ldy, int64_t o0, int64_t o1);
+
+// x [rows, in] float32 -> xq [rows, in] int16 and xs [rows, groups] float32,
+// per row and group of 32 inputs (the weights' groups; the last may be
+// shorter): xs = absmax / 32767 (0 for an all-zero group), xq = x / xs
+// rounded to nearest, ties to even.
+using QuantizeXInt16Fn = void (*)(const float* x, int16_t* xq, float* xs, int64_t rows,
+                                  int64_t in, int64_t groups);
 
 // dst[o - o0, :] = dequant(W[o, :]) for o in [o0, o1).
 using DequantizeRowsFn = void (*)(const int8_t* w, const float* scales, int64_t in,
@@ -67,7 +76,15 @@ struct KernelTable {
   LinearRowsFn<float> linear_f32;
   LinearRowsFn<BFloat16Bits> linear_bf16;
   LinearRowsFn<Half16> linear_f16;
+  // int8 weights below kInt8GemmMinRows rows. Where quantize_x_int16 is
+  // set, x goes to the kernel as int16 per row and group (it multiplies
+  // int8 by int16 into int32 sums per group, then scales them); else as
+  // float32 (each weight widened to float32).
+  QuantizeXInt16Fn quantize_x_int16;
   Int8RowsFn int8_rows;
+  // The float32-x kernel on every ISA (what int8_rows is where
+  // quantize_x_int16 is null): for paired benchmarks.
+  Int8RowsFn int8_rows_float_x;
   DequantizeRowsFn dequantize_rows;
   DecodeAttentionFn decode_attention_f32;
   DecodeAttentionFn decode_attention_bf16;
