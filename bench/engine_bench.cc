@@ -22,6 +22,7 @@
 #include "model/attention.h"
 #include "model/cpu_isa.h"
 #include "model/cpu_kernels.h"
+#include "model/cpu_kernels_isa.h"
 #include "model/kv_cache.h"
 #include "server/runtime.h"
 #include "model/model_loader.h"
@@ -213,6 +214,26 @@ void BM_Int8ActivationsPaired(benchmark::State& state) {
   state.counters["float_x_ms"] = 1e3 * float_x / n;
   state.counters["int16_x_ms"] = 1e3 * int16_x / n;
   state.counters["int16_speedup"] = float_x / int16_x;
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
+// Args: {M, in, out}. The float32 row kernel's compute roof on one core:
+// the ISA table's linear_f32 called directly (no tensors, no threads) on a
+// W of out x in and M rows of x small enough to stay in the L1/L2 cache,
+// again and again. items_per_second = FLOP/s.
+void BM_LinearKernelResident(benchmark::State& state) {
+  const int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
+  // 64-byte aligned, as LibTorch's tensors are.
+  at::Tensor xt = at::randn({rows, in}), wt = at::randn({out, in}), yt = at::empty({rows, out});
+  const float *x = xt.data_ptr<float>(), *w = wt.data_ptr<float>();
+  float* y = yt.data_ptr<float>();
+  const kernels::KernelTable& k = kernels::Kernels();
+  for (auto _ : state) {
+    k.linear_f32(x, nullptr, w, nullptr, y, rows, in, out, 0, out);
+    benchmark::DoNotOptimize(y);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * rows * in * out);
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
@@ -529,6 +550,12 @@ BENCHMARK(BM_Int8ActivationsPaired)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
+BENCHMARK(BM_LinearKernelResident)
+    ->ArgNames({"M", "in", "out"})
+    ->Args({16, 128, 24})->Args({16, 768, 24})->Args({16, 768, 240})->Args({4, 768, 24})
+    ->Args({1, 768, 24})->Args({16, 3072, 24})
+    ->Unit(benchmark::kMicrosecond)
+    ->MinTime(0.5);
 BENCHMARK(BM_AttentionDecode)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
