@@ -6,7 +6,9 @@
 // groups = ceil(in / kInt8GroupSize). Element (o, i) stands for
 // w[o, i] * scales[o, i / kInt8GroupSize]: symmetric, one absmax scale per
 // output row and group of 32 consecutive input elements (llama.cpp's Q8_0
-// blocks, with float32 instead of float16 scales). Activations stay float32.
+// blocks, with float32 instead of float16 scales). Activations stay float32
+// (Int8Linear's AVX2 kernel rounds them to int16 per group for its products:
+// cpu_kernels.h).
 //
 // A value type (two tensor handles); immutable once built, safe to share
 // between threads.
