@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -59,6 +60,19 @@ const char* EndpointLabel(const std::string& path) {
   if (path == "/v1/embeddings") return "embeddings";
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return "models";
   return "other";
+}
+
+// The endpoint label of a head refused before httplib parsed it (431): from
+// its request line's target when that line has arrived, else "other".
+const char* EndpointLabelOfHead(std::string_view head) {
+  const size_t line_end = head.find('\n');
+  if (line_end == std::string_view::npos) return "other";
+  const std::string_view line = head.substr(0, line_end);
+  const size_t sp1 = line.find(' ');
+  if (sp1 == std::string_view::npos) return "other";
+  std::string_view target = line.substr(sp1 + 1);
+  target = target.substr(0, std::min(target.find(' '), target.find('?')));
+  return EndpointLabel(std::string(target));
 }
 
 // One Generate call's output (its engine requests, one per prompt, merged by
@@ -494,7 +508,8 @@ class OpenAiHttpServer::Handlers {
 // one request, routes it and writes the response).
 class OpenAiHttpServer::BoundedServer final : public httplib::Server {
  public:
-  explicit BoundedServer(const OpenAiHttpOptions& options) : options_(options) {
+  BoundedServer(const OpenAiHttpOptions& options, Metrics* metrics)
+      : options_(options), metrics_(metrics) {
     new_task_queue = [this] {
       return new HttpWorkerPool(options_.max_workers, options_.max_waiting);
     };
@@ -541,6 +556,12 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
         const BoundedSocket::Head head = socket.ReadHead();
         if (head == BoundedSocket::Head::kTooLarge) {
           WriteHeadTooLarge(socket);
+          // Counted as httplib's logger counts the requests it answers (413
+          // included): httplib never sees this one.
+          if (metrics_ != nullptr) {
+            metrics_->RecordHttp("openai", EndpointLabelOfHead(socket.unread()), 431,
+                                 absl::Now() - t_request_start);
+          }
           break;
         }
         if (head != BoundedSocket::Head::kComplete) break;  // deadline, closed or stopping
@@ -584,6 +605,7 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
   }
 
   const OpenAiHttpOptions options_;
+  Metrics* const metrics_;  // not owned; may be null
   StopSignal stop_;
 };
 
@@ -607,7 +629,7 @@ absl::StatusOr<int> OpenAiHttpServer::Start(const std::string& address) {
     handlers_.reset();
     return loaded;
   }
-  http_ = std::make_unique<BoundedServer>(options_);
+  http_ = std::make_unique<BoundedServer>(options_, metrics_);
   // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second
   // process bind the same port and take half of the calls.
   http_->set_socket_options([](socket_t sock) {

@@ -739,6 +739,10 @@ TEST_F(OpenAiHttpTest, AHeadPastSixteenKibIs431) {
   ASSERT_TRUE(error.contains("error")) << reply;
   EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("16384 bytes"));
   EXPECT_EQ(Get("/v1/models").status, 200);
+  // Counted as the 413s are, under the endpoint its request line named.
+  EXPECT_GE(Metric(Scrape(*server_),
+                   R"(dikkat_http_requests_total{api="openai",code="431",endpoint="completions"})"),
+            1);
 }
 
 // A body over --max_message_bytes is refused from its Content-Length before
