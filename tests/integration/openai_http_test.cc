@@ -777,6 +777,25 @@ TEST_F(OpenAiHttpTest, AnOversizedBodyIs413BeforeItIsRead) {
   EXPECT_LT(took, absl::Seconds(3));  // the answer, then the connection closed
 }
 
+// --openai_max_body_bytes bounds the port's bodies below
+// --max_message_bytes (64KiB here): 16KiB, 413 just past it, served at it.
+TEST_F(OpenAiHttpTest, OpenAiMaxBodyBytesIsTheBodyLimit) {
+  std::unique_ptr<ServerProcess> small = Start({"--openai_max_body_bytes=16KiB"});
+  ASSERT_NE(small, nullptr);
+  const std::string head = R"({"input": ")";
+  const std::string tail = R"("})";
+  const std::string at_limit =
+      head + std::string((16 << 10) - head.size() - tail.size(), 'x') + tail;
+  ASSERT_EQ(at_limit.size(), 16u << 10);
+  // Read and parsed (the text itself may be too long for the model: 400).
+  const HttpReply served = Post("/v1/embeddings", at_limit, small.get());
+  EXPECT_NE(served.status, 413) << served.body;
+  EXPECT_NE(served.status, 0);
+  const HttpReply refused = Post("/v1/embeddings", at_limit + " ", small.get());
+  EXPECT_EQ(refused.status, 413) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr("(16384 bytes)"));
+}
+
 // A client that stops reading: its socket buffers fill, the output kept for
 // it passes --max_stream_pending_bytes, and the generation is cancelled
 // while the client is still connected.
