@@ -93,16 +93,18 @@ class GenerateOutput final : public GenerateObserver {
     {
       dikkat::MutexLock lock(&mu_);
       ids_.push_back(id);
-      cancel = cut_;
+      cancel = cut_ || cancelled_;
     }
     if (cancel) engine_->Cancel(id);
   }
 
-  // Cancels every request submitted (each ends with OnFinish(kCancelled)).
+  // Cancels every request submitted, and those submitted after (each ends
+  // with OnFinish(kCancelled)).
   void CancelAll() {
     std::vector<RequestId> ids;
     {
       dikkat::MutexLock lock(&mu_);
+      cancelled_ = true;
       ids = ids_;
     }
     for (RequestId id : ids) engine_->Cancel(id);
@@ -170,6 +172,7 @@ class GenerateOutput final : public GenerateObserver {
   std::deque<GeneratedChunk> chunks_ ABSL_GUARDED_BY(mu_);
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool cut_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // CancelAll was called
   std::optional<GenerateSummary> summary_ ABSL_GUARDED_BY(mu_);
   bool summary_taken_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -360,7 +363,9 @@ class OpenAiHttpServer::Handlers {
         std::make_shared<GenerateOutput>(target->engine, options_.max_stream_pending_bytes);
     // One engine request per prompt; a refused one cancels those before it.
     const int32_t prompts = static_cast<int32_t>(shared_call->prompts.size());
-    auto fan_out = openai::PromptFanOut::Create(prompts, shared_call->n, output);
+    // One prompt failed: the call fails, so its siblings are cancelled.
+    auto fan_out = openai::PromptFanOut::Create(prompts, shared_call->n, output,
+                                                [output] { output->CancelAll(); });
     for (int32_t p = 0; p < prompts; ++p) {
       absl::StatusOr<RequestId> id =
           target->engine->SubmitGenerate(shared_call->prompts[p].request, fan_out->ObserverFor(p));

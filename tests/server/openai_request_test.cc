@@ -635,6 +635,34 @@ TEST(PromptFanOutTest, AFailedPromptFailsTheCall) {
   EXPECT_EQ(cancelled->summary.reason, FinishReason::kCancelled);
 }
 
+// The first failure while siblings still run calls on_error (the caller
+// cancels them there), once; a failure of the last request left does not.
+TEST(PromptFanOutTest, TheFirstFailureWithSiblingsLeftCallsOnError) {
+  auto target = std::make_shared<RecordingObserver>();
+  int errors = 0;
+  std::shared_ptr<PromptFanOut> fan_out =
+      PromptFanOut::Create(3, 2, target, [&errors] { ++errors; });
+  GenerateSummary error = Summary(FinishReason::kError, 1, 0);
+  error.status = absl::InternalError("forward failed");
+  fan_out->ObserverFor(0)->OnFinish(Summary(FinishReason::kLength, 1, 1));
+  EXPECT_EQ(errors, 0);
+  fan_out->ObserverFor(2)->OnFinish(error);
+  EXPECT_EQ(errors, 1);
+  EXPECT_EQ(target->finishes, 0);
+  fan_out->ObserverFor(1)->OnFinish(Summary(FinishReason::kCancelled, 1, 0));
+  EXPECT_EQ(errors, 1);
+  ASSERT_EQ(target->finishes, 1);
+  EXPECT_EQ(target->summary.reason, FinishReason::kError);
+  EXPECT_EQ(target->summary.status.message(), "forward failed");
+
+  errors = 0;
+  fan_out = PromptFanOut::Create(2, 1, std::make_shared<RecordingObserver>(),
+                                 [&errors] { ++errors; });
+  fan_out->ObserverFor(0)->OnFinish(Summary(FinishReason::kEos, 1, 1));
+  fan_out->ObserverFor(1)->OnFinish(error);
+  EXPECT_EQ(errors, 0);
+}
+
 TEST(OpenAiResponseTest, ChoicesOfSeveralPromptsEchoTheirOwnPrompt) {
   std::unique_ptr<model::Tokenizer> tokenizer = model::MakeByteTokenizer();
   GenerateCall call;
