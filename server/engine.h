@@ -116,6 +116,10 @@ struct GenerateRequest {
   std::vector<int32_t> source;          // encoder-decoder only: the encoder input
   model::SamplingParams sampling;
   int32_t max_new_tokens = 0;           // 0 -> EngineOptions::default_max_new_tokens
+  // Decoder-only: a prompt plus max_new_tokens (> 0) past the model's context
+  // is INVALID_ARGUMENT (OpenAI's answer) instead of max_new_tokens being
+  // capped to what the context holds (the default, what gRPC callers get).
+  bool strict_max_new_tokens = false;
   std::vector<int32_t> stop_token_ids;  // finish (kStop) when one is sampled
   std::vector<std::string> stop_strings;  // finish (kStop) when the text contains one
   bool ignore_eos = false;              // keep going past the EOS token

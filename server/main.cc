@@ -66,6 +66,10 @@ ABSL_FLAG(std::string, openai_listen, "",
 ABSL_FLAG(int32_t, openai_max_connections, 64,
           "Connections the OpenAI HTTP port serves at once (a stream holds one for its whole "
           "length); as many more may wait, past that new ones get 503.");
+ABSL_FLAG(ByteSize, openai_max_body_bytes, ByteSize{8ll << 20},
+          "Largest request body on the OpenAI HTTP port, refused with 413 from its "
+          "Content-Length before it is read. Parsed JSON takes several times its text, so this "
+          "is kept below --max_message_bytes; the smaller of the two applies. Must be > 0.");
 ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu or cuda:N.");
 ABSL_FLAG(std::string, dtype, "float32",
           "Weights dtype: float32, bfloat16, float16, or int8 (weight-only int8 "
@@ -410,8 +414,11 @@ int Run(int argc, char** argv) {
     return 2;
   }
   const int64_t max_response = absl::GetFlag(FLAGS_max_response_bytes).bytes;
-  if (max_response <= 0 || absl::GetFlag(FLAGS_max_message_bytes).bytes <= 0) {
-    absl::FPrintF(stderr, "dikkat-server: --max_message_bytes and --max_response_bytes must be > 0\n");
+  if (max_response <= 0 || absl::GetFlag(FLAGS_max_message_bytes).bytes <= 0 ||
+      absl::GetFlag(FLAGS_openai_max_body_bytes).bytes <= 0) {
+    absl::FPrintF(stderr,
+                  "dikkat-server: --max_message_bytes, --max_response_bytes and "
+                  "--openai_max_body_bytes must be > 0\n");
     return 2;
   }
   absl::StatusOr<TransportLimits> transport =
@@ -496,7 +503,9 @@ int Run(int argc, char** argv) {
   OpenAiHttpOptions openai_options;
   openai_options.max_workers = std::max(1, absl::GetFlag(FLAGS_openai_max_connections));
   openai_options.max_waiting = openai_options.max_workers;
-  openai_options.max_body_bytes = absl::GetFlag(FLAGS_max_message_bytes).bytes;
+  // No request on either port takes more than --max_message_bytes.
+  openai_options.max_body_bytes = std::min(absl::GetFlag(FLAGS_openai_max_body_bytes).bytes,
+                                           absl::GetFlag(FLAGS_max_message_bytes).bytes);
   openai_options.max_text_bytes = service_options.max_text_bytes;
   openai_options.max_response_bytes = max_response;
   openai_options.max_stream_pending_bytes = service_options.max_stream_pending_bytes;

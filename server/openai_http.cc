@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,19 @@ const char* EndpointLabel(const std::string& path) {
   return "other";
 }
 
+// The endpoint label of a head refused before httplib parsed it (431): from
+// its request line's target when that line has arrived, else "other".
+const char* EndpointLabelOfHead(std::string_view head) {
+  const size_t line_end = head.find('\n');
+  if (line_end == std::string_view::npos) return "other";
+  const std::string_view line = head.substr(0, line_end);
+  const size_t sp1 = line.find(' ');
+  if (sp1 == std::string_view::npos) return "other";
+  std::string_view target = line.substr(sp1 + 1);
+  target = target.substr(0, std::min(target.find(' '), target.find('?')));
+  return EndpointLabel(std::string(target));
+}
+
 // One Generate call's output (its engine requests, one per prompt, merged by
 // openai::PromptFanOut) between the engine thread (OnChunk/OnFinish, which
 // only append under a short lock) and the HTTP thread (Take). Past
@@ -79,16 +93,18 @@ class GenerateOutput final : public GenerateObserver {
     {
       dikkat::MutexLock lock(&mu_);
       ids_.push_back(id);
-      cancel = cut_;
+      cancel = cut_ || cancelled_;
     }
     if (cancel) engine_->Cancel(id);
   }
 
-  // Cancels every request submitted (each ends with OnFinish(kCancelled)).
+  // Cancels every request submitted, and those submitted after (each ends
+  // with OnFinish(kCancelled)).
   void CancelAll() {
     std::vector<RequestId> ids;
     {
       dikkat::MutexLock lock(&mu_);
+      cancelled_ = true;
       ids = ids_;
     }
     for (RequestId id : ids) engine_->Cancel(id);
@@ -156,6 +172,7 @@ class GenerateOutput final : public GenerateObserver {
   std::deque<GeneratedChunk> chunks_ ABSL_GUARDED_BY(mu_);
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool cut_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // CancelAll was called
   std::optional<GenerateSummary> summary_ ABSL_GUARDED_BY(mu_);
   bool summary_taken_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -346,7 +363,9 @@ class OpenAiHttpServer::Handlers {
         std::make_shared<GenerateOutput>(target->engine, options_.max_stream_pending_bytes);
     // One engine request per prompt; a refused one cancels those before it.
     const int32_t prompts = static_cast<int32_t>(shared_call->prompts.size());
-    auto fan_out = openai::PromptFanOut::Create(prompts, shared_call->n, output);
+    // One prompt failed: the call fails, so its siblings are cancelled.
+    auto fan_out = openai::PromptFanOut::Create(prompts, shared_call->n, output,
+                                                [output] { output->CancelAll(); });
     for (int32_t p = 0; p < prompts; ++p) {
       absl::StatusOr<RequestId> id =
           target->engine->SubmitGenerate(shared_call->prompts[p].request, fan_out->ObserverFor(p));
@@ -494,7 +513,8 @@ class OpenAiHttpServer::Handlers {
 // one request, routes it and writes the response).
 class OpenAiHttpServer::BoundedServer final : public httplib::Server {
  public:
-  explicit BoundedServer(const OpenAiHttpOptions& options) : options_(options) {
+  BoundedServer(const OpenAiHttpOptions& options, Metrics* metrics)
+      : options_(options), metrics_(metrics) {
     new_task_queue = [this] {
       return new HttpWorkerPool(options_.max_workers, options_.max_waiting);
     };
@@ -541,6 +561,12 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
         const BoundedSocket::Head head = socket.ReadHead();
         if (head == BoundedSocket::Head::kTooLarge) {
           WriteHeadTooLarge(socket);
+          // Counted as httplib's logger counts the requests it answers (413
+          // included): httplib never sees this one.
+          if (metrics_ != nullptr) {
+            metrics_->RecordHttp("openai", EndpointLabelOfHead(socket.unread()), 431,
+                                 absl::Now() - t_request_start);
+          }
           break;
         }
         if (head != BoundedSocket::Head::kComplete) break;  // deadline, closed or stopping
@@ -584,6 +610,7 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
   }
 
   const OpenAiHttpOptions options_;
+  Metrics* const metrics_;  // not owned; may be null
   StopSignal stop_;
 };
 
@@ -607,7 +634,7 @@ absl::StatusOr<int> OpenAiHttpServer::Start(const std::string& address) {
     handlers_.reset();
     return loaded;
   }
-  http_ = std::make_unique<BoundedServer>(options_);
+  http_ = std::make_unique<BoundedServer>(options_, metrics_);
   // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second
   // process bind the same port and take half of the calls.
   http_->set_socket_options([](socket_t sock) {

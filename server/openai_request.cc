@@ -572,6 +572,8 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
     }
     absl::StatusOr<PromptCall> converted = ToPrompt(wire, limits);
     if (!converted.ok()) return InPrompt(converted.status(), i, prompts.size());
+    // An explicit max_tokens past the context is refused, as OpenAI does.
+    converted->request.strict_max_new_tokens = max_tokens.has_value();
     if (prompts.size() > 1) {
       // Every prompt is checked before the first is submitted: a bad one
       // costs none of the others' work.
@@ -632,6 +634,7 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
   }
   if (call.want_logprobs) wire.set_top_logprobs(static_cast<int32_t>(top_logprobs.value_or(0)));
   DIKKAT_ASSIGN_OR_RETURN(PromptCall converted, ToPrompt(wire, limits));
+  converted.request.strict_max_new_tokens = max_tokens.has_value();
   call.n = converted.request.n;
   call.prompts.push_back(std::move(converted));
   return call;

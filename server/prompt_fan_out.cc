@@ -18,14 +18,18 @@ class PromptFanOut::PromptObserver final : public GenerateObserver {
 };
 
 std::shared_ptr<PromptFanOut> PromptFanOut::Create(int32_t prompts, int32_t n,
-                                                   std::shared_ptr<GenerateObserver> target) {
-  return std::shared_ptr<PromptFanOut>(new PromptFanOut(prompts, n, std::move(target)));
+                                                   std::shared_ptr<GenerateObserver> target,
+                                                   std::function<void()> on_error) {
+  return std::shared_ptr<PromptFanOut>(
+      new PromptFanOut(prompts, n, std::move(target), std::move(on_error)));
 }
 
-PromptFanOut::PromptFanOut(int32_t prompts, int32_t n, std::shared_ptr<GenerateObserver> target)
+PromptFanOut::PromptFanOut(int32_t prompts, int32_t n, std::shared_ptr<GenerateObserver> target,
+                           std::function<void()> on_error)
     : prompts_(std::max(prompts, 1)),
       n_(std::max(n, 1)),
       target_(std::move(target)),
+      on_error_(std::move(on_error)),
       finished_(static_cast<size_t>(prompts_) * n_, false),
       prompts_left_(prompts_) {
   merged_.samples = 0;
@@ -45,7 +49,12 @@ void PromptFanOut::OnChunk(int32_t prompt, GeneratedChunk chunk) {
 }
 
 void PromptFanOut::OnFinish(int32_t prompt, const GenerateSummary& summary) {
+  if (Merge(prompt, summary) && on_error_) on_error_();
+}
+
+bool PromptFanOut::Merge(int32_t prompt, const GenerateSummary& summary) {
   dikkat::MutexLock lock(&mu_);
+  bool first_error = false;
   const bool failed =
       summary.reason == FinishReason::kError || summary.reason == FinishReason::kCancelled;
   if (!failed) {
@@ -61,6 +70,7 @@ void PromptFanOut::OnFinish(int32_t prompt, const GenerateSummary& summary) {
   }
   if (summary.reason == FinishReason::kError && !first_error_.has_value()) {
     first_error_ = summary.status;
+    first_error = true;
   }
   any_cancelled_ |= summary.reason == FinishReason::kCancelled;
   if (prompt == 0) merged_.seed = summary.seed;
@@ -72,7 +82,7 @@ void PromptFanOut::OnFinish(int32_t prompt, const GenerateSummary& summary) {
   merged_.queue_time = std::max(merged_.queue_time, summary.queue_time);
   merged_.time_to_first_token = std::max(merged_.time_to_first_token, summary.time_to_first_token);
   merged_.total_time = std::max(merged_.total_time, summary.total_time);
-  if (--prompts_left_ > 0) return;
+  if (--prompts_left_ > 0) return first_error;
   if (first_error_.has_value()) {
     merged_.reason = FinishReason::kError;
     merged_.status = *first_error_;
@@ -80,6 +90,7 @@ void PromptFanOut::OnFinish(int32_t prompt, const GenerateSummary& summary) {
     merged_.reason = FinishReason::kCancelled;
   }
   target_->OnFinish(merged_);
+  return false;  // no sibling left to cancel
 }
 
 }  // namespace dikkat::server::openai

@@ -14,9 +14,10 @@
 //    and samples summed, reason kError (with the first error's status) if
 //    any request failed, else kCancelled if any was cancelled, else the last
 //    request's reason; seed of the first prompt; the longest times.
-// A request that fails does not stop its siblings: the caller cancels them
-// (a failed call is answered at once, and the caller cancels what it
-// submitted when it stops waiting).
+// The first request that fails while siblings still run calls `on_error`
+// (once, outside the lock, on the failing request's thread): the whole call
+// fails anyway, so the caller cancels the siblings there rather than let
+// them use compute and KV blocks to the end.
 //
 // Thread-safe: the per-prompt observers may be called from any thread (an
 // engine thread); the target is called under the fan-out's lock, one call at
@@ -25,6 +26,7 @@
 #define DIKKAT_SERVER_PROMPT_FAN_OUT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -37,8 +39,10 @@ namespace dikkat::server::openai {
 class PromptFanOut : public std::enable_shared_from_this<PromptFanOut> {
  public:
   // `prompts` >= 1 requests of `n` >= 1 returned samples each.
+  // `on_error` may be empty.
   static std::shared_ptr<PromptFanOut> Create(int32_t prompts, int32_t n,
-                                              std::shared_ptr<GenerateObserver> target);
+                                              std::shared_ptr<GenerateObserver> target,
+                                              std::function<void()> on_error = {});
 
   // The observer to submit prompt `prompt`'s request with (0 <= prompt <
   // prompts); it keeps the fan-out alive.
@@ -47,13 +51,17 @@ class PromptFanOut : public std::enable_shared_from_this<PromptFanOut> {
  private:
   class PromptObserver;
 
-  PromptFanOut(int32_t prompts, int32_t n, std::shared_ptr<GenerateObserver> target);
+  PromptFanOut(int32_t prompts, int32_t n, std::shared_ptr<GenerateObserver> target,
+               std::function<void()> on_error);
   void OnChunk(int32_t prompt, GeneratedChunk chunk);
   void OnFinish(int32_t prompt, const GenerateSummary& summary);
+  // Merges one request's end; true for the first failure while siblings run.
+  bool Merge(int32_t prompt, const GenerateSummary& summary);
 
   const int32_t prompts_;
   const int32_t n_;
   const std::shared_ptr<GenerateObserver> target_;
+  const std::function<void()> on_error_;
   dikkat::Mutex mu_;
   // Per choice (prompt * n + sample): its finish was sent.
   std::vector<bool> finished_ ABSL_GUARDED_BY(mu_);

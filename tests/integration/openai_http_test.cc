@@ -670,7 +670,7 @@ TEST_F(OpenAiHttpTest, BearerTokenIsRequiredWhenConfigured) {
 TEST_F(OpenAiHttpTest, DisconnectMidStreamCancelsTheGeneration) {
   httplib::Client http("127.0.0.1", Port(*server_));
   const std::string body =
-      Json{{"prompt", "x"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}}.dump();
+      Json{{"prompt", "x"}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}}.dump();
   int received = 0;
   httplib::Request req;
   req.method = "POST";
@@ -684,7 +684,7 @@ TEST_F(OpenAiHttpTest, DisconnectMidStreamCancelsTheGeneration) {
   http.stop();
   EXPECT_GE(received, 3);
   // The engine drops the request: nothing runs and no KV block is held, and
-  // the generation ended as cancelled, well short of its 4000 tokens.
+  // the generation ended as cancelled, short of its 500 tokens.
   std::string text;
   EXPECT_TRUE(integration::WaitFor(
       [&] {
@@ -739,6 +739,10 @@ TEST_F(OpenAiHttpTest, AHeadPastSixteenKibIs431) {
   ASSERT_TRUE(error.contains("error")) << reply;
   EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("16384 bytes"));
   EXPECT_EQ(Get("/v1/models").status, 200);
+  // Counted as the 413s are, under the endpoint its request line named.
+  EXPECT_GE(Metric(Scrape(*server_),
+                   R"(dikkat_http_requests_total{api="openai",code="431",endpoint="completions"})"),
+            1);
 }
 
 // A body over --max_message_bytes is refused from its Content-Length before
@@ -771,6 +775,50 @@ TEST_F(OpenAiHttpTest, AnOversizedBodyIs413BeforeItIsRead) {
   EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 413 ")) << reply.substr(0, 200);
   EXPECT_THAT(reply, HasSubstr("larger than the server accepts"));
   EXPECT_LT(took, absl::Seconds(3));  // the answer, then the connection closed
+}
+
+// An explicit max_tokens past tiny-lm's context (512) is 400 with OpenAI's
+// message, as is one prompt of several; without max_tokens the call is served.
+TEST_F(OpenAiHttpTest, ExplicitMaxTokensPastTheContextIs400) {
+  HttpReply reply = Post("/v1/completions", Json{{"prompt", "x"}, {"max_tokens", 4000}}.dump());
+  EXPECT_EQ(reply.status, 400) << reply.body;
+  EXPECT_EQ(reply.json["error"]["type"], "invalid_request_error");
+  EXPECT_THAT(reply.body, HasSubstr("maximum context length is 512 tokens. However, you requested"));
+  EXPECT_THAT(reply.body, HasSubstr("4000 for the completion"));
+  reply = Post("/v1/completions",
+               Json{{"prompt", {Json("x"), Json(std::vector<int>(300, 5))}}, {"max_tokens", 300}}.dump());
+  EXPECT_EQ(reply.status, 400) << reply.body;
+  EXPECT_THAT(reply.body, HasSubstr("prompt[1]"));
+  EXPECT_THAT(reply.body, HasSubstr("(300 in the prompt, 300 for the completion)"));
+  reply = Post("/v1/chat/completions",
+               Json{{"model", "chat"},
+                    {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                    {"max_completion_tokens", 4000}}
+                   .dump());
+  EXPECT_EQ(reply.status, 400) << reply.body;
+  EXPECT_THAT(reply.body, HasSubstr("maximum context length"));
+  reply = Post("/v1/chat/completions",
+               Json{{"model", "chat"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}}.dump());
+  EXPECT_EQ(reply.status, 200) << reply.body;
+}
+
+// --openai_max_body_bytes bounds the port's bodies below
+// --max_message_bytes (64KiB here): 16KiB, 413 just past it, served at it.
+TEST_F(OpenAiHttpTest, OpenAiMaxBodyBytesIsTheBodyLimit) {
+  std::unique_ptr<ServerProcess> small = Start({"--openai_max_body_bytes=16KiB"});
+  ASSERT_NE(small, nullptr);
+  const std::string head = R"({"input": ")";
+  const std::string tail = R"("})";
+  const std::string at_limit =
+      head + std::string((16 << 10) - head.size() - tail.size(), 'x') + tail;
+  ASSERT_EQ(at_limit.size(), 16u << 10);
+  // Read and parsed (the text itself may be too long for the model: 400).
+  const HttpReply served = Post("/v1/embeddings", at_limit, small.get());
+  EXPECT_NE(served.status, 413) << served.body;
+  EXPECT_NE(served.status, 0);
+  const HttpReply refused = Post("/v1/embeddings", at_limit + " ", small.get());
+  EXPECT_EQ(refused.status, 413) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr("(16384 bytes)"));
 }
 
 // A client that stops reading: its socket buffers fill, the output kept for

@@ -23,6 +23,7 @@
 #include "server/openai_response.h"
 #include "server/status_util.h"
 #include "server/prompt_fan_out.h"
+#include "server/request_checks.h"
 
 namespace dikkat::server::openai {
 namespace {
@@ -317,7 +318,53 @@ TEST_F(OpenAiRequestTest, SeveralPromptsAreOneEngineRequestEach) {
   EXPECT_EQ(&call->PromptOf(4), &call->prompts[2]);
 }
 
+// An explicit max_tokens (max_completion_tokens) past the context (64 here)
+// is refused with OpenAI's message; without one the engine fills up to the
+// context as for gRPC (the request is not strict).
+TEST_F(OpenAiRequestTest, ExplicitMaxTokensPastTheContextIsRefused) {
+  const std::string prompt = std::string(10, 'a');
+  absl::StatusOr<GenerateCall> call =
+      Completion(absl::StrCat(R"({"prompt": ")", prompt, R"(", "max_tokens": 55})"));
+  ASSERT_TRUE(call.ok()) << call.status();
+  ASSERT_TRUE(call->prompts[0].request.strict_max_new_tokens);
+  absl::Status checked = CheckGenerateRequest(call->prompts[0].request, config_, options_);
+  EXPECT_EQ(checked.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(checked.message(),
+            "This model's maximum context length is 64 tokens. However, you requested 65 tokens "
+            "(10 in the prompt, 55 for the completion). Please reduce the length of the prompt "
+            "or completion.");
+  // At the context exactly: served.
+  call = Completion(absl::StrCat(R"({"prompt": ")", prompt, R"(", "max_tokens": 54})"));
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_TRUE(CheckGenerateRequest(call->prompts[0].request, config_, options_).ok());
+  // Not strict: the same overlong request is capped by the engine, as for gRPC.
+  call->prompts[0].request.max_new_tokens = 55;
+  call->prompts[0].request.strict_max_new_tokens = false;
+  EXPECT_TRUE(CheckGenerateRequest(call->prompts[0].request, config_, options_).ok());
+  // No max_tokens: not strict.
+  call = Completion(absl::StrCat(R"({"prompt": ")", prompt, R"("})"));
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_FALSE(call->prompts[0].request.strict_max_new_tokens);
+  // Several prompts: the one past the context is named, before any is submitted.
+  call = Completion(absl::StrCat(R"({"prompt": ["a", ")", std::string(60, 'b'),
+                                 R"("], "max_tokens": 10})"));
+  EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(call.status().message(), HasSubstr("prompt[1]"));
+  EXPECT_THAT(call.status().message(), HasSubstr("(60 in the prompt, 10 for the completion)"));
+  // Chat: max_completion_tokens (or max_tokens) makes it strict; neither does not.
+  const ChatPrompt chat = LoadChat("{{ messages[0]['content'] }}");
+  absl::StatusOr<GenerateCall> strict = Chat(chat, R"(, "max_completion_tokens": 63)");
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  EXPECT_TRUE(strict->prompts[0].request.strict_max_new_tokens);
+  EXPECT_EQ(CheckGenerateRequest(strict->prompts[0].request, config_, options_).code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<GenerateCall> loose = Chat(chat, "");
+  ASSERT_TRUE(loose.ok()) << loose.status();
+  EXPECT_FALSE(loose->prompts[0].request.strict_max_new_tokens);
+}
+
 TEST_F(OpenAiRequestTest, SeveralPromptsAreBoundedBeforeAnyWork) {
+  config_.max_positions = 512;  // max_tokens 100 fits the context: the call's cost is what binds
   auto error = [&](const std::string& body) {
     absl::StatusOr<GenerateCall> call = Completion(body);
     EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument) << body;
@@ -344,6 +391,7 @@ TEST_F(OpenAiRequestTest, SeveralPromptsAreBoundedBeforeAnyWork) {
               HasSubstr("prompt[1]: input[0] = 300 is not a token id"));
   EXPECT_THAT(error(R"({"prompt": ["a", "b"], "max_tokens": 101})"),
               HasSubstr("prompt[0]: max_new_tokens = 101"));
+  config_.max_positions = 64;  // the text limit below is max_positions x 32 bytes
   EXPECT_THAT(error(Json{{"prompt", {"a", std::string(64 * 32 + 1, 'x')}}}.dump()),
               HasSubstr("prompt[1]: input.text"));
 }
@@ -633,6 +681,34 @@ TEST(PromptFanOutTest, AFailedPromptFailsTheCall) {
   fan_out->ObserverFor(0)->OnFinish(Summary(FinishReason::kLength, 1, 1));
   fan_out->ObserverFor(1)->OnFinish(Summary(FinishReason::kCancelled, 1, 0));
   EXPECT_EQ(cancelled->summary.reason, FinishReason::kCancelled);
+}
+
+// The first failure while siblings still run calls on_error (the caller
+// cancels them there), once; a failure of the last request left does not.
+TEST(PromptFanOutTest, TheFirstFailureWithSiblingsLeftCallsOnError) {
+  auto target = std::make_shared<RecordingObserver>();
+  int errors = 0;
+  std::shared_ptr<PromptFanOut> fan_out =
+      PromptFanOut::Create(3, 2, target, [&errors] { ++errors; });
+  GenerateSummary error = Summary(FinishReason::kError, 1, 0);
+  error.status = absl::InternalError("forward failed");
+  fan_out->ObserverFor(0)->OnFinish(Summary(FinishReason::kLength, 1, 1));
+  EXPECT_EQ(errors, 0);
+  fan_out->ObserverFor(2)->OnFinish(error);
+  EXPECT_EQ(errors, 1);
+  EXPECT_EQ(target->finishes, 0);
+  fan_out->ObserverFor(1)->OnFinish(Summary(FinishReason::kCancelled, 1, 0));
+  EXPECT_EQ(errors, 1);
+  ASSERT_EQ(target->finishes, 1);
+  EXPECT_EQ(target->summary.reason, FinishReason::kError);
+  EXPECT_EQ(target->summary.status.message(), "forward failed");
+
+  errors = 0;
+  fan_out = PromptFanOut::Create(2, 1, std::make_shared<RecordingObserver>(),
+                                 [&errors] { ++errors; });
+  fan_out->ObserverFor(0)->OnFinish(Summary(FinishReason::kEos, 1, 1));
+  fan_out->ObserverFor(1)->OnFinish(error);
+  EXPECT_EQ(errors, 0);
 }
 
 TEST(OpenAiResponseTest, ChoicesOfSeveralPromptsEchoTheirOwnPrompt) {
