@@ -150,6 +150,23 @@ double Seconds(const F& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Runs a() then b() in every iteration, so that both see the same moments of
+// a noisy machine, and reports ms per run of each (counters a_ms and b_ms)
+// and ratio = a's time / b's time.
+template <typename A, typename B>
+void RunPaired(benchmark::State& state, const A& a, const B& b, const char* a_ms,
+               const char* b_ms, const char* ratio) {
+  double ta = 0, tb = 0;
+  for (auto _ : state) {
+    ta += Seconds(a);
+    tb += Seconds(b);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters[a_ms] = 1e3 * ta / n;
+  state.counters[b_ms] = 1e3 * tb / n;
+  state.counters[ratio] = ta / tb;
+}
+
 // Args: {dtype, batch, context}. Row blocks against the routing before them
 // (SetSmallBatchLinearRowBlocks), side by side: each iteration runs one
 // decode step with linears of 9 rows and more in LibTorch's GEMM and one in
@@ -203,17 +220,17 @@ void BM_Int8ActivationsPaired(benchmark::State& state) {
     steps = std::make_unique<DecodeSteps>(m, at::kChar, batch, 128);
     run = [&] { steps->Run(); };
   }
-  double float_x = 0, int16_x = 0;
-  for (auto _ : state) {
-    SetInt8Int16Activations(false);
-    float_x += Seconds(run);
-    SetInt8Int16Activations(true);
-    int16_x += Seconds(run);
-  }
-  const double n = static_cast<double>(state.iterations());
-  state.counters["float_x_ms"] = 1e3 * float_x / n;
-  state.counters["int16_x_ms"] = 1e3 * int16_x / n;
-  state.counters["int16_speedup"] = float_x / int16_x;
+  RunPaired(
+      state,
+      [&] {
+        SetInt8Int16Activations(false);
+        run();
+      },
+      [&] {
+        SetInt8Int16Activations(true);
+        run();
+      },
+      "float_x_ms", "int16_x_ms", "int16_speedup");
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
@@ -339,17 +356,10 @@ void BM_LinearRowBlocksPaired(benchmark::State& state) {
       benchmark::DoNotOptimize(y.data_ptr());
     }
   };
-  double library = 0, blocks = 0;
   SetSmallBatchLinearRowBlocks(false);
-  for (auto _ : state) {
-    library += Seconds([&] { pass(false); });
-    blocks += Seconds([&] { pass(true); });
-  }
+  RunPaired(state, [&] { pass(false); }, [&] { pass(true); }, "library_ms", "blocks_ms",
+            "blocks_speedup");
   SetSmallBatchLinearRowBlocks(true);
-  const double n = static_cast<double>(state.iterations());
-  state.counters["library_ms"] = 1e3 * library / n;
-  state.counters["blocks_ms"] = 1e3 * blocks / n;
-  state.counters["blocks_speedup"] = library / blocks;
 }
 
 // Args: {dtype (0 fp32, 1 bf16, 2 fp16), M}. The routing question of
@@ -384,15 +394,8 @@ void BM_LinearRoutesPaired(benchmark::State& state) {
       benchmark::DoNotOptimize(y.data_ptr());
     }
   };
-  double lib = 0, ours = 0;
-  for (auto _ : state) {
-    lib += Seconds([&] { pass(false); });
-    ours += Seconds([&] { pass(true); });
-  }
-  const double n = static_cast<double>(state.iterations());
-  state.counters["library_ms"] = 1e3 * lib / n;
-  state.counters["ours_ms"] = 1e3 * ours / n;
-  state.counters["ours_speedup"] = lib / ours;
+  RunPaired(state, [&] { pass(false); }, [&] { pass(true); }, "library_ms", "ours_ms",
+            "ours_speedup");
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
@@ -445,15 +448,7 @@ void BM_LinearVsReadPaired(benchmark::State& state) {
       });
     }
   };
-  double t_ours = 0, t_read = 0;
-  for (auto _ : state) {
-    t_read += Seconds(read);
-    t_ours += Seconds(ours);
-  }
-  const double n = static_cast<double>(state.iterations());
-  state.counters["ours_ms"] = 1e3 * t_ours / n;
-  state.counters["read_ms"] = 1e3 * t_read / n;
-  state.counters["of_read"] = t_read / t_ours;
+  RunPaired(state, read, ours, "read_ms", "ours_ms", "of_read");
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
