@@ -336,6 +336,64 @@ void Gpt2SmallLinears(c10::ScalarType dtype, std::vector<at::Tensor>* weights,
   }
 }
 
+// Args: {dtype (0 fp32, 1 bf16), M, engine}. Tasks of up to 4 units of 24
+// output rows for the tiled row-block kernels against one unit per task
+// (SetSmallBatchLinearLongTiledTasks), alternating pass by pass. engine 0:
+// the 48 GPT-2-small linears with M rows (random weights streamed from
+// memory); engine 1: a prefill of M tokens through the benchmark model.
+// Counters: ms per pass of each (one_unit_ms, long_ms) and long_speedup =
+// one-unit time / long-task time. On an ISA without tiled kernels (AVX-512)
+// both are the same.
+void BM_LinearTaskSizePaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t rows = state.range(1);
+  std::function<void()> pass;
+  std::vector<at::Tensor> weights, biases;
+  at::Tensor x768, x3072;
+  std::unique_ptr<KvCache> cache;
+  std::vector<int32_t> tokens, table;
+  SequenceChunk chunk;
+  if (state.range(2) == 0) {
+    Gpt2SmallLinears(dtype, &weights, &biases);
+    x768 = at::randn({rows, 768});
+    x3072 = at::randn({rows, 3072});
+    pass = [&] {
+      for (size_t j = 0; j < weights.size(); ++j) {
+        const at::Tensor& x = weights[j].size(1) == 768 ? x768 : x3072;
+        at::Tensor y = SmallBatchLinear(x, weights[j], biases[j]);
+        benchmark::DoNotOptimize(y.data_ptr());
+      }
+    };
+  } else {
+    LoadedModel& m = Model(dtype);
+    const c10::ScalarType cache_dtype = CacheDType(dtype);
+    cache = std::make_unique<KvCache>(*KvCache::Create(
+        m.config, 2 * KvCache::BytesPerToken(m.config, cache_dtype) * m.config.max_positions, 16,
+        cache_dtype, at::kCPU));
+    tokens = RandomTokens(rows, m.config.vocab_size, 1);
+    cache->allocator().EnsureCapacity(&table, rows);
+    chunk.tokens = absl::MakeConstSpan(tokens);
+    chunk.block_table = &table;
+    pass = [&] {
+      ForwardResult r = m.transformer->Decode({chunk}, &*cache, ForwardOptions());
+      benchmark::DoNotOptimize(r.logits.data_ptr());
+    };
+  }
+  RunPaired(
+      state,
+      [&] {
+        SetSmallBatchLinearLongTiledTasks(false);
+        pass();
+      },
+      [&] {
+        SetSmallBatchLinearLongTiledTasks(true);
+        pass();
+      },
+      "one_unit_ms", "long_ms", "long_speedup");
+  SetSmallBatchLinearLongTiledTasks(true);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // Args: {dtype (0 fp32, 1 bf16), M}. The 48 GPT-2-small linears (as
 // BM_SmallBatchLinear, streamed from memory) for M rows through
 // SmallBatchLinear's row blocks and through Linear with the routing before
@@ -481,6 +539,7 @@ void Setup() {
   at::set_num_threads(env != nullptr ? std::atoi(env) : 2);
 }
 
+
 BENCHMARK(BM_MemoryTriad)->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
 BENCHMARK(BM_Gemm)->Unit(benchmark::kMillisecond)->MinTime(1.0)->UseRealTime();
 // 16 tokens: the prompt of the time-to-first-token target (issue "Fast on
@@ -538,6 +597,13 @@ BENCHMARK(BM_LinearRowBlocksPaired)
     ->ArgsProduct({{0, 1}, {8, 16, 24, 32, 48, 63}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
+    ->UseRealTime();
+BENCHMARK(BM_LinearTaskSizePaired)
+    ->ArgNames({"dtype", "M", "engine"})
+    ->ArgsProduct({{0, 1}, {16, 24, 32, 48, 63}, {0}})
+    ->ArgsProduct({{0, 1}, {16, 32}, {1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
     ->UseRealTime();
 BENCHMARK(BM_Int8ActivationsPaired)
     ->ArgNames({"batch", "prompt"})

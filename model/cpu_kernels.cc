@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "model/cpu_kernels_isa.h"
 #include "model/work_team.h"
@@ -30,18 +31,34 @@ using kernels::BFloat16Bits;
 using kernels::Half16;
 using kernels::KernelTable;
 
+std::atomic<bool> long_tiled_tasks{true};  // SetSmallBatchLinearLongTiledTasks
+
 // Runs body(o0, o1) over output rows [0, out) on the work team, in tasks of
 // whole 24-row units (a multiple of every register block size but 5). Up to
 // 8 input rows, about 64 output rows per task: enough work to amortize the
 // task and enough tasks to balance. With more rows each output row is more
-// work, so one unit per task suffices (and keeps the task's slice of W small
-// enough for the L2 cache: 72-288 KiB of float32 for GPT-2-small's 768- and
-// 3072-wide rows, reused by every row block of the task).
+// work:
+//  - where the kernel reuses the task's whole slice of W block after block
+//    (`tiled` false: AVX-512, int8), one unit per task, which keeps the slice
+//    small enough for the L2 cache (72-288 KiB of float32 for GPT-2-small's
+//    768- and 3072-wide rows);
+//  - where it goes tile by tile (`tiled`: AVX2 float32, bfloat16, float16),
+//    only a tile is reused, and longer tasks (up to 4 units, at least 4
+//    tasks a thread) read W in longer sequential runs and claim fewer
+//    chunks: 1.01-1.07x at 16-48 rows (level at 63) on a Zen 3 EPYC, paired
+//    (BM_LinearTaskSizePaired, docs/performance.md).
 template <typename Body>
-void ForEachOutputTask(int64_t out, int64_t rows, const Body& body) {
+void ForEachOutputTask(int64_t out, int64_t rows, bool tiled, const Body& body) {
   constexpr int64_t kUnit = 24;
   const int64_t units = (out + kUnit - 1) / kUnit;
-  TeamParallelFor(units, rows <= kSmallBatchMaxRows ? 64 / kUnit + 1 : 1,
+  int64_t grain = 1;
+  if (rows <= kSmallBatchMaxRows) {
+    grain = 64 / kUnit + 1;
+  } else if (tiled && long_tiled_tasks.load(std::memory_order_relaxed)) {
+    const int64_t threads = std::max(1, at::get_num_threads());
+    grain = std::clamp<int64_t>(units / (4 * threads), 1, 4);
+  }
+  TeamParallelFor(units, grain,
                   [&](int64_t u0, int64_t u1) { body(u0 * kUnit, std::min(out, u1 * kUnit)); });
 }
 
@@ -65,7 +82,7 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
     k.split_even_odd(x, xp.data(), rows, in);
   }
   const float* xpp = xp.empty() ? nullptr : xp.data();
-  ForEachOutputTask(out, rows, [&](int64_t o0, int64_t o1) {
+  ForEachOutputTask(out, rows, k.tiled_row_blocks, [&](int64_t o0, int64_t o1) {
     fn(x, xpp, w, b, y, rows, in, out, o0, o1);
   });
 }
@@ -124,6 +141,10 @@ bool FastBFloat16Gemm() {
 
 void SetSmallBatchLinearRowBlocks(bool enabled) {
   row_blocks.store(enabled, std::memory_order_relaxed);
+}
+
+void SetSmallBatchLinearLongTiledTasks(bool enabled) {
+  long_tiled_tasks.store(enabled, std::memory_order_relaxed);
 }
 
 void SetInt8Int16Activations(bool enabled) {
@@ -201,7 +222,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
     k.quantize_x_int16(xp, xq.data(), xs.data(), rows, in, groups);
     fn = k.int8_rows;
   }
-  ForEachOutputTask(out, rows, [&](int64_t o0, int64_t o1) {
+  ForEachOutputTask(out, rows, /*tiled=*/false, [&](int64_t o0, int64_t o1) {
     fn(xp, xq.data(), xs.data(), wp, sp, bp, yp, rows, in, groups, out, o0, o1);
   });
   return y.view(out_shape);

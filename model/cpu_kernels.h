@@ -105,6 +105,12 @@ bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w);
 // both can be measured side by side in one process. Default true.
 void SetSmallBatchLinearRowBlocks(bool enabled);
 
+// For benchmarks: false runs float32, bfloat16 and float16 linears of more
+// than kSmallBatchMaxRows rows in tasks of one 24-row unit, as before longer
+// tasks for the tiled kernels (ForEachOutputTask, cpu_kernels.cc). Default
+// true.
+void SetSmallBatchLinearLongTiledTasks(bool enabled);
+
 // x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or
 // float16, b [out] or undefined -> [M, out] in x's dtype. Accumulates in
 // float32; activations are never rounded to the weights' dtype.

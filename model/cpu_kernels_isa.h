@@ -67,6 +67,9 @@ struct KernelTable {
   // Input rows of one register block; more rows run as several blocks over
   // each task's slice of W.
   int64_t max_block_rows;
+  // More rows than one block go tile by tile of W's rows through every block
+  // (only a tile is reused from the cache, not the task's whole slice of W).
+  bool tiled_row_blocks;
   // Up to this many rows, bfloat16 linears read x reordered by
   // split_even_odd (0: never).
   int64_t bf16_pair_max_rows;
