@@ -197,7 +197,13 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
       r.prompt_only = true;
     }
     r.max_new_tokens = request.max_new_tokens();
+    r.strict_max_new_tokens = request.strict_max_new_tokens();
   } else {
+    if (request.strict_max_new_tokens()) {
+      return Invalid(
+          "strict_max_new_tokens is set without max_new_tokens: set the number of tokens that "
+          "must fit in the context, or leave strict_max_new_tokens false");
+    }
     r.max_new_tokens = options.default_max_new_tokens;
   }
   r.stop_strings.assign(request.stop().begin(), request.stop().end());

@@ -232,13 +232,15 @@ absl::Status CheckGenerateRequest(const GenerateRequest& r, const model::ModelCo
   if (!r.prompt_only && r.max_new_tokens != 0) {
     DIKKAT_RETURN_IF_ERROR(CheckMaxNewTokens(r.max_new_tokens, options));
   }
-  if (r.strict_max_new_tokens && !enc_dec && r.max_new_tokens > 0 && config.max_positions > 0 &&
-      static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens > config.max_positions) {
+  // Encoder-decoder: the decoder's context holds its start token, the
+  // prefix and the new tokens.
+  if (r.strict_max_new_tokens && r.max_new_tokens > 0 && config.max_positions > 0 &&
+      decoder_len + r.max_new_tokens > config.max_positions) {
     return Invalid(absl::StrCat(
         "This model's maximum context length is ", config.max_positions,
-        " tokens. However, you requested ",
-        static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens, " tokens (", r.prompt.size(),
-        " in the prompt, ", r.max_new_tokens,
+        " tokens. However, you requested ", decoder_len + r.max_new_tokens, " tokens (",
+        decoder_len, enc_dec ? " in the decoder's start and prefix, " : " in the prompt, ",
+        r.max_new_tokens,
         " for the completion). Please reduce the length of the prompt or completion."));
   }
   DIKKAT_RETURN_IF_ERROR(CheckSamples(r, static_cast<int64_t>(r.prompt.size()) + (enc_dec ? 1 : 0)));

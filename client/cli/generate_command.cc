@@ -38,6 +38,9 @@ class GenerateCommand : public Command {
               "encoder-decoder models: text the decoder starts from");
     f->OptionalInt("max-tokens", &max_tokens_,
                    "tokens to generate at most (default: the server's)");
+    f->Bool("strict-max-tokens", &strict_max_tokens_,
+            "refuse the request if prompt + --max-tokens exceeds the model's context "
+            "(default: stop at the context)");
     f->OptionalDouble("temperature", &temperature_, "sampling temperature >= 0; 0 = greedy");
     f->Int("top-k", &top_k_, "sample among the k most likely tokens; 0 = off");
     f->OptionalDouble("top-p", &top_p_, "nucleus sampling mass in (0, 1]");
@@ -99,6 +102,10 @@ class GenerateCommand : public Command {
       (*s->mutable_logit_bias())[id] = static_cast<float>(bias);
     }
     if (max_tokens_) request.set_max_new_tokens(*max_tokens_);
+    if (strict_max_tokens_) {
+      if (!max_tokens_) return UsageError(name(), "--strict-max-tokens needs --max-tokens");
+      request.set_strict_max_new_tokens(true);
+    }
     for (const std::string& stop : stop_) request.add_stop(stop);
     for (int id : stop_ids_) request.add_stop_token_ids(id);
     request.set_ignore_eos(ignore_eos_);
@@ -264,6 +271,7 @@ class GenerateCommand : public Command {
   int beam_width_ = 0;
   std::optional<double> length_penalty_;
   bool early_stopping_ = false;
+  bool strict_max_tokens_ = false;
   bool echo_prompt_ = false;
   bool show_stats_ = false;
 };

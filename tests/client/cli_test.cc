@@ -101,6 +101,17 @@ TEST_F(CliTest, LogitBiasGoesOnTheWire) {
   EXPECT_THAT(run.err, HasSubstr("--logit-bias=5:-100: expected ID=VALUE pairs"));
 }
 
+TEST_F(CliTest, StrictMaxTokensGoesOnTheWire) {
+  CliRun run = Dikkat("generate --max-tokens=3 --strict-max-tokens hi");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const ::dikkat::testing::FakeDikkatService::Seen seen = server_.service().last();
+  EXPECT_EQ(seen.generate.max_new_tokens(), 3);
+  EXPECT_TRUE(seen.generate.strict_max_new_tokens());
+  run = Dikkat("generate --strict-max-tokens hi");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--strict-max-tokens needs --max-tokens"));
+}
+
 TEST_F(CliTest, TokenAndModelGoOnTheWire) {
   CliRun run = Dikkat("--token=abc tokenize --model=m1 hi there");
   ASSERT_EQ(run.exit_code, 0) << run.err;

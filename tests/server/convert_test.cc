@@ -305,6 +305,38 @@ TEST_F(ConvertTest, GenerateRejectsBadLimitsAndStops) {
   ExpectInvalid(Checked(ToGenerateRequest(missing, limits_)), {"input is empty"});
 }
 
+// prompt + max_new_tokens past the context (max_positions 16): stopped at the
+// context by default, refused with strict_max_new_tokens.
+TEST_F(ConvertTest, StrictMaxNewTokensRefusesWhatCannotFit) {
+  v1::GenerateRequest r = Prompt("abc");
+  r.set_max_new_tokens(14);
+  auto loose = Checked(ToGenerateRequest(r, limits_));
+  ASSERT_TRUE(loose.ok()) << loose.status();
+  EXPECT_FALSE(loose->request.strict_max_new_tokens);
+  r.set_strict_max_new_tokens(true);
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)),
+                {"maximum context length is 16 tokens", "requested 17 tokens",
+                 "3 in the prompt, 14 for the completion"});
+  r.set_max_new_tokens(13);  // exactly the context
+  auto fits = Checked(ToGenerateRequest(r, limits_));
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_TRUE(fits->request.strict_max_new_tokens);
+
+  r.clear_max_new_tokens();
+  ExpectInvalid(Checked(ToGenerateRequest(r, limits_)), {"strict_max_new_tokens", "without"});
+
+  // Encoder-decoder: the decoder's start token and prefix count.
+  Use(model::Architecture::kEncoderDecoder);
+  v1::GenerateRequest e = Prompt("a 15-byte input");  // the source does not count
+  *e.mutable_decoder_prefix() = Ids({1, 2});
+  e.set_max_new_tokens(13);
+  e.set_strict_max_new_tokens(true);
+  EXPECT_TRUE(Checked(ToGenerateRequest(e, limits_)).ok());
+  e.set_max_new_tokens(14);
+  ExpectInvalid(Checked(ToGenerateRequest(e, limits_)),
+                {"requested 17 tokens", "3 in the decoder's start and prefix"});
+}
+
 TEST_F(ConvertTest, GenerateRespectsTheArchitecture) {
   v1::GenerateRequest r = Prompt("abc");
   *r.mutable_decoder_prefix() = Ids({1});
