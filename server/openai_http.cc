@@ -544,6 +544,16 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
       if (send(sock, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
         // The client is gone or its buffer is full: closing says enough.
       }
+      // Counted as the 431s are: under the endpoint of the request line if
+      // it has already arrived (looked at, not read), else "other".
+      if (metrics_ != nullptr) {
+        char line[256];
+        const ssize_t n = recv(sock, line, sizeof(line), MSG_PEEK | MSG_DONTWAIT);
+        metrics_->RecordHttp(
+            "openai",
+            EndpointLabelOfHead(std::string_view(line, n > 0 ? static_cast<size_t>(n) : 0)), 503,
+            absl::ZeroDuration());
+      }
     } else {
       // Server-sent events are small writes, one per token: without
       // TCP_NODELAY, Nagle holds each behind the client's delayed ACK of the

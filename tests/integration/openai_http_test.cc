@@ -802,6 +802,51 @@ TEST_F(OpenAiHttpTest, ExplicitMaxTokensPastTheContextIs400) {
   EXPECT_EQ(reply.status, 200) << reply.body;
 }
 
+// Past --openai_max_connections served and as many waiting, a connection
+// gets 503 in OpenAI's shape at once, counted in dikkat_http_requests_total;
+// the port serves again once the held connections go.
+TEST_F(OpenAiHttpTest, AFullHouseGets503CountedAndRecovers) {
+  std::unique_ptr<ServerProcess> small = Start({"--openai_max_connections=1"});
+  ASSERT_NE(small, nullptr);
+  auto connect_to = [&](const ServerProcess& p) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(Port(p)));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    return fd;
+  };
+  // One connection is served (it sends nothing: the worker waits for its
+  // request line), one waits.
+  std::vector<int> held = {connect_to(*small)};
+  absl::SleepFor(absl::Milliseconds(200));
+  held.push_back(connect_to(*small));
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  const HttpReply busy = Post("/v1/completions", R"({"model": "tiny-lm", "prompt": "hi"})", small.get());
+  EXPECT_EQ(busy.status, 503) << busy.body;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ASSERT_TRUE(busy.json.contains("error")) << busy.body;
+  EXPECT_THAT(busy.json["error"]["message"].get<std::string>(), HasSubstr("busy"));
+  const std::string text = Scrape(*small);
+  double refused = 0;
+  for (const char* endpoint : {"completions", "other"}) {
+    refused += std::max(0.0, Metric(text, absl::StrCat(R"(dikkat_http_requests_total{api="openai",code="503",endpoint=")",
+                                                       endpoint, R"("})")));
+  }
+  EXPECT_EQ(refused, 1) << text;
+  for (int fd : held) {
+    shutdown(fd, SHUT_RDWR);
+    close(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  httplib::Client http("127.0.0.1", Port(*small));
+  httplib::Result models = http.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+}
+
 // --openai_max_body_bytes bounds the port's bodies below
 // --max_message_bytes (64KiB here): 16KiB, 413 just past it, served at it.
 TEST_F(OpenAiHttpTest, OpenAiMaxBodyBytesIsTheBodyLimit) {
