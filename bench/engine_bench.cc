@@ -336,6 +336,42 @@ void Gpt2SmallLinears(c10::ScalarType dtype, std::vector<at::Tensor>* weights,
   }
 }
 
+// Args: {dtype, prompt, rows}. A causal prompt's attention in blocks of
+// `rows` (0: kCausalQueryBlockRows) query rows against the whole prompt at once
+// (SetCausalQueryBlockRows(0)), alternating prefill by prefill. Counters: ms
+// of each (whole_ms, blocks_ms) and blocks_speedup = whole / blocks.
+void BM_CausalBlocksPaired(benchmark::State& state) {
+  LoadedModel& m = Model(DType(state.range(0)));
+  const int64_t n = state.range(1);
+  const int64_t rows = state.range(2) > 0 ? state.range(2) : kCausalQueryBlockRows;
+  const c10::ScalarType cache_dtype = CacheDType(DType(state.range(0)));
+  auto cache = KvCache::Create(m.config, 2 * KvCache::BytesPerToken(m.config, cache_dtype) *
+                                             m.config.max_positions,
+                               16, cache_dtype, at::kCPU);
+  std::vector<int32_t> tokens = RandomTokens(n, m.config.vocab_size, 1);
+  std::vector<int32_t> table;
+  cache->allocator().EnsureCapacity(&table, n);
+  SequenceChunk chunk;
+  chunk.tokens = absl::MakeConstSpan(tokens);
+  chunk.block_table = &table;
+  auto prefill = [&] {
+    ForwardResult r = m.transformer->Decode({chunk}, &*cache, ForwardOptions());
+    benchmark::DoNotOptimize(r.logits.data_ptr());
+  };
+  RunPaired(
+      state,
+      [&] {
+        SetCausalQueryBlockRows(0);
+        prefill();
+      },
+      [&] {
+        SetCausalQueryBlockRows(rows);
+        prefill();
+      },
+      "whole_ms", "blocks_ms", "blocks_speedup");
+  SetCausalQueryBlockRows(kCausalQueryBlockRows);
+}
+
 // Args: {dtype (0 fp32, 1 bf16), M, engine}. Tasks of up to 4 units of 24
 // output rows for the tiled row-block kernels against one unit per task
 // (SetSmallBatchLinearLongTiledTasks), alternating pass by pass. engine 0:
@@ -597,6 +633,13 @@ BENCHMARK(BM_LinearRowBlocksPaired)
     ->ArgsProduct({{0, 1}, {8, 16, 24, 32, 48, 63}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
+    ->UseRealTime();
+BENCHMARK(BM_CausalBlocksPaired)
+    ->ArgNames({"dtype", "prompt", "rows"})
+    ->Args({0, 256, 0})->Args({0, 512, 0})->Args({0, 1024, 0})->Args({1, 512, 0})
+    ->Args({0, 512, 64})->Args({0, 512, 256})->Args({0, 1024, 64})->Args({0, 1024, 256})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(4.0)
     ->UseRealTime();
 BENCHMARK(BM_LinearTaskSizePaired)
     ->ArgNames({"dtype", "M", "engine"})

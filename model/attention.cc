@@ -1,5 +1,6 @@
 #include "model/attention.h"
 
+#include <atomic>
 #include <cmath>
 
 #include <ATen/ops/addmv.h>
@@ -209,6 +210,25 @@ at::Tensor RotaryEmbedding::Rotate(const at::Tensor& x, const at::Tensor& positi
   return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
 }
 
+namespace {
+
+std::atomic<int64_t> causal_query_block_rows{kCausalQueryBlockRows};
+
+// Query rows per block of a causal prompt's attention: all of them for a
+// short prompt, or when the caller records the attention weights (one
+// [Tq, Tk] map).
+int64_t CausalQueryBlockRows(bool causal, int64_t len, bool recording) {
+  const int64_t rows = causal_query_block_rows.load(std::memory_order_relaxed);
+  if (!causal || recording || rows <= 0 || len < 2 * rows) return len;
+  return rows;
+}
+
+}  // namespace
+
+void SetCausalQueryBlockRows(int64_t rows) {
+  causal_query_block_rows.store(rows, std::memory_order_relaxed);
+}
+
 at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& h,
                               const std::vector<SequenceChunk>& chunks, const BatchIndex& index,
                               KvCache* cache, int64_t layer, const BatchAttentionOptions& options,
@@ -278,12 +298,21 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
       vi = v.narrow(0, off, len).transpose(0, 1);
     }
     const int64_t total = start + len;
-    at::Tensor keep;  // [n, L]; undefined when every key is visible
-    if (options.causal && (len > 1 || (window > 0 && total > window))) {
-      keep = CausalKeepMask(len, start, total, window, q.device());
+    const int64_t rows = CausalQueryBlockRows(options.causal, len, probs != nullptr);
+    for (int64_t r0 = 0; r0 < len; r0 += rows) {
+      // Causal: the queries [r0, r1) see the keys before start + r1 only, so
+      // a long prompt goes block by block over the keys each block can see.
+      const int64_t r1 = std::min(len, r0 + rows), keys = options.causal ? start + r1 : total;
+      at::Tensor qb = rows < len ? qi.narrow(1, r0, r1 - r0) : qi;
+      at::Tensor kb = keys < total ? ki.narrow(1, 0, keys) : ki;
+      at::Tensor vb = keys < total ? vi.narrow(1, 0, keys) : vi;
+      at::Tensor keep;  // [r1 - r0, keys]; undefined when every key is visible
+      if (options.causal && (r1 - r0 > 1 || (window > 0 && keys > window))) {
+        keep = CausalKeepMask(r1 - r0, start + r0, keys, window, q.device());
+      }
+      at::Tensor out = ScaledDotProductAttention(qb, kb, vb, keep, probs);
+      outs.push_back(out.transpose(0, 1).reshape({r1 - r0, hq * hd}));  // [rows, Hq*D]
     }
-    at::Tensor out = ScaledDotProductAttention(qi, ki, vi, keep, probs);
-    outs.push_back(out.transpose(0, 1).reshape({len, hq * hd}));  // [n, Hq*D]
   }
   at::Tensor merged = outs.size() == 1 ? outs[0] : at::cat(outs, 0);
   return attn.ProjectOut(merged);

@@ -108,6 +108,16 @@ struct BatchAttentionOptions {
   const RotaryEmbedding* rope = nullptr;  // null: no rotary embedding
 };
 
+// A causal chunk of at least 2 * kCausalQueryBlockRows new tokens attends
+// in blocks of that many query rows, each over the keys it can see (up to
+// its last row's position): the masked upper triangle of the scores is not
+// computed. Not when the attention weights are recorded. GPT-2-small
+// prefill on a Zen 3 EPYC, paired: 1.05-1.07x at 512 tokens, 1.10-1.33x at
+// 1024 (BM_CausalBlocksPaired; docs/performance.md).
+inline constexpr int64_t kCausalQueryBlockRows = 128;
+// For benchmarks: the block rows (0 = the whole chunk at once).
+void SetCausalQueryBlockRows(int64_t rows);
+
 // Self-attention of every chunk of a packed batch: h [N, d] (chunk i's rows
 // at index.offsets[i]) -> [N, d]. With a cache (chunks have block tables),
 // the new tokens' K/V are written into layer `layer` of it and each chunk

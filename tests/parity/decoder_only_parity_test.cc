@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "model/attention.h"
 #include "model/io/safetensors.h"
 #include "model/transformer.h"
 #include "tests/parity/parity_util.h"
@@ -72,6 +73,10 @@ class DecoderOnlyParityTest : public ::testing::TestWithParam<std::string> {
     prompt_ = parity::Ids(expected_.at("prompt"));
   }
 
+  // Logits of the prompt without a cache, and through the paged cache in two
+  // chunks, against the reference.
+  void CheckPromptLogits(const std::string& label);
+
   static std::string* error_;
   static std::vector<std::string>* dirs_;
   static std::map<std::string, Case>* cases_;
@@ -86,13 +91,27 @@ std::map<std::string, Case>* DecoderOnlyParityTest::cases_ = new std::map<std::s
 
 TEST_P(DecoderOnlyParityTest, PromptLogitsMatch) {
   EXPECT_TRUE(model_.report.unused_tensors.empty());
+  CheckPromptLogits("");
+}
+
+// A causal prompt attends in blocks of query rows (kCausalQueryBlockRows,
+// 128, from 256 tokens); blocks of 3 rows take that path on these short
+// prompts, the last block shorter, the cached second chunk from its offset.
+TEST_P(DecoderOnlyParityTest, PromptLogitsMatchInCausalQueryBlocks) {
+  ASSERT_GE(prompt_.size(), 8u);
+  SetCausalQueryBlockRows(3);
+  CheckPromptLogits(".query_blocks_3");
+  SetCausalQueryBlockRows(kCausalQueryBlockRows);
+}
+
+void DecoderOnlyParityTest::CheckPromptLogits(const std::string& label) {
   SequenceChunk chunk;
   chunk.tokens = prompt_;
   ForwardOptions options;
   options.all_logits = true;
   at::Tensor logits = model_.model->Decode({chunk}, nullptr, options).logits;
   const double err = parity::MaxRelDiff(logits, expected_.at("logits"));
-  parity::ReportError(GetParam() + ".prompt_logits", err);
+  parity::ReportError(GetParam() + ".prompt_logits" + label, err);
   EXPECT_LE(err, kLogitTolerance);
 
   // Through the paged cache in two chunks: the second attends to the first
@@ -112,7 +131,7 @@ TEST_P(DecoderOnlyParityTest, PromptLogitsMatch) {
   }
   cache->allocator().Release(&table);
   const double paged_err = parity::MaxRelDiff(at::cat(parts), expected_.at("logits"));
-  parity::ReportError(GetParam() + ".prompt_logits.paged_2_chunks", paged_err);
+  parity::ReportError(GetParam() + ".prompt_logits.paged_2_chunks" + label, paged_err);
   EXPECT_LE(paged_err, kLogitTolerance);
 }
 
