@@ -544,15 +544,19 @@ class OpenAiHttpServer::BoundedServer final : public httplib::Server {
       if (send(sock, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
         // The client is gone or its buffer is full: closing says enough.
       }
-      // Counted as the 431s are: under the endpoint of the request line if
-      // it has already arrived (looked at, not read), else "other".
+      // What of the request has already arrived (up to 16 KiB, without
+      // waiting) is read, so that closing with it unread does not reset the
+      // connection under the 503 on its way; and the 503 is counted as the
+      // 431s are, under the endpoint of its request line, else "other".
+      char head[16 << 10];
+      size_t got = 0;
+      for (ssize_t n; got < sizeof(head) &&
+                      (n = recv(sock, head + got, sizeof(head) - got, MSG_DONTWAIT)) > 0;) {
+        got += static_cast<size_t>(n);
+      }
       if (metrics_ != nullptr) {
-        char line[256];
-        const ssize_t n = recv(sock, line, sizeof(line), MSG_PEEK | MSG_DONTWAIT);
-        metrics_->RecordHttp(
-            "openai",
-            EndpointLabelOfHead(std::string_view(line, n > 0 ? static_cast<size_t>(n) : 0)), 503,
-            absl::ZeroDuration());
+        metrics_->RecordHttp("openai", EndpointLabelOfHead(std::string_view(head, got)), 503,
+                             absl::ZeroDuration());
       }
     } else {
       // Server-sent events are small writes, one per token: without
