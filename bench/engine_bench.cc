@@ -72,25 +72,38 @@ std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
   return out;
 }
 
-// Args: {dtype, prompt tokens}
-void BM_Prefill(benchmark::State& state) {
-  LoadedModel& m = Model(DType(state.range(0)));
-  const int64_t n = state.range(1);
-  const c10::ScalarType cache_dtype = CacheDType(DType(state.range(0)));
-  auto cache = KvCache::Create(m.config, 2 * KvCache::BytesPerToken(m.config, cache_dtype) *
-                                             m.config.max_positions,
-                               16, cache_dtype, at::kCPU);
-  std::vector<int32_t> tokens = RandomTokens(n, m.config.vocab_size, 1);
-  std::vector<int32_t> table;
-  cache->allocator().EnsureCapacity(&table, n);
-  SequenceChunk chunk;
-  chunk.tokens = absl::MakeConstSpan(tokens);
-  chunk.block_table = &table;
-  for (auto _ : state) {
-    ForwardResult r = m.transformer->Decode({chunk}, &*cache, ForwardOptions());
+// A prefill of `n` random tokens through the benchmark model of `dtype`, into
+// a cache of its own (each run rewrites the same positions).
+class Prefill {
+ public:
+  Prefill(c10::ScalarType dtype, int64_t n)
+      : m_(Model(dtype)), tokens_(RandomTokens(n, m_.config.vocab_size, 1)) {
+    const c10::ScalarType cache_dtype = CacheDType(dtype);
+    cache_ = std::make_unique<KvCache>(*KvCache::Create(
+        m_.config, 2 * KvCache::BytesPerToken(m_.config, cache_dtype) * m_.config.max_positions,
+        16, cache_dtype, at::kCPU));
+    cache_->allocator().EnsureCapacity(&table_, n);
+    chunk_.tokens = absl::MakeConstSpan(tokens_);
+    chunk_.block_table = &table_;
+  }
+
+  void Run() {
+    ForwardResult r = m_.transformer->Decode({chunk_}, &*cache_, ForwardOptions());
     benchmark::DoNotOptimize(r.logits.data_ptr());
   }
-  state.SetItemsProcessed(state.iterations() * n);
+
+ private:
+  LoadedModel& m_;
+  std::vector<int32_t> tokens_, table_;
+  std::unique_ptr<KvCache> cache_;
+  SequenceChunk chunk_;
+};
+
+// Args: {dtype, prompt tokens}
+void BM_Prefill(benchmark::State& state) {
+  Prefill prefill(DType(state.range(0)), state.range(1));
+  for (auto _ : state) prefill.Run();
+  state.SetItemsProcessed(state.iterations() * state.range(1));
 }
 
 // One decode step of `batch` sequences that each hold `context` cached tokens
@@ -198,26 +211,14 @@ void BM_DecodeRowBlocksPaired(benchmark::State& state) {
 // the float32 one (speedup ~1).
 void BM_Int8ActivationsPaired(benchmark::State& state) {
   const int64_t batch = state.range(0), prompt = state.range(1);
-  LoadedModel& m = Model(at::kChar);
   std::function<void()> run;
   std::unique_ptr<DecodeSteps> steps;
-  std::unique_ptr<KvCache> cache;
-  std::vector<int32_t> tokens, table;
-  SequenceChunk chunk;
+  std::unique_ptr<Prefill> prefill;
   if (prompt > 0) {
-    cache = std::make_unique<KvCache>(*KvCache::Create(
-        m.config, 2 * KvCache::BytesPerToken(m.config, at::kFloat) * m.config.max_positions, 16,
-        at::kFloat, at::kCPU));
-    tokens = RandomTokens(prompt, m.config.vocab_size, 1);
-    cache->allocator().EnsureCapacity(&table, prompt);
-    chunk.tokens = absl::MakeConstSpan(tokens);
-    chunk.block_table = &table;
-    run = [&] {
-      ForwardResult r = m.transformer->Decode({chunk}, &*cache, ForwardOptions());
-      benchmark::DoNotOptimize(r.logits.data_ptr());
-    };
+    prefill = std::make_unique<Prefill>(at::kChar, prompt);
+    run = [&] { prefill->Run(); };
   } else {
-    steps = std::make_unique<DecodeSteps>(m, at::kChar, batch, 128);
+    steps = std::make_unique<DecodeSteps>(Model(at::kChar), at::kChar, batch, 128);
     run = [&] { steps->Run(); };
   }
   RunPaired(
@@ -341,32 +342,17 @@ void Gpt2SmallLinears(c10::ScalarType dtype, std::vector<at::Tensor>* weights,
 // (SetCausalQueryBlockRows(0)), alternating prefill by prefill. Counters: ms
 // of each (whole_ms, blocks_ms) and blocks_speedup = whole / blocks.
 void BM_CausalBlocksPaired(benchmark::State& state) {
-  LoadedModel& m = Model(DType(state.range(0)));
-  const int64_t n = state.range(1);
+  Prefill prefill(DType(state.range(0)), state.range(1));
   const int64_t rows = state.range(2) > 0 ? state.range(2) : kCausalQueryBlockRows;
-  const c10::ScalarType cache_dtype = CacheDType(DType(state.range(0)));
-  auto cache = KvCache::Create(m.config, 2 * KvCache::BytesPerToken(m.config, cache_dtype) *
-                                             m.config.max_positions,
-                               16, cache_dtype, at::kCPU);
-  std::vector<int32_t> tokens = RandomTokens(n, m.config.vocab_size, 1);
-  std::vector<int32_t> table;
-  cache->allocator().EnsureCapacity(&table, n);
-  SequenceChunk chunk;
-  chunk.tokens = absl::MakeConstSpan(tokens);
-  chunk.block_table = &table;
-  auto prefill = [&] {
-    ForwardResult r = m.transformer->Decode({chunk}, &*cache, ForwardOptions());
-    benchmark::DoNotOptimize(r.logits.data_ptr());
-  };
   RunPaired(
       state,
       [&] {
         SetCausalQueryBlockRows(0);
-        prefill();
+        prefill.Run();
       },
       [&] {
         SetCausalQueryBlockRows(rows);
-        prefill();
+        prefill.Run();
       },
       "whole_ms", "blocks_ms", "blocks_speedup");
   SetCausalQueryBlockRows(kCausalQueryBlockRows);
@@ -386,9 +372,7 @@ void BM_LinearTaskSizePaired(benchmark::State& state) {
   std::function<void()> pass;
   std::vector<at::Tensor> weights, biases;
   at::Tensor x768, x3072;
-  std::unique_ptr<KvCache> cache;
-  std::vector<int32_t> tokens, table;
-  SequenceChunk chunk;
+  std::unique_ptr<Prefill> prefill;
   if (state.range(2) == 0) {
     Gpt2SmallLinears(dtype, &weights, &biases);
     x768 = at::randn({rows, 768});
@@ -401,19 +385,8 @@ void BM_LinearTaskSizePaired(benchmark::State& state) {
       }
     };
   } else {
-    LoadedModel& m = Model(dtype);
-    const c10::ScalarType cache_dtype = CacheDType(dtype);
-    cache = std::make_unique<KvCache>(*KvCache::Create(
-        m.config, 2 * KvCache::BytesPerToken(m.config, cache_dtype) * m.config.max_positions, 16,
-        cache_dtype, at::kCPU));
-    tokens = RandomTokens(rows, m.config.vocab_size, 1);
-    cache->allocator().EnsureCapacity(&table, rows);
-    chunk.tokens = absl::MakeConstSpan(tokens);
-    chunk.block_table = &table;
-    pass = [&] {
-      ForwardResult r = m.transformer->Decode({chunk}, &*cache, ForwardOptions());
-      benchmark::DoNotOptimize(r.logits.data_ptr());
-    };
+    prefill = std::make_unique<Prefill>(dtype, rows);
+    pass = [&] { prefill->Run(); };
   }
   RunPaired(
       state,
