@@ -8,6 +8,7 @@
 // noisy: compare within one run (bench/run.sh puts PyTorch beside it).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -252,6 +253,61 @@ void BM_LinearKernelResident(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * 2 * rows * in * out);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
+// Args: {batch, context, cache dtype (0 fp32, 1 bf16)}. The decode attention
+// of one step over 12 layers (GPT-2-small heads, a cache of its own per
+// layer, blocks of 16 positions in shuffled order) through
+// PagedDecodeAttention as before whole cache rows (SetPagedDecodeAttention-
+// AsBefore: a task per sequence and head, no prefetch) and as now,
+// alternating pass by pass. Counters: ms per pass of each (before_ms, now_ms),
+// now_speedup = before / now, and same_bits (1 if both gave the same bits).
+void BM_PagedAttentionPaired(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  const c10::ScalarType dtype = state.range(2) == 0 ? at::kFloat : at::kBFloat16;
+  constexpr int64_t kHeads = 12, kHeadDim = 64, kBlock = 16, kLayers = 12;
+  const int64_t blocks_per_seq = (context + kBlock - 1) / kBlock;
+  const int64_t blocks = batch * blocks_per_seq;
+  at::manual_seed(5);
+  std::vector<at::Tensor> keys, values;
+  for (int64_t l = 0; l < kLayers; ++l) {
+    keys.push_back(at::randn({blocks * kBlock, kHeads, kHeadDim}).to(dtype));
+    values.push_back(at::randn({blocks * kBlock, kHeads, kHeadDim}).to(dtype));
+  }
+  std::vector<int32_t> order(blocks);
+  for (int64_t i = 0; i < blocks; ++i) order[i] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), std::mt19937(3));
+  std::vector<std::vector<int32_t>> tables(batch);
+  std::vector<const std::vector<int32_t>*> table_ptrs;
+  for (int64_t b = 0; b < batch; ++b) {
+    tables[b].assign(order.begin() + b * blocks_per_seq, order.begin() + (b + 1) * blocks_per_seq);
+    table_ptrs.push_back(&tables[b]);
+  }
+  const std::vector<int64_t> lens(batch, context);
+  at::Tensor q = at::randn({batch, kHeads, kHeadDim});
+  auto run = [&](int64_t layer) {
+    return PagedDecodeAttention(q, keys[layer], values[layer], table_ptrs, lens, kBlock, 0);
+  };
+  auto pass = [&] {
+    for (int64_t l = 0; l < kLayers; ++l) benchmark::DoNotOptimize(run(l).data_ptr());
+  };
+  SetPagedDecodeAttentionAsBefore(true);
+  at::Tensor before = run(0);
+  SetPagedDecodeAttentionAsBefore(false);
+  state.counters["same_bits"] = before.equal(run(0)) ? 1 : 0;
+  RunPaired(
+      state,
+      [&] {
+        SetPagedDecodeAttentionAsBefore(true);
+        pass();
+      },
+      [&] {
+        SetPagedDecodeAttentionAsBefore(false);
+        pass();
+      },
+      "before_ms", "now_ms", "now_speedup");
+  SetPagedDecodeAttentionAsBefore(false);
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
@@ -633,6 +689,12 @@ BENCHMARK(BM_LinearKernelResident)
     ->Args({1, 768, 24})->Args({16, 3072, 24})
     ->Unit(benchmark::kMicrosecond)
     ->MinTime(0.5);
+BENCHMARK(BM_PagedAttentionPaired)
+    ->ArgNames({"batch", "context", "dtype"})
+    ->ArgsProduct({{1, 2, 8, 32}, {128, 1024}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0)
+    ->UseRealTime();
 BENCHMARK(BM_AttentionDecode)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace

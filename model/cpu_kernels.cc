@@ -32,6 +32,12 @@ using kernels::Half16;
 using kernels::KernelTable;
 
 std::atomic<bool> long_tiled_tasks{true};  // SetSmallBatchLinearLongTiledTasks
+std::atomic<bool> paged_attention_before{false};  // SetPagedDecodeAttentionAsBefore
+
+// Positions ahead that the per-head decode attention prefetches a head's
+// cache rows: 8 and 16 measured alike, 2-4 less (1.0-1.09x at 8-32
+// sequences against 1.05-1.2x), on a Zen 3 EPYC.
+constexpr int64_t kPagedAttentionPrefetchRows = 8;
 
 // Runs body(o0, o1) over output rows [0, out) on the work team, in tasks of
 // whole 24-row units (a multiple of every register block size but 5). Up to
@@ -143,6 +149,10 @@ void SetSmallBatchLinearRowBlocks(bool enabled) {
   row_blocks.store(enabled, std::memory_order_relaxed);
 }
 
+void SetPagedDecodeAttentionAsBefore(bool before) {
+  paged_attention_before.store(before, std::memory_order_relaxed);
+}
+
 void SetSmallBatchLinearLongTiledTasks(bool enabled) {
   long_tiled_tasks.store(enabled, std::memory_order_relaxed);
 }
@@ -249,15 +259,29 @@ at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
       TORCH_CHECK(false, "PagedDecodeAttention: cache dtype ", k_cache.scalar_type(),
                   " not supported");
   }
+  // At least one sequence per thread: a task per sequence over whole cache
+  // rows (one sequential stream per cache block). Fewer: a task per
+  // (sequence, KV head), for all threads, with software prefetch. Paired
+  // (BM_PagedAttentionPaired), against per-head tasks without prefetch, on a
+  // Zen 3 EPYC: whole rows 1.2-1.6x at 2-32 sequences of 128-1024 tokens;
+  // the prefetch 1.05-1.12x at one sequence (docs/performance.md).
+  const bool before = paged_attention_before.load(std::memory_order_relaxed);
+  const int64_t threads = std::max(1, at::get_num_threads());
+  const bool whole_rows = !before && batch >= threads;
   const kernels::DecodeAttentionArgs args{qs.data_ptr<float>(), k_cache.data_ptr(),
                                           v_cache.data_ptr(),   out.data_ptr<float>(),
                                           &tables,              &lens,
                                           block_size,           window,
                                           hq,                   hkv,
-                                          d};
-  // A few (sequence, KV head) pairs per chunk: one scores buffer each.
-  TeamParallelFor(batch * hkv, std::max<int64_t>(1, batch * hkv / 16),
-                  [&](int64_t t0, int64_t t1) { fn(args, t0, t1); });
+                                          d,                    whole_rows,
+                                          before ? 0 : kPagedAttentionPrefetchRows};
+  if (whole_rows) {
+    TeamParallelFor(batch, 1, [&](int64_t t0, int64_t t1) { fn(args, t0, t1); });
+  } else {
+    // A few (sequence, KV head) pairs per chunk: one scores buffer each.
+    TeamParallelFor(batch * hkv, std::max<int64_t>(1, batch * hkv / 16),
+                    [&](int64_t t0, int64_t t1) { fn(args, t0, t1); });
+  }
   return out.scalar_type() == q.scalar_type() ? out : out.to(q.scalar_type());
 }
 

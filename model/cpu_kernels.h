@@ -136,13 +136,20 @@ void SetInt8Int16Activations(bool enabled);
 // as integers; every row is computed as if it were alone.
 at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b);
 
+// For benchmarks: true runs PagedDecodeAttention as before whole cache rows
+// (a task per sequence and KV head at every batch size, no software
+// prefetch), so that both can be measured side by side. Default false.
+void SetPagedDecodeAttentionAsBefore(bool before);
+
 // One decode token per sequence.
 //   q:       [B, Hq, D] (float32 or the cache dtype)
-//   k_cache, v_cache: [slots, Hkv, D] float32 or bfloat16, contiguous
+//   k_cache, v_cache: [slots, Hkv, D] float32, bfloat16 or float16, contiguous
 //   tables:  per sequence its block table; lens: per sequence the number of
 //            keys (positions 0..len-1, the newest already written)
 //   window:  0 = all keys; else only the last `window` positions
-// Returns [B, Hq, D] in q's dtype. Scale 1/sqrt(D).
+// Returns [B, Hq, D] in q's dtype. Scale 1/sqrt(D). A sequence's result is
+// the same bits whatever the other sequences of the batch (its heads are
+// computed in one fixed order by either of the kernel's two task shapes).
 at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
                                 const at::Tensor& v_cache,
                                 const std::vector<const std::vector<int32_t>*>& tables,

@@ -49,8 +49,12 @@ using QuantizeXInt16Fn = void (*)(const float* x, int16_t* xq, float* xs, int64_
 using DequantizeRowsFn = void (*)(const int8_t* w, const float* scales, int64_t in,
                                   int64_t groups, int64_t o0, int64_t o1, float* dst);
 
-// One decode query per sequence against the paged cache, for the (sequence,
-// KV head) pairs t in [t0, t1) (t = sequence * kv_heads + kv head).
+// One decode query per sequence against the paged cache. With whole_rows,
+// for the sequences t in [t0, t1), all heads of each reading whole cache
+// rows; else for the (sequence, KV head) pairs t in [t0, t1) (t = sequence *
+// kv_heads + kv head), each position's rows of the head prefetched
+// prefetch_rows positions early (0: none; at most block_size). Both give the
+// same bits.
 struct DecodeAttentionArgs {
   const float* q;  // [B, Hq, D], pre-scaled by 1/sqrt(D)
   const void* k_cache;  // [slots, Hkv, D] of the cache dtype
@@ -59,6 +63,8 @@ struct DecodeAttentionArgs {
   const std::vector<const std::vector<int32_t>*>* tables;
   const std::vector<int64_t>* lens;
   int64_t block_size, window, hq, hkv, d;
+  bool whole_rows;
+  int64_t prefetch_rows;
 };
 using DecodeAttentionFn = void (*)(const DecodeAttentionArgs& args, int64_t t0, int64_t t1);
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/abs.h>
@@ -220,6 +221,57 @@ TEST(PagedDecodeAttentionTest, MatchesFloat64ReferenceForEveryCacheDtypeHeadLayo
             const double err = (got[s].to(at::kDouble) - want).abs().max().item<double>();
             EXPECT_LT(err, 1e-5) << c10::toString(dtype) << " d=" << d << " hq=" << hq
                                  << " hkv=" << hkv << " window=" << window << " seq " << s;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedDecodeAttentionTest, ASequenceGetsTheSameBitsAloneAndInABatch) {
+  // A batch of at least one sequence per thread runs a task per sequence over
+  // whole cache rows; one sequence alone runs a task per KV head with
+  // prefetch (on more than one thread); SetPagedDecodeAttentionAsBefore a
+  // task per head without. The engine's batching relies on a sequence's
+  // result not depending on which: every one must give the same bits.
+  at::manual_seed(22);
+  const int64_t batch = std::max<int64_t>(3, at::get_num_threads());
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (int64_t block : {4, 16}) {
+      for (int64_t d : {5, 20, 64}) {
+        for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}}) {
+          for (int64_t window : {0, 9}) {
+            const int64_t per_seq = 48 / block;  // 48 positions each
+            at::Tensor k_cache = at::randn({batch * per_seq * block, hkv, d}).to(dtype);
+            at::Tensor v_cache = at::randn({batch * per_seq * block, hkv, d}).to(dtype);
+            std::vector<std::vector<int32_t>> tables(batch);
+            std::vector<const std::vector<int32_t>*> table_ptrs;
+            std::vector<int64_t> lens;
+            for (int64_t s = 0; s < batch; ++s) {
+              // Blocks in reverse order; lengths 1, 18, 35, ... (mod 48).
+              for (int64_t j = 0; j < per_seq; ++j) {
+                tables[s].push_back(static_cast<int32_t>(batch * per_seq - 1 - s * per_seq - j));
+              }
+              table_ptrs.push_back(&tables[s]);
+              lens.push_back(1 + (17 * s) % 48);
+            }
+            at::Tensor q = at::randn({batch, hq, d});
+            const std::string what = std::string(c10::toString(dtype)) + " block=" +
+                                     std::to_string(block) + " d=" + std::to_string(d) +
+                                     " hq=" + std::to_string(hq) + " window=" +
+                                     std::to_string(window);
+            at::Tensor together =
+                PagedDecodeAttention(q, k_cache, v_cache, table_ptrs, lens, block, window);
+            SetPagedDecodeAttentionAsBefore(true);
+            at::Tensor before =
+                PagedDecodeAttention(q, k_cache, v_cache, table_ptrs, lens, block, window);
+            SetPagedDecodeAttentionAsBefore(false);
+            EXPECT_TRUE(together.equal(before)) << what;
+            for (int64_t s = 0; s < batch; ++s) {
+              at::Tensor alone = PagedDecodeAttention(q.narrow(0, s, 1), k_cache, v_cache,
+                                                      {table_ptrs[s]}, {lens[s]}, block, window);
+              EXPECT_TRUE(alone[0].equal(together[s])) << what << " seq " << s;
+            }
           }
         }
       }
