@@ -7,7 +7,8 @@
 #   dikkat     dikkat-server with DIKKAT_ISA forced, through gRPC with
 #              `dikkat bench` (greedy, 16-token prompt): 1 stream x 128 new
 #              tokens for float32, bfloat16 and int8 (tokens/s, time to first
-#              token, inter-token time); 8 and 32 streams float32; prefill of
+#              token, inter-token time); 8 and 32 streams float32 (2 waves of
+#              16-token prompts x 128 new tokens, llama-batched-bench's shape); prefill of
 #              512 tokens and the memory triad in-process (engine_bench)
 #   llama.cpp  ../shared/tools/llama.cpp (not part of dikkat) on GGUFs of the
 #              same shape (random weights; its make_gguf.py for F32 and F16,
@@ -103,9 +104,10 @@ dikkat_e2e() {  # isa dtype out_prefix concurrency...
   addr=$(sed -n 's/^listening on //p' "$log")
   grep -i "kernels\|isa" "$log" | head -3 > "${prefix}_server.txt" || true
   for c in "$@"; do
+    # The shape of llama-batched-bench's run below (-npp 16 -ntg 128): every
+    # request 128 new tokens after the 16-token prompt, two waves of c.
     local requests=$((c * 2)) tokens=128
     if [ "$c" -eq 1 ]; then requests=4; fi
-    if [ "$c" -ge 32 ]; then tokens=32; elif [ "$c" -ge 8 ]; then tokens=64; fi
     # A failed or too slow run is recorded as missing; the pass goes on.
     "$BUILD/client/dikkat" --target="$addr" --timeout=300 bench --concurrency="$c" \
       --requests="$requests" --max-tokens="$tokens" --temperature=0 --ignore-eos --warmup=2 \

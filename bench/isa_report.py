@@ -52,15 +52,21 @@ def llama_bench(path):
 
 
 def llama_batched(path):
-    """llama-batched-bench's table -> {parallel sequences: S_TG t/s}."""
+    """llama-batched-bench's table -> {parallel sequences: (S_TG t/s, wall t/s)}.
+
+    S_TG is generation alone (its prompt processing not timed); wall is the
+    generated tokens over the whole run, prompts included (B x TG / T), the
+    same accounting as `dikkat bench` through gRPC.
+    """
     out = {}
     if not os.path.exists(path):
         return out
     for line in open(path):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 8 and cells[0].isdigit() and cells[2].isdigit():
+        if len(cells) >= 10 and cells[0].isdigit() and cells[2].isdigit():
             try:
-                out[int(cells[2])] = float(cells[7])
+                tg, b, total = int(cells[1]), int(cells[2]), float(cells[8])
+                out[b] = (float(cells[7]), b * tg / total if total > 0 else float("nan"))
             except ValueError:
                 pass
     return out
@@ -88,8 +94,14 @@ def load_round(folder):
     for q in ("f32", "f16", "q8_0"):
         for k, v in llama_bench(os.path.join(folder, f"llama_{q}.json")).items():
             r[f"llama_{q}_{k}"] = v
-    for n, v in llama_batched(os.path.join(folder, "llama_batched_f32.txt")).items():
-        r[f"llama_f32_s{n}"] = v
+    for n, (gen, wall) in llama_batched(os.path.join(folder, "llama_batched_f32.txt")).items():
+        r[f"llama_f32_s{n}"] = gen
+        r[f"llama_f32_w{n}"] = wall
+    # dikkat's generation alone at c streams: c tokens per inter-token time.
+    for c in (8, 32):
+        itl = r.get(f"fp32_c{c}_itl_ms")
+        if itl:
+            r[f"fp32_c{c}_gen_tokens_per_s"] = c * 1000.0 / itl
     pt = os.path.join(folder, "pytorch_float32.json")
     try:
         p = json.load(open(pt))
@@ -160,6 +172,11 @@ def section(res, model_dir):
     w("c392e509; random-weight GGUFs of the same shape; for avx2 only its haswell CPU variant) and PyTorch")
     w("eager (`ATEN_CPU_CAPABILITY` forced), one after another; every process of a round with the same")
     w(f"OpenBLAS kernels. Medians of {npass} pass{'es' if npass != 1 else ''}; tokens/s unless said.")
+    w("8 and 32 streams have the shape of llama-batched-bench's run (16-token prompts, 128 new tokens")
+    w("each): *wall clock* is generated tokens over the whole run with the prompts' prefill in it on")
+    w("both sides (dikkat through gRPC; llama.cpp B x TG / T); *generation alone* is dikkat's streams")
+    w("over its median inter-token time against llama.cpp's S_TG (its prompt processing not timed).")
+    w("PyTorch eager is a static batch's decode step at context 128 (no prefill).")
     w("")
     targets = []
     for isa in ISAS:
@@ -178,8 +195,10 @@ def section(res, model_dir):
             ("batch-1 decode fp32 (llama.cpp F32)", "fp32_c1_tokens_per_s", "llama_f32_tg128", "pt_decode_b1_ctx128", 1.1, None),
             ("batch-1 decode bf16 (llama.cpp F16)", "bf16_c1_tokens_per_s", "llama_f16_tg128", None, 1.3, None),
             ("batch-1 decode int8 (llama.cpp Q8_0)", "int8_c1_tokens_per_s", "llama_q8_0_tg128", None, 1.2, None),
-            ("8 streams fp32 (llama.cpp F32, 8 sequences)", "fp32_c8_tokens_per_s", "llama_f32_s8", "pt_decode_b8_ctx128", 2.0, 2.0),
-            ("32 streams fp32 (llama.cpp F32, 32 sequences)", "fp32_c32_tokens_per_s", "llama_f32_s32", "pt_decode_b32_ctx128", 2.0, 2.0),
+            ("8 streams fp32, wall clock (llama.cpp F32, 8 sequences)", "fp32_c8_tokens_per_s", "llama_f32_w8", "pt_decode_b8_ctx128", 2.0, 2.0),
+            ("32 streams fp32, wall clock (llama.cpp F32, 32 sequences)", "fp32_c32_tokens_per_s", "llama_f32_w32", "pt_decode_b32_ctx128", 2.0, 2.0),
+            ("8 streams fp32, generation alone (llama.cpp S_TG)", "fp32_c8_gen_tokens_per_s", "llama_f32_s8", None, None, None),
+            ("32 streams fp32, generation alone (llama.cpp S_TG)", "fp32_c32_gen_tokens_per_s", "llama_f32_s32", None, None, None),
             ("prefill 512 fp32 (llama.cpp F32 pp512)", "prefill_fp32", "llama_f32_pp512", "pt_prefill_512", 1.2, 1.2),
             ("prefill 512 bf16 (llama.cpp F16 pp512)", "prefill_bf16", "llama_f16_pp512", None, None, None),
             ("prefill 512 int8 (llama.cpp Q8_0 pp512)", "prefill_int8", "llama_q8_0_pp512", None, None, None),

@@ -2,13 +2,16 @@
 # Two dikkat-server binaries side by side (e.g. before and after a change):
 # same model, flags and client; the servers alternate round by round (the
 # order flips every round) so that drift on a noisy machine hits both alike.
-# Greedy Generate through gRPC with `dikkat bench`, 16-token prompt, 32 new
-# tokens, at 1, 8 and 32 concurrent streams. One line per run; take medians.
+# Greedy Generate through gRPC with `dikkat bench`, 16-token prompt,
+# MAX_TOKENS new tokens (default 32; 128 is llama-batched-bench's -ntg in
+# bench/isa_peers.sh), at 1, 8 and 32 concurrent streams. One line per run;
+# take medians.
 #
-#   bench/paired_servers.sh SERVER_A SERVER_B MODEL_DIR [ROUNDS=3] [CLI=build/client/dikkat]
+#   [MAX_TOKENS=32] bench/paired_servers.sh SERVER_A SERVER_B MODEL_DIR [ROUNDS=3] [CLI=build/client/dikkat]
 set -euo pipefail
 A=$1 B=$2 MODEL=$3 ROUNDS=${4:-3} CLI=${5:-build/client/dikkat}
 THREADS=${BENCH_THREADS:-2}
+MAX_TOKENS=${MAX_TOKENS:-32}
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $THREADS threads"
 for round in $(seq 1 "$ROUNDS"); do
   order="A B"; [ $((round % 2)) -eq 0 ] && order="B A"
@@ -21,7 +24,7 @@ for round in $(seq 1 "$ROUNDS"); do
       PID=$!
       for _ in $(seq 1 600); do grep -q "serving" "$LOG" && break; sleep 0.1; done
       ADDR=$(sed -n 's/^listening on //p' "$LOG")
-      tps=$("$CLI" --target="$ADDR" bench --concurrency=$c --requests=$((c * 4)) --max-tokens=32 \
+      tps=$("$CLI" --target="$ADDR" bench --concurrency=$c --requests=$((c * 4)) --max-tokens="$MAX_TOKENS" \
         --temperature=0 --ignore-eos --warmup=2 --prompt="The quick brown " |
         sed -n 's/^throughput: \([0-9.]*\) generated tokens\/s.*/\1/p')
       kill -TERM $PID; wait $PID 2>/dev/null || true; rm -f "$LOG"

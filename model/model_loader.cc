@@ -37,6 +37,29 @@ c10::ScalarType CacheDType(c10::ScalarType weights_dtype) {
   return weights_dtype == c10::ScalarType::Char ? c10::ScalarType::Float : weights_dtype;
 }
 
+const char* DTypeName(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Float: return "float32";
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::Char: return "int8";
+    default: return c10::toString(dtype);
+  }
+}
+
+absl::StatusOr<c10::ScalarType> ParseKvCacheDType(const std::string& name,
+                                                  c10::ScalarType weights_dtype) {
+  if (name == "auto") return CacheDType(weights_dtype);
+  absl::StatusOr<c10::ScalarType> dtype = ParseDType(name);
+  if (!dtype.ok() || *dtype == c10::ScalarType::Char) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_cache_dtype '", name,
+        "' is not supported; use auto (the weights' dtype, float32 for int8), float32, "
+        "bfloat16 or float16"));
+  }
+  return *dtype;
+}
+
 absl::StatusOr<c10::Device> ParseDevice(const std::string& name) {
   try {
     c10::Device device(name);

@@ -42,6 +42,16 @@ absl::StatusOr<c10::Device> ParseDevice(const std::string& name);
 // float32 for int8 weights (their activations are float32).
 c10::ScalarType CacheDType(c10::ScalarType weights_dtype);
 
+// "float32", "bfloat16", "float16" or "int8" (ParseDType's names).
+const char* DTypeName(c10::ScalarType dtype);
+
+// --kv_cache_dtype: "auto" (CacheDType of the weights), float32, bfloat16 or
+// float16 (or fp32 / bf16 / fp16). A 16-bit cache halves its memory (twice
+// the tokens in the same --kv_cache_bytes) and the bytes a decode step reads;
+// keys and values are rounded to it as they are written.
+absl::StatusOr<c10::ScalarType> ParseKvCacheDType(const std::string& name,
+                                                  c10::ScalarType weights_dtype);
+
 }  // namespace dikkat::model
 
 #endif  // DIKKAT_MODEL_MODEL_LOADER_H_

@@ -574,6 +574,7 @@ void FillModelInfo(const ModelDescription& description, const EngineStats& stats
   s->set_decoder_start(static_cast<int32_t>(c.decoder_start_token_id));
 
   info->set_kv_cache_bytes(stats.kv_cache_bytes);
+  info->set_kv_cache_dtype(description.kv_cache_dtype);
   info->set_kv_block_size(stats.kv_block_size);
   info->set_kv_blocks(stats.kv_blocks_total);
   if (c.has_decoder()) info->add_capabilities("generate");

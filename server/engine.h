@@ -208,6 +208,8 @@ using AttentionCallback = std::function<void(absl::StatusOr<AttentionResult>)>;
 struct EngineOptions {
   std::string device = "cpu";           // "cpu" or "cuda:N" (when LibTorch has CUDA)
   std::string dtype = "float32";        // float32 | bfloat16 | float16 | int8 (CPU only)
+  // auto (the weights' dtype; float32 for int8) | float32 | bfloat16 | float16
+  std::string kv_cache_dtype = "auto";
   int32_t max_batch_size = 64;          // running sequences per step
   int32_t max_batch_tokens = 2048;      // tokens per forward (prefill budget)
   int64_t kv_cache_bytes = 256ll << 20; // KV cache budget
@@ -278,6 +280,7 @@ struct ModelDescription {
   std::string path;
   model::ModelConfig config;
   std::string dtype;
+  std::string kv_cache_dtype;  // float32 | bfloat16 | float16 (resolved, never "auto")
   std::string device;
   std::string weights_sha256;
   std::string tokenizer_kind;

@@ -283,6 +283,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
                                                        EngineListener* listener) {
   const absl::Time start = absl::Now();
   DIKKAT_ASSIGN_OR_RETURN(c10::ScalarType dtype, model::ParseDType(options.dtype));
+  DIKKAT_ASSIGN_OR_RETURN(c10::ScalarType cache_dtype,
+                          model::ParseKvCacheDType(options.kv_cache_dtype, dtype));
   DIKKAT_ASSIGN_OR_RETURN(c10::Device device, model::ParseDevice(options.device));
   if (options.max_batch_size <= 0 || options.max_batch_tokens <= 0 || options.max_queue <= 0 ||
       options.kv_block_size <= 0 || options.max_new_tokens_cap <= 0 ||
@@ -305,7 +307,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   DIKKAT_ASSIGN_OR_RETURN(
       model::KvCache cache,
       model::KvCache::Create(loaded->config, options.kv_cache_bytes, options.kv_block_size,
-                             model::CacheDType(dtype), device));
+                             cache_dtype, device));
   ModelDescription d;
   d.name = name;
   d.path = model_path;
@@ -314,6 +316,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   // not the folder's config name: errors built from the config say that name.
   d.config.name = name;
   d.dtype = options.dtype;
+  d.kv_cache_dtype = model::DTypeName(cache_dtype);
   d.device = device.str();
   d.weights_sha256 = loaded->weights_sha256;
   d.tokenizer_kind = loaded->tokenizer->kind();

@@ -74,6 +74,10 @@ ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu or cuda:N.");
 ABSL_FLAG(std::string, dtype, "float32",
           "Weights dtype: float32, bfloat16, float16, or int8 (weight-only int8 "
           "quantization at load, CPU only; activations float32).");
+ABSL_FLAG(std::string, kv_cache_dtype, "auto",
+          "KV cache dtype: auto (the weights' dtype; float32 for int8), float32, bfloat16 or "
+          "float16. 16 bits hold twice the tokens in --kv_cache_bytes and halve what a decode "
+          "step reads of it; keys and values are rounded as they are written.");
 ABSL_FLAG(int32_t, threads, 0,
           "LibTorch intra-op threads (at::set_num_threads); 0 = the number of cores.");
 ABSL_FLAG(int32_t, max_batch_size, 64, "Most sequences an engine runs in one step.");
@@ -184,6 +188,7 @@ EngineOptions OptionsFromFlags() {
   EngineOptions o;
   o.device = absl::GetFlag(FLAGS_device);
   o.dtype = absl::GetFlag(FLAGS_dtype);
+  o.kv_cache_dtype = absl::GetFlag(FLAGS_kv_cache_dtype);
   o.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
   o.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
@@ -315,10 +320,11 @@ bool LoadModels(const std::vector<ModelSpec>& specs, const EngineOptions& option
     const EngineStats stats = (*engine)->stats();
     absl::FPrintF(stderr,
                   "dikkat-server: loaded '%s' from %s in %.2fs: %s, %s on %s, weights %.1f MiB, "
-                  "KV cache %.1f MiB (%d blocks x %d tokens)\n",
+                  "KV cache %.1f MiB of %s (%d blocks x %d tokens)\n",
                   spec.name, spec.path, absl::ToDoubleSeconds(absl::Now() - start),
                   model::ArchitectureName(d.config.architecture), d.dtype, d.device,
-                  MiB(d.weights_bytes), MiB(stats.kv_cache_bytes), stats.kv_blocks_total,
+                  MiB(d.weights_bytes), MiB(stats.kv_cache_bytes), d.kv_cache_dtype,
+                  stats.kv_blocks_total,
                   stats.kv_block_size);
     metrics->SetModelLoaded(spec.name, d, engine->get());
     absl::Status added = registry->Add(spec.name, std::move(*engine));

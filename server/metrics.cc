@@ -457,6 +457,7 @@ class ModelMetrics final : public EngineListener {
         .Add({{"model", model_},
               {"architecture", model::ArchitectureName(d.config.architecture)},
               {"dtype", d.dtype},
+              {"kv_cache_dtype", d.kv_cache_dtype},
               {"device", d.device},
               {"version", version}})
         .Set(1);

@@ -76,8 +76,9 @@ class InfoCommand : public Command {
                                             s.mask()));
       row("weights", absl::StrFormat("%d bytes, sha256 %s", m.weights_bytes(),
                                      m.weights_sha256()));
-      row("kv cache", absl::StrFormat("%d bytes in %d blocks of %d tokens", m.kv_cache_bytes(),
-                                      m.kv_blocks(), m.kv_block_size()));
+      row("kv cache", absl::StrFormat("%d bytes of %s in %d blocks of %d tokens",
+                                      m.kv_cache_bytes(), m.kv_cache_dtype(), m.kv_blocks(),
+                                      m.kv_block_size()));
       row("capabilities", absl::StrJoin(m.capabilities(), ", "));
     }
     return kExitOk;

@@ -592,6 +592,7 @@ TEST_F(ConvertTest, ModelInfoReportsConfigAndCapabilities) {
   d.name = "m";
   d.config = Config(model::Architecture::kEncoderOnly);
   d.dtype = "bfloat16";
+  d.kv_cache_dtype = "float16";
   d.device = "cpu";
   d.weights_bytes = 1000;
   EngineStats stats;
@@ -606,6 +607,7 @@ TEST_F(ConvertTest, ModelInfoReportsConfigAndCapabilities) {
   EXPECT_EQ(info.head_dim(), 2);
   EXPECT_EQ(info.n_kv_heads(), 4);
   EXPECT_EQ(info.kv_blocks(), 12);
+  EXPECT_EQ(info.kv_cache_dtype(), "float16");
   EXPECT_EQ(info.tokenizer(), "byte");
   EXPECT_EQ(info.special_tokens().bos(), 257);
   EXPECT_EQ(info.special_tokens().cls(), -1);

@@ -229,6 +229,34 @@ TEST_F(EngineTest, ABeamSearchTheCacheCanNeverHoldIsRefusedAsNeverFitting) {
   EXPECT_FALSE(NeverFits(absl::ResourceExhaustedError("the request queue is full")));
 }
 
+TEST_F(EngineTest, KvCacheDtypeIsChosenByTheOperatorAndCheckedAtStart) {
+  EngineOptions options;
+  auto fp32 = Make("tiny-lm", options);
+  ASSERT_NE(fp32, nullptr);
+  EXPECT_EQ(fp32->description().kv_cache_dtype, "float32");  // auto: the weights'
+  options.kv_cache_dtype = "bfloat16";
+  auto bf16 = Make("tiny-lm", options);
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_EQ(bf16->description().kv_cache_dtype, "bfloat16");
+  EXPECT_EQ(bf16->description().dtype, "float32");
+  // Half the bytes per token: twice the blocks in the same budget.
+  EXPECT_EQ(bf16->stats().kv_blocks_total, 2 * fp32->stats().kv_blocks_total);
+  EXPECT_EQ(RunAlone(*bf16, Greedy("ab", 12)).size(), 12u);
+  options.dtype = "int8";
+  options.kv_cache_dtype = "auto";
+  auto int8 = Make("tiny-lm", options);
+  ASSERT_NE(int8, nullptr);
+  EXPECT_EQ(int8->description().kv_cache_dtype, "float32");
+  for (const char* bad : {"int8", "float64", ""}) {
+    options.kv_cache_dtype = bad;
+    absl::StatusOr<std::unique_ptr<Engine>> refused =
+        Engine::Create("tiny-lm", ModelPath("tiny-lm"), options);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("kv_cache_dtype"));
+  }
+}
+
 TEST_F(EngineTest, FullQueueIsResourceExhausted) {
   EngineOptions options;
   options.max_queue = 2;

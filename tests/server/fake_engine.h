@@ -103,6 +103,7 @@ class FakeEngine final : public Engine {
     description_.config = FakeConfig(arch, tokenizer_->vocab_size());
     description_.config.name = description_.name;
     description_.dtype = "float32";
+    description_.kv_cache_dtype = "float32";
     description_.device = "cpu";
     description_.tokenizer_kind = tokenizer_->kind();
     description_.weights_bytes = 1234;

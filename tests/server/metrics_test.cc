@@ -228,7 +228,8 @@ TEST(MetricsTest, EngineListenerEventsAndStatsAppear) {
   EXPECT_DOUBLE_EQ(s.Value("dikkat_kv_cache_usage_ratio", {{"model", "tiny"}}), 0.25);
   EXPECT_DOUBLE_EQ(s.Value("dikkat_model_load_seconds", {{"model", "tiny"}}), 0.25);
   EXPECT_EQ(s.Value("dikkat_model_info", {{"model", "tiny"}, {"architecture", "decoder-only"},
-                                          {"dtype", "float32"}, {"device", "cpu"},
+                                          {"dtype", "float32"}, {"kv_cache_dtype", "float32"},
+                                          {"device", "cpu"},
                                           {"version", "2.0"}}), 1);
 
   // Gauges follow the engine at scrape time.
