@@ -90,13 +90,15 @@ aten_capability() {
 }
 
 # dikkat through gRPC: one server per dtype, `dikkat bench` at each load.
-dikkat_e2e() {  # isa dtype out_prefix concurrency...
-  local isa=$1 dtype=$2 prefix=$3
+dikkat_e2e() {  # isa dtype[:kv_cache_dtype] out_prefix concurrency...
+  local isa=$1 dtype=${2%%:*} kv=auto prefix=$3
+  case $2 in *:*) kv=${2#*:} ;; esac
   shift 3
   local log
   log=$(mktemp)
   DIKKAT_ISA=$isa "$BUILD/server/dikkat-server" --model="$MODEL" --listen=127.0.0.1:0 \
-    --metrics_listen= --threads="$THREADS" --dtype="$dtype" --kv_cache_bytes=512MiB \
+    --metrics_listen= --threads="$THREADS" --dtype="$dtype" --kv_cache_dtype="$kv" \
+    --kv_cache_bytes=512MiB \
     > "$log" 2>&1 &
   local server=$!
   for _ in $(seq 1 600); do grep -q "serving" "$log" && break; sleep 0.1; done
@@ -132,6 +134,8 @@ for pass in $(seq 1 "$PASSES"); do
         --benchmark_filter='^BM_(MemoryTriad|Prefill)/' --benchmark_min_time=1 \
         --benchmark_out="$dir/engine.json" --benchmark_out_format=json >/dev/null
       dikkat_e2e "$isa" float32 "$dir/dikkat_float32" 1 8 32
+      # float32 weights over a float16 KV cache: llama.cpp's default cache.
+      dikkat_e2e "$isa" float32:float16 "$dir/dikkat_float32_kv16" 8 32
       dikkat_e2e "$isa" bfloat16 "$dir/dikkat_bfloat16" 1
       dikkat_e2e "$isa" int8 "$dir/dikkat_int8" 1
       if [ "$have_llama" = 1 ] && [ "$isa" != generic ]; then

@@ -86,7 +86,8 @@ def load_round(folder):
                 r[f"prefill_{dt}"] = rate(find(e, "BM_Prefill", dtype=code, tokens=512))
             except StopIteration:
                 pass
-    for dt, name in (("fp32", "float32"), ("bf16", "bfloat16"), ("int8", "int8")):
+    for dt, name in (("fp32", "float32"), ("bf16", "bfloat16"), ("int8", "int8"),
+                     ("fp32kv16", "float32_kv16")):
         for c in (1, 8, 32):
             g = grpc_bench(os.path.join(folder, f"dikkat_{name}_c{c}.txt"))
             for k, v in g.items():
@@ -98,10 +99,11 @@ def load_round(folder):
         r[f"llama_f32_s{n}"] = gen
         r[f"llama_f32_w{n}"] = wall
     # dikkat's generation alone at c streams: c tokens per inter-token time.
-    for c in (8, 32):
-        itl = r.get(f"fp32_c{c}_itl_ms")
-        if itl:
-            r[f"fp32_c{c}_gen_tokens_per_s"] = c * 1000.0 / itl
+    for dt in ("fp32", "fp32kv16"):
+        for c in (8, 32):
+            itl = r.get(f"{dt}_c{c}_itl_ms")
+            if itl:
+                r[f"{dt}_c{c}_gen_tokens_per_s"] = c * 1000.0 / itl
     pt = os.path.join(folder, "pytorch_float32.json")
     try:
         p = json.load(open(pt))
@@ -176,7 +178,9 @@ def section(res, model_dir):
     w("each): *wall clock* is generated tokens over the whole run with the prompts' prefill in it on")
     w("both sides (dikkat through gRPC; llama.cpp B x TG / T); *generation alone* is dikkat's streams")
     w("over its median inter-token time against llama.cpp's S_TG (its prompt processing not timed).")
-    w("PyTorch eager is a static batch's decode step at context 128 (no prefill).")
+    w("llama.cpp's KV cache is float16 (its default); dikkat's is float32 unless the row says")
+    w("fp16 KV cache (`--kv_cache_dtype=float16`). PyTorch eager is a static batch's decode step at")
+    w("context 128 (no prefill).")
     w("")
     targets = []
     for isa in ISAS:
@@ -199,6 +203,8 @@ def section(res, model_dir):
             ("32 streams fp32, wall clock (llama.cpp F32, 32 sequences)", "fp32_c32_tokens_per_s", "llama_f32_w32", "pt_decode_b32_ctx128", 2.0, 2.0),
             ("8 streams fp32, generation alone (llama.cpp S_TG)", "fp32_c8_gen_tokens_per_s", "llama_f32_s8", None, None, None),
             ("32 streams fp32, generation alone (llama.cpp S_TG)", "fp32_c32_gen_tokens_per_s", "llama_f32_s32", None, None, None),
+            ("8 streams fp32 + fp16 KV cache, wall clock", "fp32kv16_c8_tokens_per_s", "llama_f32_w8", None, None, None),
+            ("32 streams fp32 + fp16 KV cache, wall clock", "fp32kv16_c32_tokens_per_s", "llama_f32_w32", None, None, None),
             ("prefill 512 fp32 (llama.cpp F32 pp512)", "prefill_fp32", "llama_f32_pp512", "pt_prefill_512", 1.2, 1.2),
             ("prefill 512 bf16 (llama.cpp F16 pp512)", "prefill_bf16", "llama_f16_pp512", None, None, None),
             ("prefill 512 int8 (llama.cpp Q8_0 pp512)", "prefill_int8", "llama_q8_0_pp512", None, None, None),
