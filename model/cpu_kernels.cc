@@ -35,8 +35,9 @@ std::atomic<bool> long_tiled_tasks{true};  // SetSmallBatchLinearLongTiledTasks
 std::atomic<bool> paged_attention_before{false};  // SetPagedDecodeAttentionAsBefore
 
 // Positions ahead that the per-head decode attention prefetches a head's
-// cache rows: 8 and 16 measured alike, 2-4 less (1.0-1.09x at 8-32
-// sequences against 1.05-1.2x), on a Zen 3 EPYC.
+// cache rows. Measured with per-head tasks at 1-32 sequences on a Zen 3 EPYC
+// (before whole rows took 2 and more): 8 and 16 alike, 1.05-1.2x; 2-4 less,
+// 1.0-1.09x.
 constexpr int64_t kPagedAttentionPrefetchRows = 8;
 
 // Runs body(o0, o1) over output rows [0, out) on the work team, in tasks of
