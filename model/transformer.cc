@@ -111,6 +111,20 @@ struct Transformer::Impl {
     attn_opts.window = config.sliding_window;
     attn_opts.rope = weights.rope.defined() ? &weights.rope : nullptr;
 
+    const bool last_only = want_logits && !opts.all_logits;
+    // Logits of the last rows only and no hidden states asked for: the last
+    // layer's feed-forward runs on those rows alone (row-wise, so nothing
+    // else changes). Not where every chunk keeps all its rows anyway (a
+    // decode step: one row each).
+    bool trim_last_layer = last_only && opts.hidden_layer == ForwardOptions::kNoHidden &&
+                           run_layers == n_layers;
+    if (trim_last_layer) {
+      trim_last_layer = false;
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        trim_last_layer = trim_last_layer || (!chunks[i].all_logits && index.lens[i] > 1);
+      }
+    }
+
     ForwardResult result;
     at::Tensor x = stack.embed(chunks, index, compute_dtype);  // [N, d]
     auto keep_hidden = [&](const at::Tensor& h) {
@@ -139,13 +153,18 @@ struct Transformer::Impl {
           return out;
         });
       }
+      // Only the rows that get logits go on past the last layer's attention
+      // (its keys and values are in the cache by now): the last layer's
+      // feed-forward of a 512-token prompt is ~5% of the prompt's products.
+      if (l == n_layers - 1 && trim_last_layer) x = LastRows(x, index, chunks);
       x = Residual(x, layer.ffn_norm(), [&](const at::Tensor& h) { return layer.ffn(h); });
       if (opts.hidden_layer == l + 1) keep_hidden(x);
     }
     if (!want_final) return result;
     at::Tensor rows = x;  // the rows that need the final norm
-    const bool last_only = want_logits && !opts.all_logits;
-    if (last_only && opts.hidden_layer != ForwardOptions::kFinalHidden) rows = LastRows(x, index, chunks);
+    if (last_only && !trim_last_layer && opts.hidden_layer != ForwardOptions::kFinalHidden) {
+      rows = LastRows(x, index, chunks);
+    }
     if (stack.final_norm.defined()) rows = stack.final_norm(rows);
     if (opts.hidden_layer == ForwardOptions::kFinalHidden) {
       keep_hidden(rows);
