@@ -20,11 +20,13 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "model/aten_threads.h"
 #include "model/attention.h"
 #include "model/cpu_isa.h"
 #include "model/cpu_kernels.h"
 #include "model/cpu_kernels_isa.h"
 #include "model/kv_cache.h"
+#include "model/layers.h"
 #include "server/runtime.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
@@ -233,6 +235,55 @@ void BM_Int8ActivationsPaired(benchmark::State& state) {
         run();
       },
       "float_x_ms", "int16_x_ms", "int16_speedup");
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
+// Args: {rows, threads}. GeluTanh (layers.h: x * sigmoid(2u) in five
+// vectorized operators) against LibTorch's at::gelu(x, "tanh") on [rows,
+// 3072] (GPT-2 small's feed-forward width) with LibTorch on that many
+// threads, side by side. Counters: ms of each (aten_ms, ours_ms) and
+// speedup = LibTorch's time / ours.
+void BM_GeluTanhPaired(benchmark::State& state) {
+  const at::Tensor x = at::randn({state.range(0), 3072});
+  const int threads = at::get_num_threads();
+  at::set_num_threads(static_cast<int>(state.range(1)));
+  RunPaired(
+      state, [&] { benchmark::DoNotOptimize(at::gelu(x, "tanh").data_ptr()); },
+      [&] { benchmark::DoNotOptimize(GeluTanh(x).data_ptr()); }, "aten_ms", "ours_ms", "speedup");
+  at::set_num_threads(threads);
+}
+
+// Args: {dtype, batch, prompt}. LibTorch's operators on small tensors
+// (norms, activations, a short prompt's attention scores) on the engine
+// thread alone (SerialAtenOps, aten_threads.h) against on LibTorch's whole
+// OpenMP team, side by side: each iteration runs one decode step of `batch`
+// sequences at context 128 with each, or with prompt > 0 a prefill of that
+// many tokens (batch ignored). Counters: ms of each (team_ms, serial_ms) and
+// serial_speedup = team time / serial time.
+void BM_SerialAtenOpsPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t batch = state.range(1), prompt = state.range(2);
+  std::function<void()> run;
+  std::unique_ptr<DecodeSteps> steps;
+  std::unique_ptr<Prefill> prefill;
+  if (prompt > 0) {
+    prefill = std::make_unique<Prefill>(dtype, prompt);
+    run = [&] { prefill->Run(); };
+  } else {
+    steps = std::make_unique<DecodeSteps>(Model(dtype), dtype, batch, 128);
+    run = [&] { steps->Run(); };
+  }
+  RunPaired(
+      state,
+      [&] {
+        SetSerialAtenOps(false);
+        run();
+      },
+      [&] {
+        SetSerialAtenOps(true);
+        run();
+      },
+      "team_ms", "serial_ms", "serial_speedup");
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
@@ -682,6 +733,18 @@ BENCHMARK(BM_Int8ActivationsPaired)
     ->Args({1, 0})->Args({4, 0})->Args({8, 0})->Args({32, 0})->Args({0, 16})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_SerialAtenOpsPaired)
+    ->ArgNames({"dtype", "batch", "prompt"})
+    ->Args({0, 1, 0})->Args({3, 1, 0})->Args({0, 8, 0})->Args({0, 32, 0})->Args({0, 0, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_GeluTanhPaired)
+    ->ArgNames({"rows", "threads"})
+    ->ArgsProduct({{1, 8, 32, 512}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->MinTime(0.5)
     ->UseRealTime();
 BENCHMARK(BM_LinearKernelResident)
     ->ArgNames({"M", "in", "out"})

@@ -18,6 +18,7 @@
 #include <ATen/TensorOperators.h>
 #include <limits>
 
+#include "model/aten_threads.h"
 #include "model/cpu_kernels.h"
 #include "model/kv_cache.h"
 
@@ -78,6 +79,10 @@ at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, c
       keep_g = keep.repeat(reps);
     }
   }
+  // Short prompts: the scores' operators on this thread (aten_threads.h).
+  int64_t score_elements = hq * tq * tk;
+  for (int64_t n : lead) score_elements *= n;
+  SerialAtenOps serial(score_elements <= kSerialAtenMaxElements);
   // PyTorch scales q before the product; doing the same keeps parity tight.
   at::Tensor scores = at::matmul(qg * (1.0 / std::sqrt(static_cast<double>(d))), k.transpose(-2, -1));
   at::Tensor p;

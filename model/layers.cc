@@ -1,7 +1,5 @@
 #include "model/layers.h"
 
-#include <cmath>
-
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cos.h>
@@ -10,13 +8,52 @@
 #include <ATen/ops/layer_norm.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/rsqrt.h>
+#include <ATen/ops/sigmoid.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/sin.h>
 #include <ATen/ops/zeros.h>
 
+#include <cmath>
+
+#include "model/aten_threads.h"
+
 namespace dikkat::model {
 
+namespace {
+
+bool Small(const at::Tensor& x) { return x.numel() <= kSerialAtenMaxElements; }
+
+// The activation of the up projection (gated ones: activation(gate) * up).
+at::Tensor Activate(Activation activation, const at::Tensor& up, const at::Tensor& gate) {
+  SerialAtenOps serial(Small(up));
+  switch (activation) {
+    case Activation::kRelu:
+      return at::relu(up);
+    case Activation::kGelu:
+      return at::gelu(up);
+    case Activation::kGeluTanh:
+      return GeluTanh(up);
+    case Activation::kSilu:
+      return at::silu(up);
+    case Activation::kSwiGlu:
+      return at::silu(gate) * up;
+    case Activation::kGeGlu:
+      return at::gelu(gate) * up;
+  }
+  return up;
+}
+
+}  // namespace
+
+at::Tensor GeluTanh(const at::Tensor& x) {
+  const double c = 2.0 * std::sqrt(2.0 / M_PI);  // 2u = c (x + 0.044715 x^3)
+  at::Tensor t = x * x;
+  t.mul_(0.044715 * c).add_(c).mul_(x).sigmoid_().mul_(x);
+  return t;
+}
+
 at::Tensor Norm::operator()(const at::Tensor& x) const {
+  SerialAtenOps serial(Small(x));
   if (kind == NormKind::kLayerNorm) {
     return at::layer_norm(x, {weight.size(0)}, weight, bias, eps);
   }
@@ -26,38 +63,20 @@ at::Tensor Norm::operator()(const at::Tensor& x) const {
 }
 
 at::Tensor FeedForward::operator()(const at::Tensor& x) const {
-  at::Tensor h = Linear(x, up_w, up_b);  // [N, ffn]
-  switch (activation) {
-    case Activation::kRelu:
-      h = at::relu(h);
-      break;
-    case Activation::kGelu:
-      h = at::gelu(h);
-      break;
-    case Activation::kGeluTanh:
-      h = at::gelu(h, "tanh");
-      break;
-    case Activation::kSilu:
-      h = at::silu(h);
-      break;
-    case Activation::kSwiGlu:
-      h = at::silu(Linear(x, gate_w, gate_b)) * h;
-      break;
-    case Activation::kGeGlu:
-      h = at::gelu(Linear(x, gate_w, gate_b)) * h;
-      break;
-  }
-  return Linear(h, down_w, down_b);  // [N, d]
+  const at::Tensor up = Linear(x, up_w, up_b);  // [N, ffn]
+  const bool gated = activation == Activation::kSwiGlu || activation == Activation::kGeGlu;
+  const at::Tensor gate = gated ? Linear(x, gate_w, gate_b) : at::Tensor();
+  return Linear(Activate(activation, up, gate), down_w, down_b);  // [N, d]
 }
 
-at::Tensor Embeddings::operator()(const std::vector<SequenceChunk>& chunks,
-                                  const BatchIndex& index, c10::ScalarType dtype) const {
+at::Tensor Embeddings::operator()(const std::vector<SequenceChunk>& chunks, const BatchIndex& index,
+                                  c10::ScalarType dtype) const {
   const c10::Device device = tokens.w.device();
   std::vector<int64_t> ids;
   ids.reserve(index.total);
   for (const SequenceChunk& c : chunks) ids.insert(ids.end(), c.tokens.begin(), c.tokens.end());
   const at::Tensor ids_t = LongTensor(ids, device);
-  at::Tensor x = tokens.quantized() ? tokens.Gather(ids_t)  // float32 [N, d]
+  at::Tensor x = tokens.quantized() ? tokens.Gather(ids_t)                        // float32 [N, d]
                                     : tokens.w.index_select(0, ids_t).to(dtype);  // [N, d]
   if (scale != 1.0) x = x * scale;
   if (positions.defined()) x = x + positions.index_select(0, index.positions).to(dtype);

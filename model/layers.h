@@ -31,6 +31,12 @@ struct Norm {
   at::Tensor operator()(const at::Tensor& x) const;
 };
 
+// GELU with the tanh approximation (Hugging Face's gelu_new), computed as
+// x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): LibTorch 1.13's
+// at::gelu(x, "tanh") is a slow loop on Debian's build (bench/engine_bench.cc,
+// BM_GeluTanhPaired). Agrees with it to ~5e-7 absolute.
+at::Tensor GeluTanh(const at::Tensor& x);
+
 // up -> activation (gated: activation(gate) * up) -> down. [N, d] -> [N, d].
 struct FeedForward {
   Activation activation = Activation::kGelu;
