@@ -72,6 +72,9 @@ at::Tensor FeedForward::operator()(const at::Tensor& x) const {
 at::Tensor Embeddings::operator()(const std::vector<SequenceChunk>& chunks, const BatchIndex& index,
                                   c10::ScalarType dtype) const {
   const c10::Device device = tokens.w.device();
+  // Decode steps and short prompts: on this thread (aten_threads.h); an int8
+  // table's gather is four operators.
+  SerialAtenOps serial(index.total * tokens.in_features() <= kSerialAtenMaxElements);
   std::vector<int64_t> ids;
   ids.reserve(index.total);
   for (const SequenceChunk& c : chunks) ids.insert(ids.end(), c.tokens.begin(), c.tokens.end());
