@@ -116,12 +116,10 @@ struct Transformer::Impl {
     // layer's feed-forward runs on those rows alone (row-wise, so nothing
     // else changes). Not where every chunk keeps all its rows anyway (a
     // decode step: one row each).
-    bool trim_last_layer = last_only && opts.hidden_layer == ForwardOptions::kNoHidden &&
-                           run_layers == n_layers;
-    if (trim_last_layer) {
-      trim_last_layer = false;
-      for (size_t i = 0; i < chunks.size(); ++i) {
-        trim_last_layer = trim_last_layer || (!chunks[i].all_logits && index.lens[i] > 1);
+    bool trim_last_layer = false;
+    if (last_only && opts.hidden_layer == ForwardOptions::kNoHidden && run_layers == n_layers) {
+      for (size_t i = 0; i < chunks.size() && !trim_last_layer; ++i) {
+        trim_last_layer = !chunks[i].all_logits && index.lens[i] > 1;
       }
     }
 
