@@ -444,6 +444,49 @@ void Gpt2SmallLinears(c10::ScalarType dtype, std::vector<at::Tensor>* weights,
   }
 }
 
+// Args: {batch, linears (1: the linears alone, 0: decode steps)}. bfloat16
+// weights with AVX512_BF16 dot products (x in two bfloat16 parts,
+// cpu_kernels_avx512_bf16.cc) against the float32 kernels that widen each
+// weight (SetBf16DotProducts), alternating: a decode step of `batch`
+// sequences at context 128, or with linears:1 the 48 GPT-2-small linears
+// alone at `batch` rows. Counters: ms of each (widen_ms, dot_ms) and
+// dot_speedup. On a CPU without AVX512_BF16 both sides are the same code.
+void BM_Bf16DotPaired(benchmark::State& state) {
+  const int64_t batch = state.range(0);
+  std::function<void()> run;
+  std::unique_ptr<DecodeSteps> steps;
+  std::vector<at::Tensor> weights, biases;
+  at::Tensor x768, x3072;
+  if (state.range(1) == 1) {
+    Gpt2SmallLinears(at::kBFloat16, &weights, &biases);
+    x768 = at::randn({batch, 768});
+    x3072 = at::randn({batch, 3072});
+    run = [&] {
+      for (size_t j = 0; j < weights.size(); ++j) {
+        const at::Tensor& x = weights[j].size(1) == 768 ? x768 : x3072;
+        benchmark::DoNotOptimize(SmallBatchLinear(x, weights[j], biases[j]).data_ptr());
+      }
+    };
+  } else {
+    steps = std::make_unique<DecodeSteps>(Model(at::kBFloat16), at::kBFloat16, batch, 128);
+    run = [&] { steps->Run(); };
+  }
+  RunPaired(
+      state,
+      [&] {
+        SetBf16DotProducts(false);
+        run();
+      },
+      [&] {
+        SetBf16DotProducts(true);
+        run();
+      },
+      "widen_ms", "dot_ms", "dot_speedup");
+  SetBf16DotProducts(true);
+  state.SetLabel(std::string(IsaName(ActiveIsa())) +
+                 (Bf16DotProductsActive() ? " avx512_bf16" : " (no avx512_bf16: same code)"));
+}
+
 // Args: {dtype, prompt, rows}. A causal prompt's attention in blocks of
 // `rows` (0: kCausalQueryBlockRows) query rows against the whole prompt at once
 // (SetCausalQueryBlockRows(0)), alternating prefill by prefill. Counters: ms
@@ -725,6 +768,12 @@ BENCHMARK(BM_LinearTaskSizePaired)
     ->ArgNames({"dtype", "M", "engine"})
     ->ArgsProduct({{0, 1}, {16, 24, 32, 48, 63}, {0}})
     ->ArgsProduct({{0, 1}, {16, 32}, {1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_Bf16DotPaired)
+    ->ArgNames({"batch", "linears"})
+    ->Args({1, 1})->Args({4, 1})->Args({1, 0})->Args({2, 0})->Args({4, 0})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -69,6 +69,15 @@ void ForEachOutputTask(int64_t out, int64_t rows, bool tiled, const Body& body) 
                   [&](int64_t u0, int64_t u1) { body(u0 * kUnit, std::min(out, u1 * kUnit)); });
 }
 
+std::atomic<bool> bf16_dot{true};  // SetBf16DotProducts
+
+// The AVX512_BF16 kernels where the CPU has them and the active ISA is
+// AVX-512, else null.
+const kernels::Bf16DotKernels* ActiveBf16Dot() {
+  if (ActiveIsa() != CpuIsa::kAvx512 || !bf16_dot.load(std::memory_order_relaxed)) return nullptr;
+  return kernels::Avx512Bf16DotKernels();
+}
+
 // y = x W^T + b for any number of rows with the active ISA's kernels.
 template <typename W>
 void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_t rows,
@@ -79,6 +88,17 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
     fn = k.linear_f32;
   } else if constexpr (std::is_same_v<W, BFloat16Bits>) {
     fn = k.linear_bf16;
+    // bfloat16 weights, few rows, AVX512_BF16: x in two bfloat16 parts.
+    const kernels::Bf16DotKernels* dot = ActiveBf16Dot();
+    if (dot != nullptr && rows <= dot->max_rows) {
+      std::vector<uint16_t> parts(2 * rows * in);
+      uint16_t *hi = parts.data(), *lo = hi + rows * in;
+      dot->split(x, hi, lo, rows * in);
+      ForEachOutputTask(out, rows, k.tiled_row_blocks, [&](int64_t o0, int64_t o1) {
+        dot->linear(hi, lo, w, b, y, rows, in, out, o0, o1);
+      });
+      return;
+    }
   } else {
     fn = k.linear_f16;
   }
@@ -145,6 +165,10 @@ bool FastBFloat16Gemm() {
   return false;
 #endif
 }
+
+void SetBf16DotProducts(bool enabled) { bf16_dot.store(enabled, std::memory_order_relaxed); }
+
+bool Bf16DotProductsActive() { return ActiveBf16Dot() != nullptr; }
 
 void SetSmallBatchLinearRowBlocks(bool enabled) {
   row_blocks.store(enabled, std::memory_order_relaxed);

@@ -111,9 +111,22 @@ void SetSmallBatchLinearRowBlocks(bool enabled);
 // true.
 void SetSmallBatchLinearLongTiledTasks(bool enabled);
 
+// True where bfloat16 linears of up to 4 rows use AVX512_BF16's dot product
+// (cpu_kernels_avx512_bf16.cc): the active ISA is AVX-512, the CPU has
+// AVX512_BF16 and SetBf16DotProducts has not turned it off.
+bool Bf16DotProductsActive();
+
+// For tests and benchmarks: false runs bfloat16 linears of up to 4 rows
+// through the float32 kernels (each weight widened) even where
+// AVX512_BF16's dot product could take them, so that both can be tested
+// and measured side by side in one process. Default true.
+void SetBf16DotProducts(bool enabled);
+
 // x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or
 // float16, b [out] or undefined -> [M, out] in x's dtype. Accumulates in
-// float32; activations are never rounded to the weights' dtype.
+// float32; activations are never rounded to the weights' dtype (with
+// AVX512_BF16 dot products, x is kept as two bfloat16 parts: to 2^-17 of
+// |x|, where the weights' own rounding is 2^-9).
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
 // Rows from which Int8Linear dequantizes tiles of W for LibTorch's GEMM.

@@ -100,6 +100,23 @@ struct KernelTable {
   DecodeAttentionFn decode_attention_f16;
 };
 
+// bfloat16 weights times x split into two bfloat16 parts with the
+// AVX512_BF16 dot product (cpu_kernels_avx512_bf16.cc), up to max_rows
+// input rows. split: x [n] -> hi [n], lo [n] with hi + lo = x to 2^-17 of
+// |x|. linear: LinearRowsFn's contract on x's parts xh, xl [rows, in].
+using SplitBf16Fn = void (*)(const float* x, uint16_t* hi, uint16_t* lo, int64_t n);
+using LinearBf16DotFn = void (*)(const uint16_t* xh, const uint16_t* xl, const uint16_t* w,
+                                 const float* b, float* y, int64_t rows, int64_t in, int64_t ldy,
+                                 int64_t o0, int64_t o1);
+struct Bf16DotKernels {
+  int64_t max_rows;
+  SplitBf16Fn split;
+  LinearBf16DotFn linear;
+};
+
+// The AVX512_BF16 kernels, or null on a CPU without those instructions.
+const Bf16DotKernels* Avx512Bf16DotKernels();
+
 // The tables, one per ISA. Calling a table's functions on a CPU without its
 // ISA is undefined (SIGILL): use Kernels().
 const KernelTable& Avx512Kernels();

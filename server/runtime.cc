@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include "model/cpu_isa.h"
+#include "model/cpu_kernels.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -76,7 +77,11 @@ std::string DescribeBlas() {
          "); OpenMP wait policy " + (wait != nullptr ? wait : "default");
 }
 
-std::string DescribeCpuKernels() { return "CPU kernels: " + model::DescribeIsa(); }
+std::string DescribeCpuKernels() {
+  return "CPU kernels: " + model::DescribeIsa() +
+         (model::Bf16DotProductsActive() ? "; bfloat16 linears with avx512_bf16 dot products"
+                                         : "");
+}
 
 void TuneAllocator() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
