@@ -444,6 +444,30 @@ void Gpt2SmallLinears(c10::ScalarType dtype, std::vector<at::Tensor>* weights,
   }
 }
 
+// Args: {dtype, batch, units}. A decode step at context 128 with the
+// small-batch linears in tasks of at most `units` x 24 output rows against
+// the default (kDefaultDecodeTaskUnits; 3 units before 2026-11-26),
+// alternating (SetDecodeTaskUnits).
+// Counters: default_ms, units_ms, units_speedup = default / units.
+void BM_DecodeTaskUnitsPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  DecodeSteps steps(Model(dtype), dtype, state.range(1), 128);
+  const int64_t units = state.range(2);
+  RunPaired(
+      state,
+      [&] {
+        SetDecodeTaskUnits(0);
+        steps.Run();
+      },
+      [&] {
+        SetDecodeTaskUnits(units);
+        steps.Run();
+      },
+      "default_ms", "units_ms", "units_speedup");
+  SetDecodeTaskUnits(0);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // Args: {batch, linears (1: the linears alone, 0: decode steps)}. bfloat16
 // weights with AVX512_BF16 dot products (x in two bfloat16 parts,
 // cpu_kernels_avx512_bf16.cc) against the float32 kernels that widen each
@@ -768,6 +792,13 @@ BENCHMARK(BM_LinearTaskSizePaired)
     ->ArgNames({"dtype", "M", "engine"})
     ->ArgsProduct({{0, 1}, {16, 24, 32, 48, 63}, {0}})
     ->ArgsProduct({{0, 1}, {16, 32}, {1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_DecodeTaskUnitsPaired)
+    ->ArgNames({"dtype", "batch", "units"})
+    ->ArgsProduct({{0, 1, 3}, {1}, {3, 4, 16}})
+    ->ArgsProduct({{0, 3}, {8}, {3, 16}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -32,6 +32,7 @@ using kernels::Half16;
 using kernels::KernelTable;
 
 std::atomic<bool> long_tiled_tasks{true};  // SetSmallBatchLinearLongTiledTasks
+std::atomic<int64_t> decode_task_units{kDefaultDecodeTaskUnits};  // SetDecodeTaskUnits
 std::atomic<bool> paged_attention_before{false};  // SetPagedDecodeAttentionAsBefore
 
 // Positions ahead that the per-head decode attention prefetches a head's
@@ -42,9 +43,13 @@ constexpr int64_t kPagedAttentionPrefetchRows = 8;
 
 // Runs body(o0, o1) over output rows [0, out) on the work team, in tasks of
 // whole 24-row units (a multiple of every register block size but 5). Up to
-// 8 input rows, about 64 output rows per task: enough work to amortize the
-// task and enough tasks to balance. With more rows each output row is more
-// work:
+// 8 input rows, tasks of up to kDefaultDecodeTaskUnits units (192 rows), at
+// least 2 a thread: each task reads its slice of W as one run the hardware
+// prefetcher follows, and long runs matter most for the short rows of int8
+// and bfloat16 (on a Zen 5 EPYC against 72-row tasks, paired: the batch-1
+// decode step int8 1.09-1.15x, bf16 1.04-1.07x, fp32 level; batch 8 int8
+// 1.01-1.06x; BM_DecodeTaskUnitsPaired, docs/performance.md). With more
+// rows each output row is more work:
 //  - where the kernel reuses the task's whole slice of W block after block
 //    (`tiled` false: AVX-512, int8), one unit per task, which keeps the slice
 //    small enough for the L2 cache (72-288 KiB of float32 for GPT-2-small's
@@ -60,7 +65,11 @@ void ForEachOutputTask(int64_t out, int64_t rows, bool tiled, const Body& body) 
   const int64_t units = (out + kUnit - 1) / kUnit;
   int64_t grain = 1;
   if (rows <= kSmallBatchMaxRows) {
-    grain = 64 / kUnit + 1;
+    // Long tasks, as many as 2 a thread allows: a task's rows are one run
+    // of W for the hardware prefetcher.
+    const int64_t threads = std::max(1, at::get_num_threads());
+    grain = std::clamp<int64_t>(units / (2 * threads), 1,
+                                decode_task_units.load(std::memory_order_relaxed));
   } else if (tiled && long_tiled_tasks.load(std::memory_order_relaxed)) {
     const int64_t threads = std::max(1, at::get_num_threads());
     grain = std::clamp<int64_t>(units / (4 * threads), 1, 4);
@@ -176,6 +185,10 @@ void SetSmallBatchLinearRowBlocks(bool enabled) {
 
 void SetPagedDecodeAttentionAsBefore(bool before) {
   paged_attention_before.store(before, std::memory_order_relaxed);
+}
+
+void SetDecodeTaskUnits(int64_t units) {
+  decode_task_units.store(units > 0 ? units : kDefaultDecodeTaskUnits, std::memory_order_relaxed);
 }
 
 void SetSmallBatchLinearLongTiledTasks(bool enabled) {

@@ -122,6 +122,16 @@ bool Bf16DotProductsActive();
 // and measured side by side in one process. Default true.
 void SetBf16DotProducts(bool enabled);
 
+// Most output rows per task of a linear of at most kSmallBatchMaxRows rows,
+// in units of 24 (fewer where a thread would otherwise get fewer than 2
+// tasks): long runs of W for the hardware prefetcher.
+inline constexpr int64_t kDefaultDecodeTaskUnits = 8;
+
+// For benchmarks: tasks of at most `units` x 24 output rows for linears of
+// at most kSmallBatchMaxRows rows (0: the default), so that task sizes can
+// be measured side by side in one process.
+void SetDecodeTaskUnits(int64_t units);
+
 // x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or
 // float16, b [out] or undefined -> [M, out] in x's dtype. Accumulates in
 // float32; activations are never rounded to the weights' dtype (with
