@@ -10,7 +10,7 @@
 // flushes subnormals. Results agree with the float32-x kernels to ~2^-17 of
 // the magnitudes summed (cpu_kernels_test holds every bfloat16 path to 1e-5).
 //
-// Only for CPUs whose CPUID says AVX512_BF16 (Bf16DotKernelsFor); the
+// Only for CPUs whose CPUID says AVX512_BF16 (Avx512Bf16DotKernels); the
 // functions carry that target, nothing else in the binary does.
 #include <cstdint>
 
