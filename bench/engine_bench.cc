@@ -468,6 +468,38 @@ void BM_DecodeTaskUnitsPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// Args: {dtype, rows, block rows, prompt}. Row blocks of `block rows` input
+// rows (SetRowBlockRows) against the ISA's own, alternating: a decode step
+// of `rows` sequences at context 128, or with prompt 1 a prefill of `rows`
+// tokens. Counters: own_ms, set_ms, set_speedup = own / set.
+void BM_RowBlockRowsPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t rows = state.range(1), block = state.range(2);
+  std::unique_ptr<DecodeSteps> steps;
+  std::unique_ptr<Prefill> prefill;
+  std::function<void()> run;
+  if (state.range(3) == 1) {
+    prefill = std::make_unique<Prefill>(dtype, rows);
+    run = [&] { prefill->Run(); };
+  } else {
+    steps = std::make_unique<DecodeSteps>(Model(dtype), dtype, rows, 128);
+    run = [&] { steps->Run(); };
+  }
+  RunPaired(
+      state,
+      [&] {
+        SetRowBlockRows(0);
+        run();
+      },
+      [&] {
+        SetRowBlockRows(block);
+        run();
+      },
+      "own_ms", "set_ms", "set_speedup");
+  SetRowBlockRows(0);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // Args: {batch, linears (1: the linears alone, 0: decode steps)}. bfloat16
 // weights with AVX512_BF16 dot products (x in two bfloat16 parts,
 // cpu_kernels_avx512_bf16.cc) against the float32 kernels that widen each
@@ -799,6 +831,14 @@ BENCHMARK(BM_DecodeTaskUnitsPaired)
     ->ArgNames({"dtype", "batch", "units"})
     ->ArgsProduct({{0, 1, 3}, {1}, {3, 4, 16}})
     ->ArgsProduct({{0, 3}, {8}, {3, 16}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_RowBlockRowsPaired)
+    ->ArgNames({"dtype", "rows", "block", "prompt"})
+    ->ArgsProduct({{0, 3}, {8}, {4, 6}, {0}})
+    ->ArgsProduct({{0, 3}, {16}, {4, 6}, {1}})
+    ->Args({1, 8, 6, 0})->Args({1, 8, 4, 0})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -14,6 +14,12 @@
 namespace dikkat::model {
 namespace kernels {
 
+namespace {
+std::atomic<int64_t> row_block_rows{0};  // SetRowBlockRows
+}  // namespace
+
+int64_t RowBlockRowsOverride() { return row_block_rows.load(std::memory_order_relaxed); }
+
 const KernelTable& Kernels() {
   switch (ActiveIsa()) {
     case CpuIsa::kAvx512: return Avx512Kernels();
@@ -189,6 +195,10 @@ void SetPagedDecodeAttentionAsBefore(bool before) {
 
 void SetDecodeTaskUnits(int64_t units) {
   decode_task_units.store(units > 0 ? units : kDefaultDecodeTaskUnits, std::memory_order_relaxed);
+}
+
+void SetRowBlockRows(int64_t rows) {
+  kernels::row_block_rows.store(std::max<int64_t>(rows, 0), std::memory_order_relaxed);
 }
 
 void SetSmallBatchLinearLongTiledTasks(bool enabled) {

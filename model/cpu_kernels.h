@@ -132,6 +132,11 @@ inline constexpr int64_t kDefaultDecodeTaskUnits = 8;
 // be measured side by side in one process.
 void SetDecodeTaskUnits(int64_t units);
 
+// For benchmarks: input rows per row block where a kernel runs several row
+// blocks over a task's slice of W (at most the ISA's register-block limit;
+// 0: the ISA's own choice).
+void SetRowBlockRows(int64_t rows);
+
 // x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or
 // float16, b [out] or undefined -> [M, out] in x's dtype. Accumulates in
 // float32; activations are never rounded to the weights' dtype (with

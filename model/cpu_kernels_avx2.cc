@@ -3,7 +3,8 @@
 // The bodies are cpu_kernels_body.inc; only the vector operations are here.
 //
 // What Ops provides (the same for every ISA file):
-//   V, kLanes, kIsa; kMaxBlockRows and kBlockRows[M] (output rows per
+//   V, kLanes, kIsa; kMaxBlockRows, kRowBlockRows (input rows per row block, <=
+//   kMaxBlockRows) and kBlockRows[M] (output rows per
 //   register block for M input rows), kTiledRowBlocks (the loop order for
 //   more rows than one block), kBf16PairMaxRows and kBf16PairRows[M];
 //   kStreamPrefetchBytes (0: no one-row stream kernel for bfloat16),
@@ -40,6 +41,7 @@ struct Ops {
   // Blocks of up to 4 input rows (M = 4: 12 accumulators, 7 loads per 12
   // FMAs); more rows reuse the task's slice of W from the L2 cache.
   static constexpr int kMaxBlockRows = 4;
+  static constexpr int kRowBlockRows = 4;  // all of a register block (see AVX-512's)
   static constexpr int kBlockRows[9] = {0, 6, 4, 3, 3, 2, 2, 1, 1};
   // More rows than one block: tiles of 3 output rows through every block
   // (LinearRowsTiled; 1.04-1.16x at 8-16 rows on a Zen 3 EPYC).

@@ -61,6 +61,7 @@ struct Ops {
   // Sized like AVX2's (16 registers of 8 lanes); on SSE2 each vector takes
   // two of its 16 registers, so the compiler spills a little at M >= 3.
   static constexpr int kMaxBlockRows = 4;
+  static constexpr int kRowBlockRows = 4;  // all of a register block (see AVX-512's)
   static constexpr int kBlockRows[9] = {0, 4, 4, 2, 2, 1, 1, 1, 1};
   // Block after block over each task's slice of W (LinearRowsTiled is not
   // measured on this path).

@@ -114,6 +114,10 @@ struct Bf16DotKernels {
   LinearBf16DotFn linear;
 };
 
+// Input rows per row block of the kernels that run several row blocks over a
+// task's slice of W (0: each ISA's own); set by SetRowBlockRows (cpu_kernels.h).
+int64_t RowBlockRowsOverride();
+
 // The AVX512_BF16 kernels, or null on a CPU without those instructions.
 const Bf16DotKernels* Avx512Bf16DotKernels();
 

@@ -162,6 +162,27 @@ TEST(SmallBatchLinearTest, Float32RowIsComputedAsIfAlone) {
   }
 }
 
+TEST(SmallBatchLinearTest, RowBlockSizeChangesNoBits) {
+  // Each output is the same sum in the same order whatever block of input
+  // rows it is computed in: the ISA's row-block size (SetRowBlockRows, e.g.
+  // 8 as 6 + 2 on AVX-512) moves no bits, in any dtype.
+  at::manual_seed(23);
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    at::Tensor w = at::randn({77, 200}).to(dtype), b = at::randn({77});
+    for (int64_t rows : {5, 7, 8, 13, 16}) {
+      at::Tensor x = at::randn({rows, 200});
+      SetRowBlockRows(0);
+      at::Tensor own = SmallBatchLinear(x, w, b);
+      for (int64_t block = 1; block <= 8; ++block) {
+        SetRowBlockRows(block);
+        EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(own))
+            << c10::toString(dtype) << ", " << rows << " rows in blocks of " << block;
+      }
+    }
+  }
+  SetRowBlockRows(0);
+}
+
 TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
   at::Tensor w = at::randn({8, 16});
   const SmallBatchLinearLimits active = SmallBatchLinearLimitsFor(ActiveIsa());

@@ -142,6 +142,22 @@ TEST(Int8LinearTest, EachRowIsComputedAsIfAlone) {
   }
 }
 
+TEST(Int8LinearTest, RowBlockSizeChangesNoBits) {
+  at::manual_seed(29);
+  LinearWeight w = QuantizeInt8(RandomWeights(77, 200));
+  for (int64_t rows : {7, 8, 16, 21}) {
+    at::Tensor x = at::randn({rows, 200});
+    SetRowBlockRows(0);
+    at::Tensor own = Int8Linear(x, w, at::Tensor());
+    for (int64_t block = 1; block <= 8; ++block) {
+      SetRowBlockRows(block);
+      EXPECT_TRUE(Int8Linear(x, w, at::Tensor()).equal(own))
+          << rows << " rows in blocks of " << block;
+    }
+  }
+  SetRowBlockRows(0);
+}
+
 TEST(Int8LinearTest, NonFiniteInputsGiveNonFiniteOutputsAndLeaveOtherRowsAlone) {
   // As in a float32 product: a NaN or infinity in x is not rounded away
   // (where x goes to the kernel as int16, its group's scale becomes NaN).
