@@ -839,6 +839,7 @@ BENCHMARK(BM_RowBlockRowsPaired)
     ->ArgsProduct({{0, 3}, {8}, {4, 6}, {0}})
     ->ArgsProduct({{0, 3}, {16}, {4, 6}, {1}})
     ->Args({1, 8, 6, 0})->Args({1, 8, 4, 0})
+    ->ArgsProduct({{0, 3}, {32}, {8}, {0}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

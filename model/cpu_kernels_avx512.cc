@@ -44,7 +44,8 @@ struct Ops {
   // (3 output rows). Against blocks of 8, paired on a Zen 5 EPYC
   // (BM_RowBlockRowsPaired): a 16-token prefill fp32 1.08x / 1.08x, int8
   // 1.10x / 1.12x; an 8-sequence decode step fp32 1.08x / 0.98x, int8
-  // 1.02x / 1.03x, bf16 1.06x / 1.03x. Blocks of 4: 1.01-1.09x. Same bits.
+  // 1.02x / 1.03x, bf16 1.06x / 1.03x; 32 sequences fp32 1.03x / 1.05x, int8
+  // 1.06x / 1.10x. Blocks of 4: 1.01-1.09x. Same bits.
   static constexpr int kRowBlockRows = 6;
   static constexpr int kBlockRows[9] = {0, 8, 8, 6, 5, 4, 4, 3, 3};
   // More rows than one block: block after block over each task's slice of W
