@@ -36,7 +36,7 @@ namespace dikkat::model {
 // of W (ForEachOutputTask) and the kernels make one pass over W per task, or
 // two on AVX-512 at 7-8 rows (row blocks of 6, cpu_kernels_avx512.cc); more
 // rows run as several blocks over short tasks' slices of W, held in the L2
-// cache. The largest register block (AVX-512's).
+// cache. 8 is the largest register block (AVX-512's).
 inline constexpr int64_t kSmallBatchMaxRows = 8;
 
 // Rows up to which Linear (attention.cc) sends weights of each dtype to
