@@ -19,6 +19,7 @@ namespace dikkat::client {
 namespace {
 
 using ::dikkat::testing::FakeDikkatServer;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -197,6 +198,8 @@ TEST_F(CliTest, BenchRunsEveryRequestAndReportsPercentiles) {
   EXPECT_THAT(run.out, HasSubstr("completed: 9 ok, 0 failed"));
   EXPECT_THAT(run.out, HasSubstr("time to first token"));
   EXPECT_THAT(run.out, HasSubstr("inter-token"));
+  // The fake server reports 1.25 ms in its stats for every request.
+  EXPECT_THAT(run.out, ContainsRegex("of it in the server +1\\.25 +1\\.25 +1\\.25 +1\\.25"));
   EXPECT_THAT(run.out, HasSubstr("tokens per request: 5.0"));
   EXPECT_EQ(server_.service().generate_chunks_written.load(), 10 * 5);
 }

@@ -197,6 +197,7 @@ class FakeDikkatService final : public v1::Dikkat::Service {
         chunk.mutable_stats()->set_prompt_tokens(3);
         chunk.mutable_stats()->set_generated_tokens(n);
         chunk.mutable_stats()->set_seed(42);
+        chunk.mutable_stats()->set_time_to_first_token_seconds(0.00125);
       }
       if (!writer->Write(chunk)) {
         if (context->IsCancelled()) generate_cancel_observed.Notify();

@@ -164,6 +164,8 @@ TEST_F(ServiceTest, GenerateWithLogprobsAndAnImmediateFinish) {
 // The engine thread only hands results over; the responses (here: token
 // text for logprob alternatives and attention axis labels) are built on gRPC
 // threads, so packing a large response never stalls the engine's batch.
+// (Only a first message of tokens and text alone is started on the engine
+// thread: service.cc, OnEngineChunk.)
 TEST_F(ServiceTest, ResponsesAreBuiltOffTheEngineThread) {
   lm_->set_script({{TextChunk("ab"), TextChunk("c")}, absl::Milliseconds(1),
                    FinishReason::kLength, {}});
