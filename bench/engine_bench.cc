@@ -485,6 +485,7 @@ void BM_RowBlockRowsPaired(benchmark::State& state) {
     steps = std::make_unique<DecodeSteps>(Model(dtype), dtype, rows, 128);
     run = [&] { steps->Run(); };
   }
+  SetTiledRowBlocks(0);  // the order SetRowBlockRows sets blocks for
   RunPaired(
       state,
       [&] {
@@ -497,6 +498,40 @@ void BM_RowBlockRowsPaired(benchmark::State& state) {
       },
       "own_ms", "set_ms", "set_speedup");
   SetRowBlockRows(0);
+  SetTiledRowBlocks(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
+// Args: {dtype, rows, prompt}. The float kernels' row blocks tile by tile of
+// W against block after block over each task's slice of W
+// (SetTiledRowBlocks), alternating: a decode step of `rows` sequences at
+// context 128, or with prompt 1 a prefill of `rows` tokens. Counters:
+// blocks_ms, tiled_ms, tiled_speedup = blocks / tiled.
+void BM_TiledRowBlocksPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t rows = state.range(1);
+  std::unique_ptr<DecodeSteps> steps;
+  std::unique_ptr<Prefill> prefill;
+  std::function<void()> run;
+  if (state.range(2) == 1) {
+    prefill = std::make_unique<Prefill>(dtype, rows);
+    run = [&] { prefill->Run(); };
+  } else {
+    steps = std::make_unique<DecodeSteps>(Model(dtype), dtype, rows, 128);
+    run = [&] { steps->Run(); };
+  }
+  RunPaired(
+      state,
+      [&] {
+        SetTiledRowBlocks(0);
+        run();
+      },
+      [&] {
+        SetTiledRowBlocks(1);
+        run();
+      },
+      "blocks_ms", "tiled_ms", "tiled_speedup");
+  SetTiledRowBlocks(-1);
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
@@ -840,6 +875,12 @@ BENCHMARK(BM_RowBlockRowsPaired)
     ->ArgsProduct({{0, 3}, {16}, {4, 6}, {1}})
     ->Args({1, 8, 6, 0})->Args({1, 8, 4, 0})
     ->ArgsProduct({{0, 3}, {32}, {8}, {0}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_TiledRowBlocksPaired)
+    ->ArgNames({"dtype", "rows", "prompt"})
+    ->ArgsProduct({{0, 1, 2}, {8, 16, 32}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

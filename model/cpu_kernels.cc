@@ -16,9 +16,11 @@ namespace kernels {
 
 namespace {
 std::atomic<int64_t> row_block_rows{0};  // SetRowBlockRows
+std::atomic<int> tiled_row_blocks{-1};   // SetTiledRowBlocks
 }  // namespace
 
 int64_t RowBlockRowsOverride() { return row_block_rows.load(std::memory_order_relaxed); }
+int TiledRowBlocksOverride() { return tiled_row_blocks.load(std::memory_order_relaxed); }
 
 const KernelTable& Kernels() {
   switch (ActiveIsa()) {
@@ -57,10 +59,11 @@ constexpr int64_t kPagedAttentionPrefetchRows = 8;
 // 1.01-1.06x; BM_DecodeTaskUnitsPaired, docs/performance.md). With more
 // rows each output row is more work:
 //  - where the kernel reuses the task's whole slice of W block after block
-//    (`tiled` false: AVX-512, int8), one unit per task, which keeps the slice
+//    (`tiled` false: int8), one unit per task, which keeps the slice
 //    small enough for the L2 cache (72-288 KiB of float32 for GPT-2-small's
 //    768- and 3072-wide rows);
-//  - where it goes tile by tile (`tiled`: AVX2 float32, bfloat16, float16),
+//  - where it goes tile by tile (`tiled`: float32, bfloat16, float16 on
+//    AVX2 and AVX-512),
 //    only a tile is reused, and longer tasks (up to 4 units, at least 4
 //    tasks a thread) read W in longer sequential runs and claim fewer
 //    chunks: 1.01-1.07x at 16-48 rows (level at 63) on a Zen 3 EPYC, paired
@@ -86,6 +89,12 @@ void ForEachOutputTask(int64_t out, int64_t rows, bool tiled, const Body& body) 
 
 std::atomic<bool> bf16_dot{true};  // SetBf16DotProducts
 
+// Whether the float kernels go tile by tile through the row blocks.
+bool TiledRowBlocks(const KernelTable& k) {
+  const int mode = kernels::TiledRowBlocksOverride();
+  return mode < 0 ? k.tiled_row_blocks : mode > 0;
+}
+
 // The AVX512_BF16 kernels where the CPU has them and the active ISA is
 // AVX-512, else null.
 const kernels::Bf16DotKernels* ActiveBf16Dot() {
@@ -109,7 +118,7 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
       std::vector<uint16_t> parts(2 * rows * in);
       uint16_t *hi = parts.data(), *lo = hi + rows * in;
       dot->split(x, hi, lo, rows * in);
-      ForEachOutputTask(out, rows, k.tiled_row_blocks, [&](int64_t o0, int64_t o1) {
+      ForEachOutputTask(out, rows, TiledRowBlocks(k), [&](int64_t o0, int64_t o1) {
         dot->linear(hi, lo, w, b, y, rows, in, out, o0, o1);
       });
       return;
@@ -124,7 +133,7 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
     k.split_even_odd(x, xp.data(), rows, in);
   }
   const float* xpp = xp.empty() ? nullptr : xp.data();
-  ForEachOutputTask(out, rows, k.tiled_row_blocks, [&](int64_t o0, int64_t o1) {
+  ForEachOutputTask(out, rows, TiledRowBlocks(k), [&](int64_t o0, int64_t o1) {
     fn(x, xpp, w, b, y, rows, in, out, o0, o1);
   });
 }
@@ -195,6 +204,10 @@ void SetPagedDecodeAttentionAsBefore(bool before) {
 
 void SetDecodeTaskUnits(int64_t units) {
   decode_task_units.store(units > 0 ? units : kDefaultDecodeTaskUnits, std::memory_order_relaxed);
+}
+
+void SetTiledRowBlocks(int mode) {
+  kernels::tiled_row_blocks.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
 }
 
 void SetRowBlockRows(int64_t rows) {

@@ -135,9 +135,15 @@ inline constexpr int64_t kDefaultDecodeTaskUnits = 8;
 void SetDecodeTaskUnits(int64_t units);
 
 // For benchmarks: input rows per row block where a kernel runs several row
-// blocks over a task's slice of W (at most the ISA's register-block limit;
-// 0: the ISA's own choice).
+// blocks over a task's slice of W, block after block (int8; float where not
+// tiled, SetTiledRowBlocks) (at most the ISA's register-block limit; 0: the
+// ISA's own choice).
 void SetRowBlockRows(int64_t rows);
+// For benchmarks: the order in which the float kernels run more input rows
+// than one row block: 1 tile by tile of W's rows through every block, 0
+// block after block over a task's slice of W, -1 the ISA's own choice.
+// Each output is the same sum either way.
+void SetTiledRowBlocks(int mode);
 
 // x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or
 // float16, b [out] or undefined -> [M, out] in x's dtype. Accumulates in

@@ -71,6 +71,11 @@ struct Ops {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  // y[j] = Reduce(v_j) + bias[j] (bias may be null) for a, b, c, d.
+  DIKKAT_INLINE static void Reduce4(V a, V b, V c, V d, const float* bias, float* y) {
+    const V v[4] = {a, b, c, d};
+    for (int j = 0; j < 4; ++j) y[j] = bias != nullptr ? Reduce(v[j]) + bias[j] : Reduce(v[j]);
+  }
   DIKKAT_INLINE static void Prefetch(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
   }

@@ -37,20 +37,26 @@ struct Ops {
   // weight vectors and one x vector in the 32 zmm registers (R*M + R + 1 <=
   // 32); each weight vector loaded serves M FMAs and each x vector R.
   static constexpr int kMaxBlockRows = 8;
-  // Calls of more rows than this run as blocks of this many over each
-  // task's slice of W (the rest from the cache): 7-8 rows as 6 + 1-2, 16 as
+  // Calls of more rows than this run as blocks of this many (tile by tile,
+  // kTiledRowBlocks; the rest from the cache): 7-8 rows as 6 + 1-2, 16 as
   // 6 + 6 + 4. The first block streams W from memory, and a 6-row block
   // (4 output rows a register block) does so faster than an 8-row one
-  // (3 output rows). Against blocks of 8, paired on a Zen 5 EPYC
+  // (3 output rows). Block after block over each task's slice of W, the
+  // order before the tiles, against blocks of 8, paired on a Zen 5 EPYC
   // (BM_RowBlockRowsPaired): a 16-token prefill fp32 1.08x / 1.08x, int8
   // 1.10x / 1.12x; an 8-sequence decode step fp32 1.08x / 0.98x, int8
   // 1.02x / 1.03x, bf16 1.06x / 1.03x; 32 sequences fp32 1.03x / 1.05x, int8
   // 1.06x / 1.10x. Blocks of 4: 1.01-1.09x. Same bits.
   static constexpr int kRowBlockRows = 6;
   static constexpr int kBlockRows[9] = {0, 8, 8, 6, 5, 4, 4, 3, 3};
-  // More rows than one block: block after block over each task's slice of W
-  // (tiles through every block measured level or slower here).
-  static constexpr bool kTiledRowBlocks = false;
+  // More rows than one block: tile by tile through the blocks of 6
+  // (LinearRowsTiled). Against block after block, paired on a Zen 5 EPYC
+  // (BM_TiledRowBlocksPaired, 2-3 rounds), a decode step of 8 sequences:
+  // fp32 1.08-1.10x, bf16 1.08-1.09x, fp16 1.08x; 16: 1.00-1.10x; a prefill
+  // of 8 / 16 tokens 1.03-1.10x / 0.99-1.10x; 32 rows level (0.97-1.05x).
+  // (With blocks of 8, 3 output rows a register block, tiles measured level
+  // or slower here.)
+  static constexpr bool kTiledRowBlocks = true;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 32.
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 8, 6, 5, 4};
@@ -68,6 +74,25 @@ struct Ops {
   DIKKAT_INLINE static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   DIKKAT_INLINE static V Add(V a, V b) { return _mm512_add_ps(a, b); }
   DIKKAT_INLINE static float Reduce(V a) { return _mm512_reduce_add_ps(a); }
+  // y[j] = Reduce(v_j) + bias[j] (bias may be null) for the four vectors
+  // a, b, c, d, with the additions Reduce makes, pair for pair (the eight
+  // upper lanes onto the lower, then four, two, one), so the same bits; a
+  // third of the instructions of four Reduce calls.
+  DIKKAT_INLINE static void Reduce4(V a, V b, V c, V d, const float* bias, float* y) {
+    // [a + a>>8 | b + b>>8] in 128-bit blocks: a's lanes j and j + 8 in
+    // blocks 0-1, b's in blocks 2-3; the same for c, d.
+    const V ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    const V cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    // Block k: vector k's lanes j + (j + 4) of the above (j < 4).
+    const V q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    // Within each block: lanes j + (j ^ 2), then + (j ^ 1): every lane the sum.
+    const V h = _mm512_add_ps(q, _mm512_permute_ps(q, 0x4E));
+    const V t = _mm512_add_ps(h, _mm512_permute_ps(h, 0xB1));
+    __m128 sums = _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t));
+    if (bias != nullptr) sums = _mm_add_ps(sums, _mm_loadu_ps(bias));
+    _mm_storeu_ps(y, sums);
+  }
   DIKKAT_INLINE static void Prefetch(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
   }

@@ -82,6 +82,11 @@ struct Ops {
   DIKKAT_INLINE static float Reduce(V a) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
   }
+  // y[j] = Reduce(v_j) + bias[j] (bias may be null) for a, b, c, d.
+  DIKKAT_INLINE static void Reduce4(V a, V b, V c, V d, const float* bias, float* y) {
+    const V v[4] = {a, b, c, d};
+    for (int j = 0; j < 4; ++j) y[j] = bias != nullptr ? Reduce(v[j]) + bias[j] : Reduce(v[j]);
+  }
   DIKKAT_INLINE static void Prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
   DIKKAT_INLINE static V Load(const float* p) {

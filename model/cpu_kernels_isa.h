@@ -117,6 +117,9 @@ struct Bf16DotKernels {
 // Input rows per row block of the kernels that run several row blocks over a
 // task's slice of W (0: each ISA's own); set by SetRowBlockRows (cpu_kernels.h).
 int64_t RowBlockRowsOverride();
+// The order of the row blocks: -1 each ISA's own (Ops::kTiledRowBlocks), 0
+// block after block, 1 tiled; set by SetTiledRowBlocks (cpu_kernels.h).
+int TiledRowBlocksOverride();
 
 // The AVX512_BF16 kernels, or null on a CPU without those instructions.
 const Bf16DotKernels* Avx512Bf16DotKernels();

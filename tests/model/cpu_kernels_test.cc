@@ -162,10 +162,13 @@ TEST(SmallBatchLinearTest, Float32RowIsComputedAsIfAlone) {
   }
 }
 
-TEST(SmallBatchLinearTest, RowBlockSizeChangesNoBits) {
+TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
   // Each output is the same sum in the same order whatever block of input
-  // rows it is computed in: the ISA's row-block size (SetRowBlockRows, e.g.
-  // 8 as 6 + 2 on AVX-512) moves no bits, in any dtype.
+  // rows it is computed in and whichever order the blocks run in: tile by
+  // tile or block after block (SetTiledRowBlocks), and in the latter the
+  // row-block size (SetRowBlockRows, e.g. 8 as 6 + 2 on AVX-512) move no
+  // bits, in any dtype. (The register blocks differ between the orders, and
+  // with them how many sums are reduced at once: Ops::Reduce4.)
   at::manual_seed(23);
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     at::Tensor w = at::randn({77, 200}).to(dtype), b = at::randn({77});
@@ -173,14 +176,21 @@ TEST(SmallBatchLinearTest, RowBlockSizeChangesNoBits) {
       at::Tensor x = at::randn({rows, 200});
       SetRowBlockRows(0);
       at::Tensor own = SmallBatchLinear(x, w, b);
+      for (int tiled : {0, 1}) {
+        SetTiledRowBlocks(tiled);
+        EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(own))
+            << c10::toString(dtype) << ", " << rows << " rows, tiled " << tiled;
+      }
+      SetTiledRowBlocks(0);
       for (int64_t block = 1; block <= 8; ++block) {
         SetRowBlockRows(block);
         EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(own))
             << c10::toString(dtype) << ", " << rows << " rows in blocks of " << block;
       }
+      SetRowBlockRows(0);
+      SetTiledRowBlocks(-1);
     }
   }
-  SetRowBlockRows(0);
 }
 
 TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
