@@ -502,8 +502,8 @@ void BM_RowBlockRowsPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
-// Args: {dtype, rows, prompt}. The float kernels' row blocks tile by tile of
-// W against block after block over each task's slice of W
+// Args: {dtype, rows, prompt}. The float kernels' (and AVX-512's int8) row
+// blocks tile by tile of W against block after block over each task's slice of W
 // (SetTiledRowBlocks), alternating: a decode step of `rows` sequences at
 // context 128, or with prompt 1 a prefill of `rows` tokens. Counters:
 // blocks_ms, tiled_ms, tiled_speedup = blocks / tiled.
@@ -880,7 +880,7 @@ BENCHMARK(BM_RowBlockRowsPaired)
     ->UseRealTime();
 BENCHMARK(BM_TiledRowBlocksPaired)
     ->ArgNames({"dtype", "rows", "prompt"})
-    ->ArgsProduct({{0, 1, 2}, {8, 16, 32}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2, 3}, {8, 16, 32}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -59,11 +59,11 @@ constexpr int64_t kPagedAttentionPrefetchRows = 8;
 // 1.01-1.06x; BM_DecodeTaskUnitsPaired, docs/performance.md). With more
 // rows each output row is more work:
 //  - where the kernel reuses the task's whole slice of W block after block
-//    (`tiled` false: int8), one unit per task, which keeps the slice
+//    (`tiled` false: int8 with int16 x, AVX2), one unit per task, which keeps the slice
 //    small enough for the L2 cache (72-288 KiB of float32 for GPT-2-small's
 //    768- and 3072-wide rows);
 //  - where it goes tile by tile (`tiled`: float32, bfloat16, float16 on
-//    AVX2 and AVX-512),
+//    AVX2 and AVX-512, int8 on AVX-512),
 //    only a tile is reused, and longer tasks (up to 4 units, at least 4
 //    tasks a thread) read W in longer sequential runs and claim fewer
 //    chunks: 1.01-1.07x at 16-48 rows (level at 63) on a Zen 3 EPYC, paired
@@ -293,7 +293,9 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
     k.quantize_x_int16(xp, xq.data(), xs.data(), rows, in, groups);
     fn = k.int8_rows;
   }
-  ForEachOutputTask(out, rows, /*tiled=*/false, [&](int64_t o0, int64_t o1) {
+  // The float32-x kernel goes tile by tile where the float ones do.
+  const bool tiled = xq.empty() && TiledRowBlocks(k);
+  ForEachOutputTask(out, rows, tiled, [&](int64_t o0, int64_t o1) {
     fn(xp, xq.data(), xs.data(), wp, sp, bp, yp, rows, in, groups, out, o0, o1);
   });
   return y.view(out_shape);

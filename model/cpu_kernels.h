@@ -135,12 +135,12 @@ inline constexpr int64_t kDefaultDecodeTaskUnits = 8;
 void SetDecodeTaskUnits(int64_t units);
 
 // For benchmarks: input rows per row block where a kernel runs several row
-// blocks over a task's slice of W, block after block (int8; float where not
-// tiled, SetTiledRowBlocks) (at most the ISA's register-block limit; 0: the
+// blocks over a task's slice of W, block after block (where not tiled,
+// SetTiledRowBlocks) (at most the ISA's register-block limit; 0: the
 // ISA's own choice).
 void SetRowBlockRows(int64_t rows);
-// For benchmarks: the order in which the float kernels run more input rows
-// than one row block: 1 tile by tile of W's rows through every block, 0
+// For benchmarks: the order in which the float kernels (and int8 with
+// float32 x) run more input rows than one row block: 1 tile by tile of W's rows through every block, 0
 // block after block over a task's slice of W, -1 the ISA's own choice.
 // Each output is the same sum either way.
 void SetTiledRowBlocks(int mode);

@@ -54,8 +54,10 @@ struct Ops {
   // (BM_TiledRowBlocksPaired, 2-3 rounds), a decode step of 8 sequences:
   // fp32 1.08-1.10x, bf16 1.08-1.09x, fp16 1.08x; 16: 1.00-1.10x; a prefill
   // of 8 / 16 tokens 1.03-1.10x / 0.99-1.10x; 32 rows level (0.97-1.05x).
-  // (With blocks of 8, 3 output rows a register block, tiles measured level
-  // or slower here.)
+  // int8 (Int8RowsTiled, two rounds): 8 sequences 1.03x, 16 1.11-1.14x, 32
+  // 1.03-1.04x; prefill of 8 / 16 / 32 tokens 1.02-1.03x / 1.04-1.06x /
+  // 1.00-1.04x. (With blocks of 8, 3 output rows a register block, tiles
+  // measured level or slower here.)
   static constexpr bool kTiledRowBlocks = true;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 32.
   static constexpr int kBf16PairMaxRows = 4;

@@ -142,20 +142,28 @@ TEST(Int8LinearTest, EachRowIsComputedAsIfAlone) {
   }
 }
 
-TEST(Int8LinearTest, RowBlockSizeChangesNoBits) {
+TEST(Int8LinearTest, RowBlockSizeAndOrderChangeNoBits) {
+  // Tile by tile or block after block (SetTiledRowBlocks; the float32-x
+  // kernel, AVX-512's), and in the latter any row-block size: the same bits.
   at::manual_seed(29);
   LinearWeight w = QuantizeInt8(RandomWeights(77, 200));
   for (int64_t rows : {7, 8, 16, 21}) {
     at::Tensor x = at::randn({rows, 200});
     SetRowBlockRows(0);
     at::Tensor own = Int8Linear(x, w, at::Tensor());
+    for (int tiled : {0, 1}) {
+      SetTiledRowBlocks(tiled);
+      EXPECT_TRUE(Int8Linear(x, w, at::Tensor()).equal(own)) << rows << " rows, tiled " << tiled;
+    }
+    SetTiledRowBlocks(0);
     for (int64_t block = 1; block <= 8; ++block) {
       SetRowBlockRows(block);
       EXPECT_TRUE(Int8Linear(x, w, at::Tensor()).equal(own))
           << rows << " rows in blocks of " << block;
     }
+    SetRowBlockRows(0);
+    SetTiledRowBlocks(-1);
   }
-  SetRowBlockRows(0);
 }
 
 TEST(Int8LinearTest, NonFiniteInputsGiveNonFiniteOutputsAndLeaveOtherRowsAlone) {
