@@ -468,23 +468,32 @@ void BM_DecodeTaskUnitsPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// A decode step of `rows` sequences at context 128, or (prefill) a prefill
+// of `rows` tokens.
+class StepOrPrefill {
+ public:
+  StepOrPrefill(c10::ScalarType dtype, int64_t rows, bool prefill) {
+    if (prefill) {
+      prefill_ = std::make_unique<Prefill>(dtype, rows);
+    } else {
+      steps_ = std::make_unique<DecodeSteps>(Model(dtype), dtype, rows, 128);
+    }
+  }
+  void Run() { prefill_ ? prefill_->Run() : steps_->Run(); }
+
+ private:
+  std::unique_ptr<DecodeSteps> steps_;
+  std::unique_ptr<Prefill> prefill_;
+};
+
 // Args: {dtype, rows, block rows, prompt}. Row blocks of `block rows` input
 // rows (SetRowBlockRows) against the ISA's own, alternating: a decode step
 // of `rows` sequences at context 128, or with prompt 1 a prefill of `rows`
 // tokens. Counters: own_ms, set_ms, set_speedup = own / set.
 void BM_RowBlockRowsPaired(benchmark::State& state) {
-  const c10::ScalarType dtype = DType(state.range(0));
-  const int64_t rows = state.range(1), block = state.range(2);
-  std::unique_ptr<DecodeSteps> steps;
-  std::unique_ptr<Prefill> prefill;
-  std::function<void()> run;
-  if (state.range(3) == 1) {
-    prefill = std::make_unique<Prefill>(dtype, rows);
-    run = [&] { prefill->Run(); };
-  } else {
-    steps = std::make_unique<DecodeSteps>(Model(dtype), dtype, rows, 128);
-    run = [&] { steps->Run(); };
-  }
+  const int64_t block = state.range(2);
+  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(3) == 1);
+  const std::function<void()> run = [&] { work.Run(); };
   SetTiledRowBlocks(0);  // the order SetRowBlockRows sets blocks for
   RunPaired(
       state,
@@ -508,18 +517,8 @@ void BM_RowBlockRowsPaired(benchmark::State& state) {
 // context 128, or with prompt 1 a prefill of `rows` tokens. Counters:
 // blocks_ms, tiled_ms, tiled_speedup = blocks / tiled.
 void BM_TiledRowBlocksPaired(benchmark::State& state) {
-  const c10::ScalarType dtype = DType(state.range(0));
-  const int64_t rows = state.range(1);
-  std::unique_ptr<DecodeSteps> steps;
-  std::unique_ptr<Prefill> prefill;
-  std::function<void()> run;
-  if (state.range(2) == 1) {
-    prefill = std::make_unique<Prefill>(dtype, rows);
-    run = [&] { prefill->Run(); };
-  } else {
-    steps = std::make_unique<DecodeSteps>(Model(dtype), dtype, rows, 128);
-    run = [&] { steps->Run(); };
-  }
+  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
+  const std::function<void()> run = [&] { work.Run(); };
   RunPaired(
       state,
       [&] {
