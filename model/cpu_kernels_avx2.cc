@@ -9,7 +9,9 @@
 //   more rows than one block), kBf16PairMaxRows and kBf16PairRows[M];
 //   kStreamPrefetchBytes (0: no one-row stream kernel for bfloat16),
 //   kInt8BlockRows[M], kInt8ScalePerGroup;
-//   Zero, Set1, Fma(a, b, c) = a * b + c, Add, Reduce (sum of lanes), Prefetch;
+//   Zero, Set1, Fma(a, b, c) = a * b + c, Add, Reduce (sum of lanes),
+//   Reduce4(a, b, c, d, bias, y) (four Reduce sums, bit for bit, plus bias, to
+//   y[0..3]), Prefetch;
 //   Load(p) of kLanes float32 / bfloat16 / float16 values as float32, LoadN(p,
 //   n) of the first n < kLanes (the rest zero, nothing read past p + n);
 //   LoadInt8(p, scale) / LoadInt8N; Store, StoreN; LoadBf16Pair(p, even, odd)
