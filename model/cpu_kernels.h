@@ -58,13 +58,15 @@ struct SmallBatchLinearLimits {
 // OPENBLAS_CORETYPE for OpenBLAS's side). Figures: docs/performance.md,
 // "Routing per ISA".
 //
-// AVX-512:
-//  * float32: the row blocks are 1.5-2x OpenBLAS's GEMM at 16-24 rows, level
-//    with it at 32 and slower from 48 (OpenBLAS's GEMM gets efficient there).
-//  * bfloat16: oneDNN's GEMM, which multiplies with the CPU's bfloat16
-//    dot-product instructions (x rounded to bfloat16), is faster from 9 rows.
+// AVX-512 (since session 17's tiles through the row blocks; Zen 5, paired):
+//  * float32: the row blocks are 2.1-2.2x OpenBLAS's GEMM at 16 rows, 1.45x
+//    at 32, 1.17-1.31x at 48-63 (two rounds); a whole decode step of 48
+//    sequences 1.13x. (Before the tiles: level at 32, slower from 48.)
+//  * bfloat16: 1.6-1.7x oneDNN's GEMM at 16 rows, 1.13x at 32, 0.89-0.98x at
+//    48-63; a whole decode step of 16 / 32 sequences 1.34x / 1.04x. Ours
+//    also keeps x in float32 where oneDNN rounds it to bfloat16.
 //  * float16: row blocks up to 63 (the alternative widens W every call).
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{32, 8, 63};
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{63, 32, 63};
 // AVX2 (AMD EPYC with AVX-512 forced to AVX2, OpenBLAS's Haswell kernels):
 //  * float32: level with OpenBLAS's GEMV at one row (both stream W at the
 //    memory's speed), 1.4-3.8x its GEMM at 2-16 rows, 1.2x at 32, level at 48.
