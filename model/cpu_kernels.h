@@ -142,9 +142,9 @@ void SetDecodeTaskUnits(int64_t units);
 // ISA's own choice).
 void SetRowBlockRows(int64_t rows);
 // For benchmarks: the order in which the float kernels (and int8 with
-// float32 x) run more input rows than one row block: 1 tile by tile of W's rows through every block, 0
-// block after block over a task's slice of W, -1 the ISA's own choice.
-// Each output is the same sum either way.
+// float32 x) run more input rows than one row block: 1 tile by tile of W's
+// rows through every block, 0 block after block over a task's slice of W,
+// -1 the ISA's own choice. Each output is the same sum either way.
 void SetTiledRowBlocks(int mode);
 
 // x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or

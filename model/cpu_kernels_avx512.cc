@@ -86,12 +86,13 @@ struct Ops {
     const V ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
     const V cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
     // Block k: vector k's lanes j + (j + 4) of the above (j < 4).
-    const V q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    const V q =
+        _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
     // Within each block: lanes j + (j ^ 2), then + (j ^ 1): every lane the sum.
     const V h = _mm512_add_ps(q, _mm512_permute_ps(q, 0x4E));
     const V t = _mm512_add_ps(h, _mm512_permute_ps(h, 0xB1));
-    __m128 sums = _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t));
+    const __m512i firsts = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m128 sums = _mm512_castps512_ps128(_mm512_permutexvar_ps(firsts, t));
     if (bias != nullptr) sums = _mm_add_ps(sums, _mm_loadu_ps(bias));
     _mm_storeu_ps(y, sums);
   }
