@@ -58,7 +58,9 @@ struct SmallBatchLinearLimits {
 // OPENBLAS_CORETYPE for OpenBLAS's side). Figures: docs/performance.md,
 // "Routing per ISA".
 //
-// AVX-512 (since session 17's tiles through the row blocks; Zen 5, paired):
+// AVX-512 (since session 17's tiles through the row blocks; Zen 5, paired;
+// the same limits measured right on Zen 4 in session 18: float32 1.31-2.57x
+// at 1-63 rows, bfloat16 1.08x at 32, 0.96x at 48, 0.86x at 63):
 //  * float32: the row blocks are 2.1-2.2x OpenBLAS's GEMM at 16 rows, 1.45x
 //    at 32, 1.17-1.31x at 48-63 (two rounds); a whole decode step of 48
 //    sequences 1.13x. (Before the tiles: level at 32, slower from 48.)
@@ -68,14 +70,18 @@ struct SmallBatchLinearLimits {
 //  * float16: row blocks up to 63 (the alternative widens W every call).
 inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{63, 32, 63};
 // AVX2 (AMD EPYC with AVX-512 forced to AVX2, OpenBLAS's Haswell kernels):
-//  * float32: level with OpenBLAS's GEMV at one row (both stream W at the
-//    memory's speed), 1.4-3.8x its GEMM at 2-16 rows, 1.2x at 32, level at 48.
+//  * float32: level with OpenBLAS's GEMV at one row on Zen 5 (both stream W at
+//    the memory's speed), 1.4-3.8x its GEMM at 2-16 rows, 1.2x at 32, level at
+//    48. On Zen 4 (session 18, three rounds): 1.33x its GEMV at one row,
+//    1.03-1.31x at 32, 1.08-1.20x at 48, 1.14-1.28x at 63, and a decode step
+//    of 48 sequences 1.04x / 1.16x (BM_DecodeRowBlocksPaired): up to 63 rows
+//    (was 32), level or faster on both machines.
 //  * bfloat16: every row count. LibTorch 1.13 sends bfloat16 products to
 //    oneDNN only on CPUs with AVX-512 (BW, VL, DQ); on an AVX2-only CPU it
 //    falls back to its own scalar GEMM. (Forced AVX2 on an AVX-512 machine
 //    still measures oneDNN's AVX-512 route, which wins from 8 rows there.)
 //  * float16: 1.4-8x the widened GEMM at every row count up to 63.
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{32, 63, 63};
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{63, 63, 63};
 // Generic (8-lane vector extensions, SSE2 on x86-64): float32 only at 2-8
 // rows (1.2-2.4x OpenBLAS's GEMM there; its GEMV is 2x ours at one row and
 // its GEMM from 16 rows). bfloat16 and float16: the library route is W
