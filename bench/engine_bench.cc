@@ -238,6 +238,70 @@ void BM_Int8ActivationsPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// Args: {dtype, batch, prompt}. The active ISA's kernel table against
+// AVX2's, side by side in one process (SetActiveIsa between passes): each
+// iteration runs one decode step of `batch` sequences at context 128, or
+// with prompt > 0 a prefill of that many tokens, once with each. On a CPU
+// without AVX-512 both sides are AVX2. Counters: ms of each (avx2_ms,
+// active_ms) and active_speedup = AVX2 time / the active ISA's. What it
+// answers: whether a machine's AVX-512 kernels beat its AVX2 ones (on a
+// Zen 4 EPYC, whose 512-bit operations are double-pumped, not always).
+void BM_IsaTablesPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t batch = state.range(1), prompt = state.range(2);
+  std::unique_ptr<DecodeSteps> steps;
+  std::unique_ptr<Prefill> prefill;
+  std::function<void()> run;
+  if (prompt > 0) {
+    prefill = std::make_unique<Prefill>(dtype, prompt);
+    run = [&] { prefill->Run(); };
+  } else {
+    steps = std::make_unique<DecodeSteps>(Model(dtype), dtype, batch, 128);
+    run = [&] { steps->Run(); };
+  }
+  const CpuIsa active = ActiveIsa();
+  RunPaired(
+      state,
+      [&] {
+        SetActiveIsa(CpuIsa::kAvx2);
+        run();
+      },
+      [&] {
+        SetActiveIsa(active);
+        run();
+      },
+      "avx2_ms", "active_ms", "active_speedup");
+  SetActiveIsa(active);
+  state.SetLabel(std::string(IsaName(active)));
+}
+
+// Args: {dtype}. A batch-1 decode step (context 128) with the AVX-512
+// kernels running one input row as a stream of output rows against
+// interleaved output rows (SetOneRowStreams 1 / 0), side by side; bfloat16
+// with the AVX512_BF16 dot products off (they take one row where on). Same
+// sums either way. Counters: ms of each (blocks_ms, streams_ms) and
+// streams_speedup = blocks / streams. Elsewhere than AVX-512 both are the
+// same code.
+void BM_OneRowStreamsPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  DecodeSteps steps(Model(dtype), dtype, 1, 128);
+  SetBf16DotProducts(0);
+  RunPaired(
+      state,
+      [&] {
+        SetOneRowStreams(0);
+        steps.Run();
+      },
+      [&] {
+        SetOneRowStreams(1);
+        steps.Run();
+      },
+      "blocks_ms", "streams_ms", "streams_speedup");
+  SetOneRowStreams(-1);
+  SetBf16DotProducts(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())) + (Avx512InHalves() ? " (512-bit in halves)" : ""));
+}
+
 // Args: {rows, threads}. GeluTanh (layers.h: x * sigmoid(2u) in five
 // vectorized operators) against LibTorch's at::gelu(x, "tanh") on [rows,
 // 3072] (GPT-2 small's feed-forward width) with LibTorch on that many
@@ -564,17 +628,20 @@ void BM_Bf16DotPaired(benchmark::State& state) {
   RunPaired(
       state,
       [&] {
-        SetBf16DotProducts(false);
+        SetBf16DotProducts(0);
         run();
       },
       [&] {
-        SetBf16DotProducts(true);
+        SetBf16DotProducts(1);
         run();
       },
       "widen_ms", "dot_ms", "dot_speedup");
-  SetBf16DotProducts(true);
+  SetBf16DotProducts(1);
+  const bool has_dot = Bf16DotProductsActive();
+  SetBf16DotProducts(-1);
   state.SetLabel(std::string(IsaName(ActiveIsa())) +
-                 (Bf16DotProductsActive() ? " avx512_bf16" : " (no avx512_bf16: same code)"));
+                 (has_dot ? " avx512_bf16" : " (no avx512_bf16: same code)") +
+                 (has_dot && !Bf16DotProductsActive() ? " (off by default here)" : ""));
 }
 
 // Args: {dtype, prompt, rows}. A causal prompt's attention in blocks of
@@ -898,6 +965,20 @@ BENCHMARK(BM_Int8ActivationsPaired)
 BENCHMARK(BM_SerialAtenOpsPaired)
     ->ArgNames({"dtype", "batch", "prompt"})
     ->Args({0, 1, 0})->Args({3, 1, 0})->Args({0, 8, 0})->Args({0, 32, 0})->Args({0, 0, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_IsaTablesPaired)
+    ->ArgNames({"dtype", "batch", "prompt"})
+    ->ArgsProduct({{0, 1, 3}, {1, 8, 32}, {0}})
+    ->ArgsProduct({{0, 1, 3}, {1}, {16}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_OneRowStreamsPaired)
+    ->ArgNames({"dtype"})
+    ->Arg(1)
+    ->Arg(3)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -100,6 +100,24 @@ bool SetActiveIsa(CpuIsa isa) {
   return true;
 }
 
+bool Avx512InHalves() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool in_halves = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    // "AuthenticAMD" in EBX, EDX, ECX.
+    const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+    if (!amd || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    const unsigned base = (eax >> 8) & 0xFu, extended = (eax >> 20) & 0xFFu;
+    const unsigned family = base == 0xFu ? base + extended : base;
+    return family == 0x19u && IsaSupported(CpuIsa::kAvx512);
+  }();
+  return in_halves;
+#else
+  return false;
+#endif
+}
+
 std::string DescribeIsa() {
   const int o = override_isa.load(std::memory_order_relaxed);
   if (o >= 0) return std::string(IsaName(static_cast<CpuIsa>(o))) + " (set by SetActiveIsa)";

@@ -50,6 +50,12 @@ CpuIsa ActiveIsa();
 // changes nothing) if the CPU cannot execute it.
 bool SetActiveIsa(CpuIsa isa);
 
+// True on CPUs known to execute 512-bit operations as two 256-bit halves
+// (AMD family 25 with AVX-512: Zen 4). There some AVX-512 kernel choices made
+// on full-width CPUs lose: the bfloat16 dot products (cpu_kernels.cc). From
+// CPUID's vendor and family; false on other CPUs and architectures.
+bool Avx512InHalves();
+
 // One line for logs and ModelInfo, e.g. "avx2 (forced by DIKKAT_ISA; the CPU
 // supports avx512)" or "avx512 (detected)".
 std::string DescribeIsa();

@@ -123,14 +123,17 @@ void SetSmallBatchLinearLongTiledTasks(bool enabled);
 
 // True where bfloat16 linears of up to 4 rows use AVX512_BF16's dot product
 // (cpu_kernels_avx512_bf16.cc): the active ISA is AVX-512, the CPU has
-// AVX512_BF16 and SetBf16DotProducts has not turned it off.
+// AVX512_BF16, and SetBf16DotProducts has turned it on or left the choice
+// to the CPU: on unless it runs 512-bit operations in halves
+// (Avx512InHalves, cpu_isa.h; Zen 4), where widening is faster.
 bool Bf16DotProductsActive();
 
-// For tests and benchmarks: false runs bfloat16 linears of up to 4 rows
-// through the float32 kernels (each weight widened) even where
-// AVX512_BF16's dot product could take them, so that both can be tested
-// and measured side by side in one process. Default true.
-void SetBf16DotProducts(bool enabled);
+// For tests and benchmarks: 0 runs bfloat16 linears of up to 4 rows through
+// the float32 kernels (each weight widened) even where AVX512_BF16's dot
+// product could take them, 1 through the dot products wherever the CPU has
+// them, -1 (the default) as the CPU's choice above: both can be tested and
+// measured side by side in one process.
+void SetBf16DotProducts(int mode);
 
 // Most output rows per task of a linear of at most kSmallBatchMaxRows rows,
 // in units of 24 (fewer where a thread would otherwise get fewer than 2
@@ -152,6 +155,11 @@ void SetRowBlockRows(int64_t rows);
 // rows through every block, 0 block after block over a task's slice of W,
 // -1 the ISA's own choice. Each output is the same sum either way.
 void SetTiledRowBlocks(int mode);
+// For benchmarks: how the AVX-512 kernels run one input row of bfloat16
+// (where the dot products do not take it) and int8 weights: 1 output row
+// after output row (one stream of W per task), 0 several rows interleaved,
+// -1 the CPU's own choice (OneRowStreams, cpu_kernels_isa.h). Same sums.
+void SetOneRowStreams(int mode);
 
 // x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or
 // float16, b [out] or undefined -> [M, out] in x's dtype. Accumulates in

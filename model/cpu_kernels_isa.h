@@ -117,6 +117,19 @@ struct Bf16DotKernels {
 // Input rows per row block of the kernels that run several row blocks over a
 // task's slice of W (0: each ISA's own); set by SetRowBlockRows (cpu_kernels.h).
 int64_t RowBlockRowsOverride();
+// Whether the AVX-512 kernels run one input row (batch-1 decode) as one
+// sequential stream of W per task, output row after output row (bfloat16
+// widened: LinearRowsBf16Stream; int8: Int8Block of one output row), rather
+// than interleaving several output rows: on CPUs that run 512-bit
+// operations in halves (Avx512InHalves: Zen 4). There, paired
+// (BM_IsaTablesPaired), the interleaved blocks ran the batch-1 decode step
+// at 0.70x (int8) and 0.77x (bfloat16) of the AVX2 kernels, which stream;
+// streaming, level with them (0.95-0.99x). On a full-width Zen 5 a
+// streaming variant of the bfloat16 dot kernel measured 0.91-0.98x of the
+// blocks. Each row's sums are the same either way. SetOneRowStreams
+// (cpu_kernels.h) overrides it for benchmarks. AVX2 always streams.
+bool OneRowStreams();
+
 // The order of the row blocks: -1 each ISA's own (Ops::kTiledRowBlocks), 0
 // block after block, 1 tiled; set by SetTiledRowBlocks (cpu_kernels.h).
 int TiledRowBlocksOverride();

@@ -78,9 +78,13 @@ std::string DescribeBlas() {
 }
 
 std::string DescribeCpuKernels() {
-  return "CPU kernels: " + model::DescribeIsa() +
-         (model::Bf16DotProductsActive() ? "; bfloat16 linears with avx512_bf16 dot products"
-                                         : "");
+  std::string bf16;
+  if (model::Bf16DotProductsActive()) {
+    bf16 = "; bfloat16 linears with avx512_bf16 dot products";
+  } else if (model::ActiveIsa() == model::CpuIsa::kAvx512 && model::Avx512InHalves()) {
+    bf16 = "; 512-bit operations in halves on this CPU: bfloat16 linears by widening";
+  }
+  return "CPU kernels: " + model::DescribeIsa() + bf16;
 }
 
 void TuneAllocator() {

@@ -121,18 +121,47 @@ TEST(SmallBatchLinearTest, Bf16DotProductsAndWideningBothMatchFloat64Reference) 
       }
     }
   }
-  SetBf16DotProducts(true);
+  SetBf16DotProducts(-1);
+}
+
+TEST(SmallBatchLinearTest, Bf16OneRowAsAStreamOrInBlocksBothMatchFloat64Reference) {
+  // One input row of bfloat16 weights, widened (dot products off), on
+  // AVX-512 either as a stream of output rows or interleaved in blocks
+  // (SetOneRowStreams; by default the stream only where 512-bit operations
+  // run in halves): both run here on every CPU, held to the same bound.
+  at::manual_seed(12);
+  SetBf16DotProducts(0);
+  for (int streams : {0, 1}) {
+    SetOneRowStreams(streams);
+    for (const Shape& s : kShapes) {
+      at::Tensor x = at::randn({1, s.in});
+      at::Tensor w = at::randn({s.out, s.in}).to(at::kBFloat16);
+      at::Tensor b = at::randn({s.out});
+      at::Tensor got = SmallBatchLinear(x, w, b);
+      const at::Tensor xd = x.to(at::kDouble), wd = w.to(at::kDouble);
+      at::Tensor want = at::matmul(xd, wd.t()) + b.to(at::kDouble);
+      at::Tensor magnitude = at::matmul(xd.abs(), wd.abs().t()) + b.to(at::kDouble).abs();
+      EXPECT_LT(RelativeError(got, want, magnitude), kRelativeToMagnitude)
+          << Name(at::kBFloat16, 1, s, true) << " streams " << streams;
+    }
+  }
+  SetOneRowStreams(-1);
+  SetBf16DotProducts(-1);
 }
 
 TEST(SmallBatchLinearTest, Bf16DotProductsRunWhereTheCpuHasThemAndKeepNonFiniteInputs) {
   // The ISA matrix runs this suite natively and with DIKKAT_ISA forced lower:
-  // the dot products must be on exactly where AVX-512 is active and the CPU
-  // has AVX512_BF16, or a path would go untested while this passes.
-  EXPECT_EQ(Bf16DotProductsActive(),
-            ActiveIsa() == CpuIsa::kAvx512 && kernels::Avx512Bf16DotKernels() != nullptr);
-  SetBf16DotProducts(false);
+  // the dot products must be on by default exactly where AVX-512 is active,
+  // the CPU has AVX512_BF16 and does not split 512-bit operations (Zen 4),
+  // and on when asked wherever it has them, or a path would go untested
+  // while this passes.
+  const bool can = ActiveIsa() == CpuIsa::kAvx512 && kernels::Avx512Bf16DotKernels() != nullptr;
+  EXPECT_EQ(Bf16DotProductsActive(), can && !Avx512InHalves());
+  SetBf16DotProducts(1);
+  EXPECT_EQ(Bf16DotProductsActive(), can);
+  SetBf16DotProducts(0);
   EXPECT_FALSE(Bf16DotProductsActive());
-  SetBf16DotProducts(true);
+  SetBf16DotProducts(1);
   // An infinite or NaN activation stays so (x - hi would be NaN: lo is 0).
   at::Tensor w = at::full({3, 40}, 0.5).to(at::kBFloat16);
   at::Tensor x = at::ones({1, 40});
@@ -142,6 +171,7 @@ TEST(SmallBatchLinearTest, Bf16DotProductsRunWhereTheCpuHasThemAndKeepNonFiniteI
   EXPECT_GT(y.min().item<float>(), 0);
   x[0][3] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(at::isnan(SmallBatchLinear(x, w, at::Tensor())).all().item<bool>());
+  SetBf16DotProducts(-1);
 }
 
 TEST(SmallBatchLinearTest, Float32RowIsComputedAsIfAlone) {

@@ -166,6 +166,29 @@ TEST(Int8LinearTest, RowBlockSizeAndOrderChangeNoBits) {
   }
 }
 
+TEST(Int8LinearTest, OneRowAsAStreamOrInBlocksGivesTheSameBits) {
+  // One input row on AVX-512 (SetOneRowStreams: by default where the CPU
+  // runs 512-bit operations in halves): output rows one after another or
+  // interleaved in blocks, the same sums, and the same as the row among
+  // others (the engine's batches rely on it). Both are run on every CPU:
+  // a full-width CPU would otherwise never run the stream. Elsewhere both
+  // modes are the same code.
+  at::manual_seed(31);
+  for (int64_t in : {200, 768}) {
+    LinearWeight w = QuantizeInt8(RandomWeights(77, in));
+    at::Tensor x = at::randn({5, in});
+    const at::Tensor all = Int8Linear(x, w, at::Tensor());
+    for (int streams : {0, 1}) {
+      SetOneRowStreams(streams);
+      for (int64_t m = 0; m < 5; ++m) {
+        EXPECT_TRUE(Int8Linear(x.narrow(0, m, 1), w, at::Tensor()).equal(all.narrow(0, m, 1)))
+            << "in " << in << ", row " << m << ", streams " << streams;
+      }
+    }
+    SetOneRowStreams(-1);
+  }
+}
+
 TEST(Int8LinearTest, NonFiniteInputsGiveNonFiniteOutputsAndLeaveOtherRowsAlone) {
   // As in a float32 product: a NaN or infinity in x is not rounded away
   // (where x goes to the kernel as int16, its group's scale becomes NaN).
