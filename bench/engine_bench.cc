@@ -150,6 +150,24 @@ class DecodeSteps {
   std::vector<SequenceChunk> step_;
 };
 
+// A decode step of `rows` sequences at context 128, or (prefill) a prefill
+// of `rows` tokens.
+class StepOrPrefill {
+ public:
+  StepOrPrefill(c10::ScalarType dtype, int64_t rows, bool prefill) {
+    if (prefill) {
+      prefill_ = std::make_unique<Prefill>(dtype, rows);
+    } else {
+      steps_ = std::make_unique<DecodeSteps>(Model(dtype), dtype, rows, 128);
+    }
+  }
+  void Run() { prefill_ ? prefill_->Run() : steps_->Run(); }
+
+ private:
+  std::unique_ptr<DecodeSteps> steps_;
+  std::unique_ptr<Prefill> prefill_;
+};
+
 // Args: {dtype, batch, context}. Each iteration is one decode step.
 void BM_DecodeStep(benchmark::State& state) {
   DecodeSteps steps(Model(DType(state.range(0))), DType(state.range(0)), state.range(1),
@@ -214,16 +232,8 @@ void BM_DecodeRowBlocksPaired(benchmark::State& state) {
 // the float32 one (speedup ~1).
 void BM_Int8ActivationsPaired(benchmark::State& state) {
   const int64_t batch = state.range(0), prompt = state.range(1);
-  std::function<void()> run;
-  std::unique_ptr<DecodeSteps> steps;
-  std::unique_ptr<Prefill> prefill;
-  if (prompt > 0) {
-    prefill = std::make_unique<Prefill>(at::kChar, prompt);
-    run = [&] { prefill->Run(); };
-  } else {
-    steps = std::make_unique<DecodeSteps>(Model(at::kChar), at::kChar, batch, 128);
-    run = [&] { steps->Run(); };
-  }
+  StepOrPrefill work(at::kChar, prompt > 0 ? prompt : batch, prompt > 0);
+  const std::function<void()> run = [&] { work.Run(); };
   RunPaired(
       state,
       [&] {
@@ -249,16 +259,8 @@ void BM_Int8ActivationsPaired(benchmark::State& state) {
 void BM_IsaTablesPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   const int64_t batch = state.range(1), prompt = state.range(2);
-  std::unique_ptr<DecodeSteps> steps;
-  std::unique_ptr<Prefill> prefill;
-  std::function<void()> run;
-  if (prompt > 0) {
-    prefill = std::make_unique<Prefill>(dtype, prompt);
-    run = [&] { prefill->Run(); };
-  } else {
-    steps = std::make_unique<DecodeSteps>(Model(dtype), dtype, batch, 128);
-    run = [&] { steps->Run(); };
-  }
+  StepOrPrefill work(dtype, prompt > 0 ? prompt : batch, prompt > 0);
+  const std::function<void()> run = [&] { work.Run(); };
   const CpuIsa active = ActiveIsa();
   RunPaired(
       state,
@@ -327,16 +329,8 @@ void BM_GeluTanhPaired(benchmark::State& state) {
 void BM_SerialAtenOpsPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   const int64_t batch = state.range(1), prompt = state.range(2);
-  std::function<void()> run;
-  std::unique_ptr<DecodeSteps> steps;
-  std::unique_ptr<Prefill> prefill;
-  if (prompt > 0) {
-    prefill = std::make_unique<Prefill>(dtype, prompt);
-    run = [&] { prefill->Run(); };
-  } else {
-    steps = std::make_unique<DecodeSteps>(Model(dtype), dtype, batch, 128);
-    run = [&] { steps->Run(); };
-  }
+  StepOrPrefill work(dtype, prompt > 0 ? prompt : batch, prompt > 0);
+  const std::function<void()> run = [&] { work.Run(); };
   RunPaired(
       state,
       [&] {
@@ -531,24 +525,6 @@ void BM_DecodeTaskUnitsPaired(benchmark::State& state) {
   SetDecodeTaskUnits(0);
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
-
-// A decode step of `rows` sequences at context 128, or (prefill) a prefill
-// of `rows` tokens.
-class StepOrPrefill {
- public:
-  StepOrPrefill(c10::ScalarType dtype, int64_t rows, bool prefill) {
-    if (prefill) {
-      prefill_ = std::make_unique<Prefill>(dtype, rows);
-    } else {
-      steps_ = std::make_unique<DecodeSteps>(Model(dtype), dtype, rows, 128);
-    }
-  }
-  void Run() { prefill_ ? prefill_->Run() : steps_->Run(); }
-
- private:
-  std::unique_ptr<DecodeSteps> steps_;
-  std::unique_ptr<Prefill> prefill_;
-};
 
 // Args: {dtype, rows, block rows, prompt}. Row blocks of `block rows` input
 // rows (SetRowBlockRows) against the ISA's own, alternating: a decode step

@@ -98,6 +98,20 @@ TEST(SmallBatchLinearTest, MatchesFloat64ReferenceForEveryDtypeRowCountAndOddSiz
   }
 }
 
+// SmallBatchLinear of m random rows and bfloat16 weights of shape s against a
+// float64 product, to kRelativeToMagnitude of the magnitudes summed.
+void ExpectBf16LinearMatchesReference(int64_t m, const Shape& s, const std::string& what) {
+  at::Tensor x = at::randn({m, s.in});
+  at::Tensor w = at::randn({s.out, s.in}).to(at::kBFloat16);
+  at::Tensor b = at::randn({s.out});
+  at::Tensor got = SmallBatchLinear(x, w, b);
+  const at::Tensor xd = x.to(at::kDouble), wd = w.to(at::kDouble);
+  at::Tensor want = at::matmul(xd, wd.t()) + b.to(at::kDouble);
+  at::Tensor magnitude = at::matmul(xd.abs(), wd.abs().t()) + b.to(at::kDouble).abs();
+  EXPECT_LT(RelativeError(got, want, magnitude), kRelativeToMagnitude)
+      << Name(at::kBFloat16, m, s, true) << what;
+}
+
 TEST(SmallBatchLinearTest, Bf16DotProductsAndWideningBothMatchFloat64Reference) {
   // bfloat16 weights at 1-4 rows take AVX512_BF16's dot product with x in two
   // bfloat16 parts where the CPU has it (cpu_kernels_avx512_bf16.cc), else
@@ -109,15 +123,7 @@ TEST(SmallBatchLinearTest, Bf16DotProductsAndWideningBothMatchFloat64Reference) 
     SetBf16DotProducts(dot);
     for (int64_t m : {1, 2, 3, 4, 5}) {
       for (const Shape& s : kShapes) {
-        at::Tensor x = at::randn({m, s.in});
-        at::Tensor w = at::randn({s.out, s.in}).to(at::kBFloat16);
-        at::Tensor b = at::randn({s.out});
-        at::Tensor got = SmallBatchLinear(x, w, b);
-        const at::Tensor xd = x.to(at::kDouble), wd = w.to(at::kDouble);
-        at::Tensor want = at::matmul(xd, wd.t()) + b.to(at::kDouble);
-        at::Tensor magnitude = at::matmul(xd.abs(), wd.abs().t()) + b.to(at::kDouble).abs();
-        EXPECT_LT(RelativeError(got, want, magnitude), kRelativeToMagnitude)
-            << Name(at::kBFloat16, m, s, true) << (dot ? " dot products" : " widened");
+        ExpectBf16LinearMatchesReference(m, s, dot ? " dot products" : " widened");
       }
     }
   }
@@ -134,15 +140,7 @@ TEST(SmallBatchLinearTest, Bf16OneRowAsAStreamOrInBlocksBothMatchFloat64Referenc
   for (int streams : {0, 1}) {
     SetOneRowStreams(streams);
     for (const Shape& s : kShapes) {
-      at::Tensor x = at::randn({1, s.in});
-      at::Tensor w = at::randn({s.out, s.in}).to(at::kBFloat16);
-      at::Tensor b = at::randn({s.out});
-      at::Tensor got = SmallBatchLinear(x, w, b);
-      const at::Tensor xd = x.to(at::kDouble), wd = w.to(at::kDouble);
-      at::Tensor want = at::matmul(xd, wd.t()) + b.to(at::kDouble);
-      at::Tensor magnitude = at::matmul(xd.abs(), wd.abs().t()) + b.to(at::kDouble).abs();
-      EXPECT_LT(RelativeError(got, want, magnitude), kRelativeToMagnitude)
-          << Name(at::kBFloat16, 1, s, true) << " streams " << streams;
+      ExpectBf16LinearMatchesReference(1, s, streams ? " streams" : " blocks");
     }
   }
   SetOneRowStreams(-1);
