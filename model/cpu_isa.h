@@ -52,7 +52,8 @@ bool SetActiveIsa(CpuIsa isa);
 
 // True on CPUs known to execute 512-bit operations as two 256-bit halves
 // (AMD family 25 with AVX-512: Zen 4). There some AVX-512 kernel choices made
-// on full-width CPUs lose: the bfloat16 dot products (cpu_kernels.cc). From
+// on full-width CPUs lose: the bfloat16 dot products and interleaved output
+// rows at one input row (cpu_kernels.cc, OneRowStreams). From
 // CPUID's vendor and family; false on other CPUs and architectures.
 bool Avx512InHalves();
 

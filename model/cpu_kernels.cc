@@ -16,20 +16,26 @@ namespace kernels {
 
 namespace {
 std::atomic<int64_t> row_block_rows{0};  // SetRowBlockRows
-std::atomic<int> tiled_row_blocks{-1};   // SetTiledRowBlocks
+// The on/off overrides the Set* functions below keep for benchmarks and
+// tests: -1 the default choice, 0 off, 1 on.
+std::atomic<int> tiled_row_blocks{-1};  // SetTiledRowBlocks
+std::atomic<int> one_row_streams{-1};   // SetOneRowStreams
+std::atomic<int> bf16_dot{-1};          // SetBf16DotProducts
+
+void SetOverride(std::atomic<int>& flag, int mode) {
+  flag.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
+}
+
+bool OverrideOr(const std::atomic<int>& flag, bool default_choice) {
+  const int mode = flag.load(std::memory_order_relaxed);
+  return mode < 0 ? default_choice : mode > 0;
+}
 }  // namespace
 
 int64_t RowBlockRowsOverride() { return row_block_rows.load(std::memory_order_relaxed); }
 int TiledRowBlocksOverride() { return tiled_row_blocks.load(std::memory_order_relaxed); }
 
-namespace {
-std::atomic<int> one_row_streams{-1};  // SetOneRowStreams
-}  // namespace
-
-bool OneRowStreams() {
-  const int mode = one_row_streams.load(std::memory_order_relaxed);
-  return mode < 0 ? Avx512InHalves() : mode > 0;
-}
+bool OneRowStreams() { return OverrideOr(one_row_streams, Avx512InHalves()); }
 
 const KernelTable& Kernels() {
   switch (ActiveIsa()) {
@@ -96,13 +102,9 @@ void ForEachOutputTask(int64_t out, int64_t rows, bool tiled, const Body& body) 
                   [&](int64_t u0, int64_t u1) { body(u0 * kUnit, std::min(out, u1 * kUnit)); });
 }
 
-// SetBf16DotProducts: -1 the CPU's own choice, 0 off, 1 on.
-std::atomic<int> bf16_dot{-1};
-
 // Whether the float kernels go tile by tile through the row blocks.
 bool TiledRowBlocks(const KernelTable& k) {
-  const int mode = kernels::TiledRowBlocksOverride();
-  return mode < 0 ? k.tiled_row_blocks : mode > 0;
+  return kernels::OverrideOr(kernels::tiled_row_blocks, k.tiled_row_blocks);
 }
 
 // The AVX512_BF16 kernels where the CPU has them and the active ISA is
@@ -112,10 +114,8 @@ bool TiledRowBlocks(const KernelTable& k) {
 // and 1.03-1.06x at 2-4 rows (BM_Bf16DotPaired), where on a Zen 5 the dot
 // products had been 1.08-1.11x faster than widening.
 const kernels::Bf16DotKernels* ActiveBf16Dot() {
-  if (ActiveIsa() != CpuIsa::kAvx512) return nullptr;
-  const int mode = bf16_dot.load(std::memory_order_relaxed);
-  if (mode == 0 || (mode < 0 && Avx512InHalves())) return nullptr;
-  return kernels::Avx512Bf16DotKernels();
+  const bool wanted = kernels::OverrideOr(kernels::bf16_dot, !Avx512InHalves());
+  return ActiveIsa() == CpuIsa::kAvx512 && wanted ? kernels::Avx512Bf16DotKernels() : nullptr;
 }
 
 // y = x W^T + b for any number of rows with the active ISA's kernels.
@@ -207,7 +207,7 @@ bool FastBFloat16Gemm() {
 }
 
 void SetBf16DotProducts(int mode) {
-  bf16_dot.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
+  kernels::SetOverride(kernels::bf16_dot, mode);
 }
 
 bool Bf16DotProductsActive() { return ActiveBf16Dot() != nullptr; }
@@ -225,11 +225,11 @@ void SetDecodeTaskUnits(int64_t units) {
 }
 
 void SetOneRowStreams(int mode) {
-  kernels::one_row_streams.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
+  kernels::SetOverride(kernels::one_row_streams, mode);
 }
 
 void SetTiledRowBlocks(int mode) {
-  kernels::tiled_row_blocks.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
+  kernels::SetOverride(kernels::tiled_row_blocks, mode);
 }
 
 void SetRowBlockRows(int64_t rows) {
