@@ -574,6 +574,30 @@ void BM_TiledRowBlocksPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// Args: {dtype, rows, prompt}. The tiled row blocks (LinearRowsTiled) with
+// each block prefetching all of the next tile's rows of W, as before, and
+// with the blocks sharing them in proportion to their rows
+// (SetTilePrefetchShares), alternating: a decode step of `rows` sequences
+// at context 128, or with prompt 1 a prefill of `rows` tokens. Counters:
+// all_ms, shared_ms, shared_speedup = all / shared.
+void BM_TilePrefetchSharesPaired(benchmark::State& state) {
+  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
+  const std::function<void()> run = [&] { work.Run(); };
+  RunPaired(
+      state,
+      [&] {
+        SetTilePrefetchShares(0);
+        run();
+      },
+      [&] {
+        SetTilePrefetchShares(1);
+        run();
+      },
+      "all_ms", "shared_ms", "shared_speedup");
+  SetTilePrefetchShares(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // Args: {batch, linears (1: the linears alone, 0: decode steps)}. bfloat16
 // weights with AVX512_BF16 dot products (x in two bfloat16 parts,
 // cpu_kernels_avx512_bf16.cc) against the float32 kernels that widen each
@@ -923,6 +947,12 @@ BENCHMARK(BM_RowBlockRowsPaired)
 BENCHMARK(BM_TiledRowBlocksPaired)
     ->ArgNames({"dtype", "rows", "prompt"})
     ->ArgsProduct({{0, 1, 2, 3}, {8, 16, 32}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_TilePrefetchSharesPaired)
+    ->ArgNames({"dtype", "rows", "prompt"})
+    ->ArgsProduct({{0, 1, 2}, {8, 16, 32}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -155,6 +155,11 @@ void SetRowBlockRows(int64_t rows);
 // rows through every block, 0 block after block over a task's slice of W,
 // -1 the ISA's own choice. Each output is the same sum either way.
 void SetTiledRowBlocks(int mode);
+// For benchmarks: whether the row blocks of a tile share the prefetching
+// of the next tile's weights (1), or each block prefetches all of them (0,
+// the order before); -1 the default (shared). TilePrefetchShares,
+// cpu_kernels_isa.h. Same sums.
+void SetTilePrefetchShares(int mode);
 // For benchmarks: how the AVX-512 kernels run one input row of bfloat16
 // (where the dot products do not take it) and int8 weights: 1 output row
 // after output row (one stream of W per task), 0 several rows interleaved,

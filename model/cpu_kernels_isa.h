@@ -133,6 +133,18 @@ bool OneRowStreams();
 // The order of the row blocks: -1 each ISA's own (Ops::kTiledRowBlocks), 0
 // block after block, 1 tiled; set by SetTiledRowBlocks (cpu_kernels.h).
 int TiledRowBlocksOverride();
+// Whether the row blocks of a tile (LinearRowsTiled: float32, bfloat16 and
+// float16 weights) share the prefetching of the next tile's rows of W in
+// proportion to their input rows (cpu_kernels_body.inc, PrefetchShare),
+// rather than each block prefetching all of them at the pace of its own
+// reads, which puts the whole stream from memory into the first block's
+// time. Paired on a Zen 4 EPYC (BM_TilePrefetchSharesPaired, decode steps
+// of 8-32 sequences and prefills of 8-32 tokens, docs/performance.md):
+// float32 1.05-1.20x on AVX-512 and 1.05-1.21x on AVX2; bfloat16 and
+// float16 0.99-1.06x on AVX-512, 1.06-1.14x on AVX2. int8 (compute-bound
+// at these rows) measured 0.95-0.99x sharing and keeps its own prefetch.
+// SetTilePrefetchShares (cpu_kernels.h) overrides it for benchmarks.
+bool TilePrefetchShares();
 
 // The AVX512_BF16 kernels, or null on a CPU without those instructions.
 const Bf16DotKernels* Avx512Bf16DotKernels();

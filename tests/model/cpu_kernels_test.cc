@@ -195,8 +195,9 @@ TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
   // rows it is computed in and whichever order the blocks run in: tile by
   // tile or block after block (SetTiledRowBlocks), and in the latter the
   // row-block size (SetRowBlockRows, e.g. 8 as 6 + 2 on AVX-512) move no
-  // bits, in any dtype. (The register blocks differ between the orders, and
-  // with them how many sums are reduced at once: Ops::Reduce4.)
+  // bits, in any dtype; nor does how the blocks of a tile share prefetching
+  // (SetTilePrefetchShares). (The register blocks differ between the orders,
+  // and with them how many sums are reduced at once: Ops::Reduce4.)
   at::manual_seed(23);
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     at::Tensor w = at::randn({77, 200}).to(dtype), b = at::randn({77});
@@ -209,6 +210,12 @@ TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
         EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(own))
             << c10::toString(dtype) << ", " << rows << " rows, tiled " << tiled;
       }
+      // Tiled, with each block prefetching all of the next tile's weights.
+      SetTilePrefetchShares(0);
+      SetTiledRowBlocks(1);
+      EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(own))
+          << c10::toString(dtype) << ", " << rows << " rows, unshared prefetch";
+      SetTilePrefetchShares(-1);
       SetTiledRowBlocks(0);
       for (int64_t block = 1; block <= 8; ++block) {
         SetRowBlockRows(block);
