@@ -598,6 +598,29 @@ void BM_TilePrefetchSharesPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// Args: {dtype, rows, prompt}. The kernels' software prefetches of the
+// weights into L1 (_MM_HINT_T0) and into L2 only (_MM_HINT_T1) whatever the
+// rows (SetPrefetchToL2), alternating: a decode step of `rows` sequences at
+// context 128, or with prompt 1 a prefill of `rows` tokens. Counters: l1_ms,
+// l2_ms, l2_speedup = l1 / l2.
+void BM_PrefetchToL2Paired(benchmark::State& state) {
+  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
+  const std::function<void()> run = [&] { work.Run(); };
+  RunPaired(
+      state,
+      [&] {
+        SetPrefetchToL2(0);
+        run();
+      },
+      [&] {
+        SetPrefetchToL2(1);
+        run();
+      },
+      "l1_ms", "l2_ms", "l2_speedup");
+  SetPrefetchToL2(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // Args: {batch, linears (1: the linears alone, 0: decode steps)}. bfloat16
 // weights with AVX512_BF16 dot products (x in two bfloat16 parts,
 // cpu_kernels_avx512_bf16.cc) against the float32 kernels that widen each
@@ -953,6 +976,13 @@ BENCHMARK(BM_TiledRowBlocksPaired)
 BENCHMARK(BM_TilePrefetchSharesPaired)
     ->ArgNames({"dtype", "rows", "prompt"})
     ->ArgsProduct({{0, 1, 2}, {8, 16, 32}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_PrefetchToL2Paired)
+    ->ArgNames({"dtype", "rows", "prompt"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 2, 3, 4, 6, 8, 16, 32}, {0}})
+    ->ArgsProduct({{0, 1, 2, 3}, {16}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

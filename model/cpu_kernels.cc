@@ -21,6 +21,7 @@ std::atomic<int64_t> row_block_rows{0};  // SetRowBlockRows
 std::atomic<int> tiled_row_blocks{-1};  // SetTiledRowBlocks
 std::atomic<int> one_row_streams{-1};   // SetOneRowStreams
 std::atomic<int> tile_prefetch_shares{-1};  // SetTilePrefetchShares
+std::atomic<int> prefetch_to_l2{-1};        // SetPrefetchToL2
 std::atomic<int> bf16_dot{-1};          // SetBf16DotProducts
 
 void SetOverride(std::atomic<int>& flag, int mode) {
@@ -39,6 +40,8 @@ int TiledRowBlocksOverride() { return tiled_row_blocks.load(std::memory_order_re
 bool OneRowStreams() { return OverrideOr(one_row_streams, Avx512InHalves()); }
 
 bool TilePrefetchShares() { return OverrideOr(tile_prefetch_shares, true); }
+
+int PrefetchToL2Override() { return prefetch_to_l2.load(std::memory_order_relaxed); }
 
 const KernelTable& Kernels() {
   switch (ActiveIsa()) {
@@ -234,6 +237,8 @@ void SetOneRowStreams(int mode) {
 void SetTilePrefetchShares(int mode) {
   kernels::SetOverride(kernels::tile_prefetch_shares, mode);
 }
+
+void SetPrefetchToL2(int mode) { kernels::SetOverride(kernels::prefetch_to_l2, mode); }
 
 void SetTiledRowBlocks(int mode) {
   kernels::SetOverride(kernels::tiled_row_blocks, mode);

@@ -160,6 +160,10 @@ void SetTiledRowBlocks(int mode);
 // the order before); -1 the default (shared). TilePrefetchShares,
 // cpu_kernels_isa.h. Same sums.
 void SetTilePrefetchShares(int mode);
+// For benchmarks: where the kernels' software prefetches of the weights go:
+// 1 into L2 only, 0 into L1, -1 by the number of rows (PrefetchToL2Override,
+// cpu_kernels_isa.h). Same sums.
+void SetPrefetchToL2(int mode);
 // For benchmarks: how the AVX-512 kernels run one input row of bfloat16
 // (where the dot products do not take it) and int8 weights: 1 output row
 // after output row (one stream of W per task), 0 several rows interleaved,

@@ -72,6 +72,11 @@ struct Ops {
   static constexpr bool kInt8ScalePerGroup = false;
   // int8 weights meet float32 x (Int8Block), not int16 (Int8X16Block).
   static constexpr bool kInt8Int16X = false;
+  // Calls of this many input rows prefetch W into L2 only (PrefetchToL2,
+  // cpu_kernels_isa.h; measured on Zen 4): float weights at 1-8 rows, int8
+  // at 2-3.
+  static constexpr int kPrefetchL2Rows[2] = {1, 8};
+  static constexpr int kInt8PrefetchL2Rows[2] = {2, 3};
 
   static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
 
@@ -102,6 +107,9 @@ struct Ops {
   }
   DIKKAT_INLINE static void Prefetch(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  }
+  DIKKAT_INLINE static void PrefetchL2(const void* p) {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
   }
 
   DIKKAT_INLINE static V Load(const float* p) { return _mm512_loadu_ps(p); }

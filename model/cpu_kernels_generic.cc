@@ -74,6 +74,10 @@ struct Ops {
   static constexpr bool kInt8ScalePerGroup = false;
   // int8 weights meet float32 x (Int8Block), not int16 (Int8X16Block).
   static constexpr bool kInt8Int16X = false;
+  // Where W is prefetched into L2 only (PrefetchToL2): AVX2's ranges (not
+  // measured on this path).
+  static constexpr int kPrefetchL2Rows[2] = {1, 8};
+  static constexpr int kInt8PrefetchL2Rows[2] = {2, 2};
 
   DIKKAT_INLINE static V Zero() { return V{}; }
   DIKKAT_INLINE static V Set1(float a) { return V{a, a, a, a, a, a, a, a}; }
@@ -88,6 +92,7 @@ struct Ops {
     for (int j = 0; j < 4; ++j) y[j] = bias != nullptr ? Reduce(v[j]) + bias[j] : Reduce(v[j]);
   }
   DIKKAT_INLINE static void Prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+  DIKKAT_INLINE static void PrefetchL2(const void* p) { __builtin_prefetch(p, 0, 2); }
 
   DIKKAT_INLINE static V Load(const float* p) {
     V v;

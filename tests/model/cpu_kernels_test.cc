@@ -196,7 +196,7 @@ TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
   // tile or block after block (SetTiledRowBlocks), and in the latter the
   // row-block size (SetRowBlockRows, e.g. 8 as 6 + 2 on AVX-512) move no
   // bits, in any dtype; nor does how the blocks of a tile share prefetching
-  // (SetTilePrefetchShares). (The register blocks differ between the orders,
+  // (SetTilePrefetchShares) or which cache the prefetches fill (SetPrefetchToL2). (The register blocks differ between the orders,
   // and with them how many sums are reduced at once: Ops::Reduce4.)
   at::manual_seed(23);
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
@@ -216,6 +216,13 @@ TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
       EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(own))
           << c10::toString(dtype) << ", " << rows << " rows, unshared prefetch";
       SetTilePrefetchShares(-1);
+      // Prefetching into L1 or into L2 only, at any number of rows.
+      for (int l2 : {0, 1}) {
+        SetPrefetchToL2(l2);
+        EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(own))
+            << c10::toString(dtype) << ", " << rows << " rows, prefetch to L2 " << l2;
+      }
+      SetPrefetchToL2(-1);
       SetTiledRowBlocks(0);
       for (int64_t block = 1; block <= 8; ++block) {
         SetRowBlockRows(block);

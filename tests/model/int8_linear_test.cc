@@ -189,6 +189,23 @@ TEST(Int8LinearTest, OneRowAsAStreamOrInBlocksGivesTheSameBits) {
   }
 }
 
+TEST(Int8LinearTest, PrefetchingIntoL1OrL2GivesTheSameBits) {
+  // SetPrefetchToL2: by default 2-3 rows prefetch W into L2 only, others
+  // into L1; every row count either way gives the rows' own sums.
+  at::manual_seed(37);
+  LinearWeight w = QuantizeInt8(RandomWeights(77, 768));
+  at::Tensor x = at::randn({8, 768});
+  const at::Tensor all = Int8Linear(x, w, at::Tensor());
+  for (int l2 : {0, 1}) {
+    SetPrefetchToL2(l2);
+    for (int64_t m = 1; m <= 8; ++m) {
+      EXPECT_TRUE(Int8Linear(x.narrow(0, 0, m), w, at::Tensor()).equal(all.narrow(0, 0, m)))
+          << m << " rows, prefetch to L2 " << l2;
+    }
+  }
+  SetPrefetchToL2(-1);
+}
+
 TEST(Int8LinearTest, NonFiniteInputsGiveNonFiniteOutputsAndLeaveOtherRowsAlone) {
   // As in a float32 product: a NaN or infinity in x is not rounded away
   // (where x goes to the kernel as int16, its group's scale becomes NaN).
