@@ -41,7 +41,9 @@ bool OneRowStreams() { return OverrideOr(one_row_streams, Avx512InHalves()); }
 
 bool TilePrefetchShares() { return OverrideOr(tile_prefetch_shares, true); }
 
-int PrefetchToL2Override() { return prefetch_to_l2.load(std::memory_order_relaxed); }
+bool PrefetchToL2(int64_t rows, int lo, int hi) {
+  return OverrideOr(prefetch_to_l2, Avx512InHalves() && rows >= lo && rows <= hi);
+}
 
 const KernelTable& Kernels() {
   switch (ActiveIsa()) {

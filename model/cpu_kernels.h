@@ -161,8 +161,8 @@ void SetTiledRowBlocks(int mode);
 // cpu_kernels_isa.h. Same sums.
 void SetTilePrefetchShares(int mode);
 // For benchmarks: where the kernels' software prefetches of the weights go:
-// 1 into L2 only, 0 into L1, -1 by the number of rows (PrefetchToL2Override,
-// cpu_kernels_isa.h). Same sums.
+// 1 into L2 only, 0 into L1, -1 by the CPU and the number of rows
+// (PrefetchToL2, cpu_kernels_isa.h). Same sums.
 void SetPrefetchToL2(int mode);
 // For benchmarks: how the AVX-512 kernels run one input row of bfloat16
 // (where the dot products do not take it) and int8 weights: 1 output row

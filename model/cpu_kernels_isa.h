@@ -146,23 +146,26 @@ int TiledRowBlocksOverride();
 // SetTilePrefetchShares (cpu_kernels.h) overrides it for benchmarks.
 bool TilePrefetchShares();
 
-// The kernels' software prefetches of W (the next register block's or
-// tile's rows, or the stream ahead at one row) go to L2 only
-// (_MM_HINT_T1) for calls of few input rows, and to L1 (_MM_HINT_T0) for
-// more: each ISA's Ops::kPrefetchL2Rows (float weights) and
-// Ops::kInt8PrefetchL2Rows. At few rows the step is bound by memory, and
-// prefetches into L1 hold the core's L1 miss buffers, which its own loads
-// then wait for; the L1 hardware prefetcher brings the lines on from L2.
-// Paired on a Zen 4 EPYC (BM_PrefetchToL2Paired, decode steps; 2026-11-27,
-// docs/performance.md), L2 against L1: AVX-512 float32 1.17-1.30x at 2-8
-// sequences, bfloat16 1.26x at 1 (the one-row stream) and 1.07-1.41x at
-// 2-8, float16 1.08-1.47x at 2-8, int8 1.29x / 1.17x at 2 / 3 but 0.96x at
-// 1 and 0.99-1.07x at 4-8; AVX2 float 1.02-1.45x at 2-8, bfloat16 1.02x at
-// 1, int8 1.16x at 2 but 0.93-0.99x at 1 and 3-8. At 16-32 rows (bound by
-// compute) and in a 16-token prefill: 0.95-1.02x. -1 this rule, 0 always
-// L1, 1 always L2: SetPrefetchToL2 (cpu_kernels.h), for benchmarks. Same
-// sums.
-int PrefetchToL2Override();
+// Whether the kernels' software prefetches of W (the next register block's
+// or tile's rows, or the stream ahead at one row) for a call of `rows` input
+// rows go to L2 only (_MM_HINT_T1) rather than to L1 (_MM_HINT_T0): on CPUs
+// that run 512-bit operations in halves (Avx512InHalves: Zen 4, whichever
+// ISA runs), for rows in [lo, hi], each ISA's Ops::kPrefetchL2Rows (float
+// weights) and Ops::kInt8PrefetchL2Rows. At few rows a step is bound by
+// memory, and prefetches into L1 hold the core's L1 miss buffers, which its
+// own loads then wait for; the L1 hardware prefetcher brings the lines on
+// from L2. Paired on a Zen 4 EPYC (BM_PrefetchToL2Paired, decode steps;
+// 2026-11-27, docs/performance.md), L2 against L1: AVX-512 float32
+// 1.17-1.30x at 2-8 sequences, bfloat16 1.26x at 1 (the one-row stream) and
+// 1.07-1.41x at 2-8, float16 1.08-1.47x at 2-8, int8 1.29x / 1.17x at 2 / 3
+// but 0.96x at 1 and 0.99-1.07x at 4-8; AVX2 (forced) float 1.02-1.45x at
+// 2-8, bfloat16 1.02x at 1, int8 1.16x at 2 but 0.93-0.99x at 1 and 3-8. At
+// 16-32 rows (bound by compute) and in a 16-token prefill: 0.95-1.02x. On a
+// Zen 5 EPYC, hints T1/T2 for the tiles had measured 0.96-1.01x (session
+// 17, before the blocks shared the tile's prefetches): other CPUs keep L1
+// until measured. SetPrefetchToL2 (cpu_kernels.h) forces either for
+// benchmarks. Same sums.
+bool PrefetchToL2(int64_t rows, int lo, int hi);
 
 // The AVX512_BF16 kernels, or null on a CPU without those instructions.
 const Bf16DotKernels* Avx512Bf16DotKernels();

@@ -84,7 +84,10 @@ std::string DescribeCpuKernels() {
   } else if (model::ActiveIsa() == model::CpuIsa::kAvx512 && model::Avx512InHalves()) {
     bf16 = "; 512-bit operations in halves on this CPU: bfloat16 linears by widening";
   }
-  return "CPU kernels: " + model::DescribeIsa() + bf16;
+  // PrefetchToL2 (model/cpu_kernels_isa.h): on these CPUs, whatever the ISA.
+  const char* prefetch =
+      model::Avx512InHalves() ? "; weights prefetched into L2 at decode sizes" : "";
+  return "CPU kernels: " + model::DescribeIsa() + bf16 + prefetch;
 }
 
 void TuneAllocator() {

@@ -190,8 +190,9 @@ TEST(Int8LinearTest, OneRowAsAStreamOrInBlocksGivesTheSameBits) {
 }
 
 TEST(Int8LinearTest, PrefetchingIntoL1OrL2GivesTheSameBits) {
-  // SetPrefetchToL2: by default 2-3 rows prefetch W into L2 only, others
-  // into L1; every row count either way gives the rows' own sums.
+  // SetPrefetchToL2: on Zen 4, by default, 2-3 rows (AVX-512) prefetch W into
+  // L2 only, others into L1; every row count either way gives the rows' own
+  // sums, on every CPU.
   at::manual_seed(37);
   LinearWeight w = QuantizeInt8(RandomWeights(77, 768));
   at::Tensor x = at::randn({8, 768});
