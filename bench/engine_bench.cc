@@ -551,74 +551,45 @@ void BM_RowBlockRowsPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
-// Args: {dtype, rows, prompt}. The float kernels' (and AVX-512's int8) row
-// blocks tile by tile of W against block after block over each task's slice of W
-// (SetTiledRowBlocks), alternating: a decode step of `rows` sequences at
-// context 128, or with prompt 1 a prefill of `rows` tokens. Counters:
-// blocks_ms, tiled_ms, tiled_speedup = blocks / tiled.
+// Args: {dtype, rows, prompt}: a decode step of `rows` sequences at context
+// 128, or with prompt 1 a prefill of `rows` tokens, run with a kernel
+// override off (set(0)) and on (set(1)), alternating (RunPaired); then the
+// default again (set(-1)). Counters: off_ms, on_ms and ratio = off / on.
+void RunOverridePaired(benchmark::State& state, void (*set)(int), const char* off_ms,
+                       const char* on_ms, const char* ratio) {
+  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
+  RunPaired(
+      state,
+      [&] {
+        set(0);
+        work.Run();
+      },
+      [&] {
+        set(1);
+        work.Run();
+      },
+      off_ms, on_ms, ratio);
+  set(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
+// The float kernels' (and AVX-512's int8) row blocks tile by tile of W
+// against block after block over each task's slice of W (SetTiledRowBlocks).
 void BM_TiledRowBlocksPaired(benchmark::State& state) {
-  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
-  const std::function<void()> run = [&] { work.Run(); };
-  RunPaired(
-      state,
-      [&] {
-        SetTiledRowBlocks(0);
-        run();
-      },
-      [&] {
-        SetTiledRowBlocks(1);
-        run();
-      },
-      "blocks_ms", "tiled_ms", "tiled_speedup");
-  SetTiledRowBlocks(-1);
-  state.SetLabel(std::string(IsaName(ActiveIsa())));
+  RunOverridePaired(state, SetTiledRowBlocks, "blocks_ms", "tiled_ms", "tiled_speedup");
 }
 
-// Args: {dtype, rows, prompt}. The tiled row blocks (LinearRowsTiled) with
-// each block prefetching all of the next tile's rows of W, as before, and
-// with the blocks sharing them in proportion to their rows
-// (SetTilePrefetchShares), alternating: a decode step of `rows` sequences
-// at context 128, or with prompt 1 a prefill of `rows` tokens. Counters:
-// all_ms, shared_ms, shared_speedup = all / shared.
+// The tiled row blocks (LinearRowsTiled) with each block prefetching all of
+// the next tile's rows of W, as before, and with the blocks sharing them in
+// proportion to their rows (SetTilePrefetchShares).
 void BM_TilePrefetchSharesPaired(benchmark::State& state) {
-  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
-  const std::function<void()> run = [&] { work.Run(); };
-  RunPaired(
-      state,
-      [&] {
-        SetTilePrefetchShares(0);
-        run();
-      },
-      [&] {
-        SetTilePrefetchShares(1);
-        run();
-      },
-      "all_ms", "shared_ms", "shared_speedup");
-  SetTilePrefetchShares(-1);
-  state.SetLabel(std::string(IsaName(ActiveIsa())));
+  RunOverridePaired(state, SetTilePrefetchShares, "all_ms", "shared_ms", "shared_speedup");
 }
 
-// Args: {dtype, rows, prompt}. The kernels' software prefetches of the
-// weights into L1 (_MM_HINT_T0) and into L2 only (_MM_HINT_T1) whatever the
-// rows (SetPrefetchToL2), alternating: a decode step of `rows` sequences at
-// context 128, or with prompt 1 a prefill of `rows` tokens. Counters: l1_ms,
-// l2_ms, l2_speedup = l1 / l2.
+// The kernels' software prefetches of the weights into L1 (_MM_HINT_T0) and
+// into L2 only (_MM_HINT_T1) whatever the rows (SetPrefetchToL2).
 void BM_PrefetchToL2Paired(benchmark::State& state) {
-  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
-  const std::function<void()> run = [&] { work.Run(); };
-  RunPaired(
-      state,
-      [&] {
-        SetPrefetchToL2(0);
-        run();
-      },
-      [&] {
-        SetPrefetchToL2(1);
-        run();
-      },
-      "l1_ms", "l2_ms", "l2_speedup");
-  SetPrefetchToL2(-1);
-  state.SetLabel(std::string(IsaName(ActiveIsa())));
+  RunOverridePaired(state, SetPrefetchToL2, "l1_ms", "l2_ms", "l2_speedup");
 }
 
 // Args: {batch, linears (1: the linears alone, 0: decode steps)}. bfloat16
