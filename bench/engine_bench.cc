@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -730,19 +731,37 @@ void BM_LinearRowBlocksPaired(benchmark::State& state) {
   SetSmallBatchLinearRowBlocks(true);
 }
 
-// Args: {dtype (0 fp32, 1 bf16, 2 fp16), M}. The routing question of
+// Args: {dtype (0 fp32, 1 bf16, 2 fp16, 3 int8), M}. The routing question of
 // cpu_kernels.h, per ISA: the 48 GPT-2-small linears (streamed from memory)
 // for M rows through our kernels (SmallBatchLinear, the ISA of the process:
 // DIKKAT_ISA) and through the library route Linear takes without them
 // (fp32: OpenBLAS's GEMV at one row, GEMM above; bf16: oneDNN; fp16: W
-// widened to fp32, then GEMM), alternating pass by pass. Counters: ms per
+// widened to fp32, then GEMM; int8: tiles of W dequantized for the GEMM
+// against Int8Linear's row kernels), alternating pass by pass. Counters: ms per
 // pass of each (ours_ms, library_ms) and ours_speedup = library / ours.
 void BM_LinearRoutesPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   const int64_t rows = state.range(1);
   std::vector<at::Tensor> weights, biases;
-  Gpt2SmallLinears(dtype, &weights, &biases);
+  Gpt2SmallLinears(dtype == at::kChar ? at::kFloat : dtype, &weights, &biases);
   at::Tensor x768 = at::randn({rows, 768}), x3072 = at::randn({rows, 3072});
+  if (dtype == at::kChar) {
+    // int8: the row kernels against tiles dequantized for the GEMM.
+    std::vector<LinearWeight> int8;
+    for (const at::Tensor& w : weights) int8.push_back(QuantizeInt8(w));
+    auto pass = [&](bool ours) {
+      SetInt8GemmMinRows(ours ? std::numeric_limits<int32_t>::max() : 1);
+      for (size_t j = 0; j < int8.size(); ++j) {
+        const at::Tensor& x = int8[j].in_features() == 768 ? x768 : x3072;
+        benchmark::DoNotOptimize(Int8Linear(x, int8[j], biases[j]).data_ptr());
+      }
+    };
+    RunPaired(state, [&] { pass(false); }, [&] { pass(true); }, "library_ms", "ours_ms",
+              "ours_speedup");
+    SetInt8GemmMinRows(0);
+    state.SetLabel(std::string(IsaName(ActiveIsa())));
+    return;
+  }
   auto library = [&](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
     if (dtype == at::kHalf) return at::linear(x, w.to(at::kFloat), b);
     // What Linear (model/attention.cc) does outside our kernel: oneDNN's
@@ -879,7 +898,7 @@ BENCHMARK(BM_DecodeStep)
     ->UseRealTime();
 BENCHMARK(BM_LinearRoutesPaired)
     ->ArgNames({"dtype", "M"})
-    ->ArgsProduct({{0, 1, 2}, {1, 2, 4, 8, 16, 32, 48, 63}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 2, 4, 8, 16, 32, 48, 63, 64, 128, 256, 512}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
     ->UseRealTime();

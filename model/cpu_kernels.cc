@@ -193,6 +193,7 @@ at::Tensor Int8LinearGemm(const at::Tensor& x /*[M, in] float32*/, const LinearW
 
 std::atomic<bool> row_blocks{true};     // SetSmallBatchLinearRowBlocks
 std::atomic<bool> int8_int16_x{true};  // SetInt8Int16Activations
+std::atomic<int64_t> int8_gemm_from{0};  // SetInt8GemmMinRows
 
 }  // namespace
 
@@ -254,6 +255,15 @@ void SetSmallBatchLinearLongTiledTasks(bool enabled) {
   long_tiled_tasks.store(enabled, std::memory_order_relaxed);
 }
 
+int64_t Int8GemmMinRows() {
+  const int64_t rows = int8_gemm_from.load(std::memory_order_relaxed);
+  return rows > 0 ? rows : SmallBatchLinearLimitsFor(ActiveIsa()).int8_gemm_from;
+}
+
+void SetInt8GemmMinRows(int64_t rows) {
+  int8_gemm_from.store(std::max<int64_t>(rows, 0), std::memory_order_relaxed);
+}
+
 void SetInt8Int16Activations(bool enabled) {
   int8_int16_x.store(enabled, std::memory_order_relaxed);
 }
@@ -309,7 +319,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   out_shape.back() = out;
   at::Tensor xf = x.reshape({-1, in}).to(at::kFloat).contiguous();  // [M, in]
   const int64_t rows = xf.size(0);
-  if (rows >= kInt8GemmMinRows) return Int8LinearGemm(xf, w, b).view(out_shape);
+  if (rows >= Int8GemmMinRows()) return Int8LinearGemm(xf, w, b).view(out_shape);
   at::Tensor bf = b.defined() ? b.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor y = at::empty({rows, out}, xf.options());
   const float* xp = xf.data_ptr<float>();

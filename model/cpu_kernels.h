@@ -50,6 +50,9 @@ struct SmallBatchLinearLimits {
   int64_t float16;
   // Rows from which float32 goes to SmallBatchLinear (below: OpenBLAS's GEMV).
   int64_t float32_from = 1;
+  // Rows from which Int8Linear dequantizes tiles of W for LibTorch's GEMM
+  // (below: the int8 row kernels).
+  int64_t int8_gemm_from = 64;
 };
 
 // Each ISA's limits come from BM_LinearRoutesPaired (bench/engine_bench.cc):
@@ -68,7 +71,17 @@ struct SmallBatchLinearLimits {
 //    48-63; a whole decode step of 16 / 32 sequences 1.34x / 1.04x. Ours
 //    also keeps x in float32 where oneDNN rounds it to bfloat16.
 //  * float16: row blocks up to 63 (the alternative widens W every call).
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{63, 32, 63};
+// Beyond 63 rows (prefills; session 20, Zen 4, two rounds):
+//  * float32: 1.55x OpenBLAS's GEMM at 64 rows, 1.27-1.33x at 128,
+//    1.07-1.13x at 256, level at 512: up to 256 rows (was 63).
+//  * float16: 1.75x the widened GEMM at 64, 1.42-1.44x at 128, 1.18-1.23x at
+//    256, 1.09x at 512: up to 512.
+//  * bfloat16: oneDNN's GEMM (AVX512_BF16 on Zen 4) is 1.4-1.7x ours from
+//    128 rows: stays at 32.
+//  * int8: the row kernels are 1.41x the dequantized tiles' GEMM at 64 rows,
+//    1.18-1.22x at 128, 1.02-1.11x at 256, 0.91x at 512: the GEMM from 257
+//    rows (was 64).
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{256, 32, 512, 1, 257};
 // AVX2 (AMD EPYC with AVX-512 forced to AVX2, OpenBLAS's Haswell kernels):
 //  * float32: level with OpenBLAS's GEMV at one row on Zen 5 (both stream W at
 //    the memory's speed), 1.4-3.8x its GEMM at 2-16 rows, 1.2x at 32, level at
@@ -81,7 +94,12 @@ inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{63, 32, 63
 //    falls back to its own scalar GEMM. (Forced AVX2 on an AVX-512 machine
 //    still measures oneDNN's AVX-512 route, which wins from 8 rows there.)
 //  * float16: 1.4-8x the widened GEMM at every row count up to 63.
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{63, 63, 63};
+// Beyond 63 rows (session 20, Zen 4 forced to AVX2, two rounds): at 128 rows
+// float32 1.03-1.05x OpenBLAS's GEMM, bfloat16 1.09-1.12x and float16
+// 1.09-1.14x the widened GEMM; at 256 0.90-1.04x: up to 128 rows. int8: the
+// row kernels are 1.21x the dequantized tiles' GEMM at 63 rows, level at 64,
+// 0.84-0.87x at 128: the GEMM from 64 rows (unchanged).
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{128, 128, 128, 1, 64};
 // Generic (8-lane vector extensions, SSE2 on x86-64): float32 only at 2-8
 // rows (1.2-2.4x OpenBLAS's GEMM there; its GEMV is 2x ours at one row and
 // its GEMM from 16 rows). bfloat16 and float16: the library route is W
@@ -177,8 +195,13 @@ void SetOneRowStreams(int mode);
 // |x|, where the weights' own rounding is 2^-9).
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
-// Rows from which Int8Linear dequantizes tiles of W for LibTorch's GEMM.
-inline constexpr int64_t kInt8GemmMinRows = 64;
+// Rows from which Int8Linear dequantizes tiles of W for LibTorch's GEMM on
+// the active ISA (SmallBatchLinearLimits::int8_gemm_from, or the override).
+int64_t Int8GemmMinRows();
+
+// For benchmarks: Int8Linear goes to the GEMM from `rows` rows (0: the
+// active ISA's choice), so that both routes can be measured side by side.
+void SetInt8GemmMinRows(int64_t rows);
 
 // For benchmarks: false makes Int8Linear's row kernels take x as float32
 // (each weight widened to float32) on every ISA, instead of int16 per row
@@ -188,10 +211,10 @@ void SetInt8Int16Activations(bool enabled);
 
 // x [..., in] (any float dtype), w int8 with scales (QuantizeInt8), b [out] or
 // undefined -> [..., out] float32, accumulated in float32. Any number of rows:
-// below kInt8GemmMinRows, blocks of up to kSmallBatchMaxRows rows reuse each
+// below Int8GemmMinRows(), blocks of up to kSmallBatchMaxRows rows reuse each
 // task's slice of the matrix from the cache (the int8 matrix is read from
 // memory once); from it, tiles of W dequantized into a cache-sized float32
-// buffer go through LibTorch's GEMM. Below kInt8GemmMinRows on AVX2, x is
+// buffer go through LibTorch's GEMM. Below Int8GemmMinRows() on AVX2, x is
 // rounded to int16 per row and group of 32 (absmax / 32767 steps: about
 // 1/256 of the weights' own rounding) and each group's products are summed
 // as integers; every row is computed as if it were alone.

@@ -85,7 +85,7 @@ struct KernelTable {
   LinearRowsFn<float> linear_f32;
   LinearRowsFn<BFloat16Bits> linear_bf16;
   LinearRowsFn<Half16> linear_f16;
-  // int8 weights below kInt8GemmMinRows rows. Where quantize_x_int16 is
+  // int8 weights below Int8GemmMinRows() rows. Where quantize_x_int16 is
   // set, x goes to the kernel as int16 per row and group (it multiplies
   // int8 by int16 into int32 sums per group, then scales them); else as
   // float32 (each weight widened to float32).

@@ -57,8 +57,10 @@ const Shape kShapes[] = {{5, 7}, {16, 24}, {37, 29}, {53, 40}, {100, 53}, {768, 
 // One register block (1..8), then several: 9 = 8 + 1, odd counts whose last
 // block is every size 1..7, exact multiples of 8, the largest routed count
 // and one more (SmallBatchLinear takes any count).
-const int64_t kRowCounts[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  11, 16,
-                              18, 23, 29, 31, 32, 37, 45, 48, 55, 63, 64};
+// Up to the largest routing limit (cpu_kernels.h: 512 rows of float16 on
+// AVX-512), with row counts that leave a tail after blocks of 6 and 8.
+const int64_t kRowCounts[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,   11,  16,  18,  23,
+                              29, 31, 32, 37, 45, 48, 55, 63, 64, 129, 256, 301, 512};
 
 std::string Name(c10::ScalarType dtype, int64_t m, const Shape& s, bool bias) {
   return absl::StrCat(c10::toString(dtype), " M=", m, " in=", s.in, " out=", s.out,
@@ -247,7 +249,7 @@ TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
                           {at::kHalf, 1, active.float16}};
   for (const Limit& l : limits) {
     const at::Tensor wd = w.to(l.dtype);
-    EXPECT_LT(l.to, 64) << l.dtype << ": prefill stays on GEMM";
+    EXPECT_LE(l.to, 512) << l.dtype << ": long prefills stay on GEMM";
     if (l.to >= l.from) {
       EXPECT_TRUE(SmallBatchLinearApplies(at::randn({l.from, 16}), wd)) << l.dtype;
       EXPECT_TRUE(SmallBatchLinearApplies(at::randn({l.to, 16}), wd)) << l.dtype;
@@ -273,6 +275,8 @@ TEST(SmallBatchLinearTest, RoutingLimitsPerIsa) {
     EXPECT_GT(l.float32, kSmallBatchMaxRows) << IsaName(isa);
     EXPECT_GE(l.bfloat16, kSmallBatchMaxRows) << IsaName(isa);
     EXPECT_GE(l.float16, kSmallBatchMaxRows) << IsaName(isa);
+    EXPECT_GT(l.int8_gemm_from, kSmallBatchMaxRows) << IsaName(isa);
+    EXPECT_LE(l.int8_gemm_from, 513) << IsaName(isa);
   }
   const SmallBatchLinearLimits generic = SmallBatchLinearLimitsFor(CpuIsa::kGeneric);
   EXPECT_EQ(generic.float32_from, 2);

@@ -48,8 +48,8 @@ constexpr double kRelativeToMagnitude = 1e-5;
 // magnitudes differ by 10^4 between groups, RandomInput).
 at::Tensor XRoundingBound(const at::Tensor& xd, const at::Tensor& wd) {
   at::Tensor bound = at::zeros({xd.size(0), wd.size(0)}, xd.options());
-  if (kernels::Kernels().quantize_x_int16 == nullptr || xd.size(0) >= kInt8GemmMinRows) {
-    return bound;  // x stays float32 (from kInt8GemmMinRows rows: GEMM)
+  if (kernels::Kernels().quantize_x_int16 == nullptr || xd.size(0) >= Int8GemmMinRows()) {
+    return bound;  // x stays float32 (from Int8GemmMinRows() rows: GEMM)
   }
   const int64_t in = xd.size(1);
   for (int64_t i0 = 0; i0 < in; i0 += kInt8GroupSize) {
@@ -127,6 +127,19 @@ TEST(Int8LinearTest, ManyRowsGoThroughBlocksOfRowsWithATail) {
   for (int64_t m : {9, 32, 203}) {
     for (const Shape& s : {Shape{53, 40}, Shape{768, 77}}) ExpectMatchesReference(m, s, true);
   }
+}
+
+TEST(Int8LinearTest, RowKernelsAndDequantizedGemmBothMatchTheReference) {
+  // Either route at any row count (SetInt8GemmMinRows; by default the ISA
+  // picks one by rows, cpu_kernels.h): 64, past AVX2's limit; 257, AVX-512's.
+  at::manual_seed(14);
+  for (int64_t gemm_from : {1, std::numeric_limits<int32_t>::max()}) {
+    SetInt8GemmMinRows(gemm_from);
+    for (int64_t m : {13, 64, 257}) {
+      for (const Shape& s : {Shape{53, 40}, Shape{768, 77}}) ExpectMatchesReference(m, s, true);
+    }
+  }
+  SetInt8GemmMinRows(0);
 }
 
 TEST(Int8LinearTest, EachRowIsComputedAsIfAlone) {
