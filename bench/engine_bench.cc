@@ -898,7 +898,7 @@ BENCHMARK(BM_DecodeStep)
     ->UseRealTime();
 BENCHMARK(BM_LinearRoutesPaired)
     ->ArgNames({"dtype", "M"})
-    ->ArgsProduct({{0, 1, 2, 3}, {1, 2, 4, 8, 16, 32, 48, 63, 64, 128, 256, 512}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 2, 4, 8, 16, 32, 48, 63, 64, 128, 256, 512, 1024}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
     ->UseRealTime();

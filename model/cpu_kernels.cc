@@ -290,21 +290,27 @@ bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   TORCH_CHECK(w.size(1) == in, "SmallBatchLinear: x has ", in, " columns, w ", w.size(1));
+  TORCH_CHECK(w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16 ||
+                  w.scalar_type() == at::kHalf,
+              "SmallBatchLinear: weight dtype ", w.scalar_type(), " not supported");
   at::Tensor xf = x.to(at::kFloat).contiguous();
   at::Tensor bf = b.defined() ? b.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor y = at::empty({rows, out}, x.options().dtype(at::kFloat));
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
-  if (w.scalar_type() == at::kFloat) {
-    LinearDispatch(xf.data_ptr<float>(), w.data_ptr<float>(), bp, y.data_ptr<float>(), rows, in,
-                   out);
-  } else if (w.scalar_type() == at::kBFloat16) {
-    LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const BFloat16Bits*>(w.data_ptr()), bp,
-                   y.data_ptr<float>(), rows, in, out);
-  } else {
-    TORCH_CHECK(w.scalar_type() == at::kHalf, "SmallBatchLinear: weight dtype ", w.scalar_type(),
-                " not supported");
-    LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const Half16*>(w.data_ptr()), bp,
-                   y.data_ptr<float>(), rows, in, out);
+  const float* xp = xf.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  // Every row is computed alone, so passes of kLinearPassRows give the same bits.
+  for (int64_t r0 = 0; r0 < rows; r0 += kLinearPassRows) {
+    const int64_t n = std::min(kLinearPassRows, rows - r0);
+    if (w.scalar_type() == at::kFloat) {
+      LinearDispatch(xp + r0 * in, w.data_ptr<float>(), bp, yp + r0 * out, n, in, out);
+    } else if (w.scalar_type() == at::kBFloat16) {
+      LinearDispatch(xp + r0 * in, reinterpret_cast<const BFloat16Bits*>(w.data_ptr()), bp,
+                     yp + r0 * out, n, in, out);
+    } else {
+      LinearDispatch(xp + r0 * in, reinterpret_cast<const Half16*>(w.data_ptr()), bp,
+                     yp + r0 * out, n, in, out);
+    }
   }
   return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
 }
@@ -341,9 +347,16 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   }
   // The float32-x kernel goes tile by tile where the float ones do.
   const bool tiled = xq.empty() && TiledRowBlocks(k);
-  ForEachOutputTask(out, rows, tiled, [&](int64_t o0, int64_t o1) {
-    fn(xp, xq.data(), xs.data(), wp, sp, bp, yp, rows, in, groups, out, o0, o1);
-  });
+  for (int64_t r0 = 0; r0 < rows; r0 += kLinearPassRows) {
+    const int64_t n = std::min(kLinearPassRows, rows - r0);
+    const float* x0 = xp + r0 * in;
+    const int16_t* xq0 = xq.empty() ? nullptr : xq.data() + r0 * in;
+    const float* xs0 = xs.empty() ? nullptr : xs.data() + r0 * groups;
+    float* y0 = yp + r0 * out;
+    ForEachOutputTask(out, n, tiled, [&](int64_t o0, int64_t o1) {
+      fn(x0, xq0, xs0, wp, sp, bp, y0, n, in, groups, out, o0, o1);
+    });
+  }
   return y.view(out_shape);
 }
 

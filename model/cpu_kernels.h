@@ -39,6 +39,12 @@ namespace dikkat::model {
 // cache. 8 is the largest register block (AVX-512's).
 inline constexpr int64_t kSmallBatchMaxRows = 8;
 
+// Most rows of one pass over W in SmallBatchLinear and Int8Linear's row
+// kernels: more (prefills) run as passes of this many rows. At 512 rows one
+// pass was ~1.0x OpenBLAS's GEMM on a Zen 4 EPYC, passes of 128 or 256 rows
+// 1.07-1.12x (BM_LinearRoutesPaired, session 20).
+inline constexpr int64_t kLinearPassRows = 256;
+
 // Rows up to which Linear (attention.cc) sends weights of each dtype to
 // SmallBatchLinear on an ISA; with more rows (or 0), LibTorch's routes: for
 // float32 OpenBLAS's GEMV at one row and GEMM above, for bfloat16 oneDNN's
@@ -73,15 +79,17 @@ struct SmallBatchLinearLimits {
 //  * float16: row blocks up to 63 (the alternative widens W every call).
 // Beyond 63 rows (prefills; session 20, Zen 4, two rounds):
 //  * float32: 1.55x OpenBLAS's GEMM at 64 rows, 1.27-1.33x at 128,
-//    1.07-1.13x at 256, level at 512: up to 256 rows (was 63).
+//    1.07-1.13x at 256; in passes of 256 rows (kLinearPassRows) 1.05-1.07x
+//    at 512 and 1.06-1.09x at 1024: up to 2048 rows, the default prefill
+//    budget of a step (was 63).
 //  * float16: 1.75x the widened GEMM at 64, 1.42-1.44x at 128, 1.18-1.23x at
-//    256, 1.09x at 512: up to 512.
+//    256, 1.07-1.18x at 512-1024 in passes: up to 2048.
 //  * bfloat16: oneDNN's GEMM (AVX512_BF16 on Zen 4) is 1.4-1.7x ours from
 //    128 rows: stays at 32.
 //  * int8: the row kernels are 1.41x the dequantized tiles' GEMM at 64 rows,
-//    1.18-1.22x at 128, 1.02-1.11x at 256, 0.91x at 512: the GEMM from 257
-//    rows (was 64).
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{256, 32, 512, 1, 257};
+//    1.18-1.22x at 128, 1.02-1.11x at 256, 0.88-0.95x at 512-1024 (in
+//    passes of 256): the GEMM from 257 rows (was 64).
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{2048, 32, 2048, 1, 257};
 // AVX2 (AMD EPYC with AVX-512 forced to AVX2, OpenBLAS's Haswell kernels):
 //  * float32: level with OpenBLAS's GEMV at one row on Zen 5 (both stream W at
 //    the memory's speed), 1.4-3.8x its GEMM at 2-16 rows, 1.2x at 32, level at
