@@ -126,10 +126,20 @@ const kernels::Bf16DotKernels* ActiveBf16Dot() {
   return ActiveIsa() == CpuIsa::kAvx512 && wanted ? kernels::Avx512Bf16DotKernels() : nullptr;
 }
 
-// y = x W^T + b for any number of rows with the active ISA's kernels.
+// Runs pass(r0, n) over rows [0, rows) in passes of at most kLinearPassRows
+// rows, each a pass over W. Every row is computed alone, so the passes give
+// the same bits as one would.
+template <typename Pass>
+void ForEachLinearPass(int64_t rows, const Pass& pass) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kLinearPassRows) {
+    pass(r0, std::min(kLinearPassRows, rows - r0));
+  }
+}
+
+// y = x W^T + b for at most kLinearPassRows rows with the active ISA's kernels.
 template <typename W>
-void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_t rows,
-                    int64_t in, int64_t out) {
+void LinearPass(const float* x, const W* w, const float* b, float* y, int64_t rows, int64_t in,
+                int64_t out) {
   const KernelTable& k = kernels::Kernels();
   kernels::LinearRowsFn<W> fn;
   if constexpr (std::is_same_v<W, float>) {
@@ -159,6 +169,15 @@ void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_
   const float* xpp = xp.empty() ? nullptr : xp.data();
   ForEachOutputTask(out, rows, TiledRowBlocks(k), [&](int64_t o0, int64_t o1) {
     fn(x, xpp, w, b, y, rows, in, out, o0, o1);
+  });
+}
+
+// y = x W^T + b for any number of rows.
+template <typename W>
+void LinearDispatch(const float* x, const W* w, const float* b, float* y, int64_t rows,
+                    int64_t in, int64_t out) {
+  ForEachLinearPass(rows, [&](int64_t r0, int64_t n) {
+    LinearPass(x + r0 * in, w, b, y + r0 * out, n, in, out);
   });
 }
 
@@ -290,27 +309,21 @@ bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   TORCH_CHECK(w.size(1) == in, "SmallBatchLinear: x has ", in, " columns, w ", w.size(1));
-  TORCH_CHECK(w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16 ||
-                  w.scalar_type() == at::kHalf,
-              "SmallBatchLinear: weight dtype ", w.scalar_type(), " not supported");
   at::Tensor xf = x.to(at::kFloat).contiguous();
   at::Tensor bf = b.defined() ? b.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor y = at::empty({rows, out}, x.options().dtype(at::kFloat));
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
-  const float* xp = xf.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  // Every row is computed alone, so passes of kLinearPassRows give the same bits.
-  for (int64_t r0 = 0; r0 < rows; r0 += kLinearPassRows) {
-    const int64_t n = std::min(kLinearPassRows, rows - r0);
-    if (w.scalar_type() == at::kFloat) {
-      LinearDispatch(xp + r0 * in, w.data_ptr<float>(), bp, yp + r0 * out, n, in, out);
-    } else if (w.scalar_type() == at::kBFloat16) {
-      LinearDispatch(xp + r0 * in, reinterpret_cast<const BFloat16Bits*>(w.data_ptr()), bp,
-                     yp + r0 * out, n, in, out);
-    } else {
-      LinearDispatch(xp + r0 * in, reinterpret_cast<const Half16*>(w.data_ptr()), bp,
-                     yp + r0 * out, n, in, out);
-    }
+  if (w.scalar_type() == at::kFloat) {
+    LinearDispatch(xf.data_ptr<float>(), w.data_ptr<float>(), bp, y.data_ptr<float>(), rows, in,
+                   out);
+  } else if (w.scalar_type() == at::kBFloat16) {
+    LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const BFloat16Bits*>(w.data_ptr()), bp,
+                   y.data_ptr<float>(), rows, in, out);
+  } else {
+    TORCH_CHECK(w.scalar_type() == at::kHalf, "SmallBatchLinear: weight dtype ", w.scalar_type(),
+                " not supported");
+    LinearDispatch(xf.data_ptr<float>(), reinterpret_cast<const Half16*>(w.data_ptr()), bp,
+                   y.data_ptr<float>(), rows, in, out);
   }
   return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
 }
@@ -347,8 +360,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   }
   // The float32-x kernel goes tile by tile where the float ones do.
   const bool tiled = xq.empty() && TiledRowBlocks(k);
-  for (int64_t r0 = 0; r0 < rows; r0 += kLinearPassRows) {
-    const int64_t n = std::min(kLinearPassRows, rows - r0);
+  ForEachLinearPass(rows, [&](int64_t r0, int64_t n) {
     const float* x0 = xp + r0 * in;
     const int16_t* xq0 = xq.empty() ? nullptr : xq.data() + r0 * in;
     const float* xs0 = xs.empty() ? nullptr : xs.data() + r0 * groups;
@@ -356,7 +368,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
     ForEachOutputTask(out, n, tiled, [&](int64_t o0, int64_t o1) {
       fn(x0, xq0, xs0, wp, sp, bp, y0, n, in, groups, out, o0, o1);
     });
-  }
+  });
   return y.view(out_shape);
 }
 
