@@ -305,6 +305,29 @@ void BM_OneRowStreamsPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())) + (Avx512InHalves() ? " (512-bit in halves)" : ""));
 }
 
+// Args: {dtype}. A batch-1 int8 decode step (context 128) with the AVX-512
+// one-row stream broadcasting each output row's scale once per vector
+// against once per group of 32 (SetInt8OneRowScalePerGroup 0 / 1), side by
+// side. Same sums. Counters: ms of each and per_group_speedup. Elsewhere
+// than AVX-512 (and where OneRowStreams is false) both are the same code.
+void BM_Int8OneRowScalesPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  DecodeSteps steps(Model(dtype), dtype, 1, 128);
+  RunPaired(
+      state,
+      [&] {
+        SetInt8OneRowScalePerGroup(0);
+        steps.Run();
+      },
+      [&] {
+        SetInt8OneRowScalePerGroup(1);
+        steps.Run();
+      },
+      "per_vector_ms", "per_group_ms", "per_group_speedup");
+  SetInt8OneRowScalePerGroup(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())) + (kernels::OneRowStreams() ? " (one-row streams)" : ""));
+}
+
 // Args: {rows, threads}. GeluTanh (layers.h: x * sigmoid(2u) in five
 // vectorized operators) against LibTorch's at::gelu(x, "tanh") on [rows,
 // 3072] (GPT-2 small's feed-forward width) with LibTorch on that many
@@ -1007,6 +1030,12 @@ BENCHMARK(BM_OneRowStreamsPaired)
     ->Arg(3)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_Int8OneRowScalesPaired)
+    ->ArgNames({"dtype"})
+    ->Arg(3)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(3.0)
     ->UseRealTime();
 BENCHMARK(BM_GeluTanhPaired)
     ->ArgNames({"rows", "threads"})

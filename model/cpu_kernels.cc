@@ -20,6 +20,7 @@ std::atomic<int64_t> row_block_rows{0};  // SetRowBlockRows
 // tests: -1 the default choice, 0 off, 1 on.
 std::atomic<int> tiled_row_blocks{-1};  // SetTiledRowBlocks
 std::atomic<int> one_row_streams{-1};   // SetOneRowStreams
+std::atomic<int> int8_one_row_scale_per_group{-1};  // SetInt8OneRowScalePerGroup
 std::atomic<int> tile_prefetch_shares{-1};  // SetTilePrefetchShares
 std::atomic<int> prefetch_to_l2{-1};        // SetPrefetchToL2
 std::atomic<int> bf16_dot{-1};          // SetBf16DotProducts
@@ -38,6 +39,8 @@ int64_t RowBlockRowsOverride() { return row_block_rows.load(std::memory_order_re
 int TiledRowBlocksOverride() { return tiled_row_blocks.load(std::memory_order_relaxed); }
 
 bool OneRowStreams() { return OverrideOr(one_row_streams, Avx512InHalves()); }
+
+bool Int8OneRowScalePerGroup() { return OverrideOr(int8_one_row_scale_per_group, true); }
 
 bool TilePrefetchShares() { return OverrideOr(tile_prefetch_shares, true); }
 
@@ -254,6 +257,10 @@ void SetDecodeTaskUnits(int64_t units) {
 
 void SetOneRowStreams(int mode) {
   kernels::SetOverride(kernels::one_row_streams, mode);
+}
+
+void SetInt8OneRowScalePerGroup(int mode) {
+  kernels::SetOverride(kernels::int8_one_row_scale_per_group, mode);
 }
 
 void SetTilePrefetchShares(int mode) {

@@ -195,6 +195,10 @@ void SetPrefetchToL2(int mode);
 // after output row (one stream of W per task), 0 several rows interleaved,
 // -1 the CPU's own choice (OneRowStreams, cpu_kernels_isa.h). Same sums.
 void SetOneRowStreams(int mode);
+// For benchmarks: whether that one-row int8 stream broadcasts each output
+// row's scale once per group of 32 (1, the default) or once per vector (0).
+// Same sums.
+void SetInt8OneRowScalePerGroup(int mode);
 
 // x [M, in] (any float dtype, any M >= 1), w [out, in] float32, bfloat16 or
 // float16, b [out] or undefined -> [M, out] in x's dtype. Accumulates in

@@ -129,6 +129,10 @@ int64_t RowBlockRowsOverride();
 // blocks. Each row's sums are the same either way. SetOneRowStreams
 // (cpu_kernels.h) overrides it for benchmarks. AVX2 always streams.
 bool OneRowStreams();
+// Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
+// group (fewer instructions, the same products) rather than once per vector;
+// true unless SetInt8OneRowScalePerGroup (cpu_kernels.h) says otherwise.
+bool Int8OneRowScalePerGroup();
 
 // The order of the row blocks: -1 each ISA's own (Ops::kTiledRowBlocks), 0
 // block after block, 1 tiled; set by SetTiledRowBlocks (cpu_kernels.h).
