@@ -23,6 +23,7 @@
 
 #include "model/aten_threads.h"
 #include "model/attention.h"
+#include "model/cpu_elementwise.h"
 #include "model/cpu_isa.h"
 #include "model/cpu_kernels.h"
 #include "model/cpu_kernels_isa.h"
@@ -366,6 +367,30 @@ void BM_SerialAtenOpsPaired(benchmark::State& state) {
         run();
       },
       "team_ms", "serial_ms", "serial_speedup");
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
+// Args: {dtype, batch, prompt}. A decode step of `batch` sequences (context
+// 128), or a prefill of `prompt` tokens, with the norms and activations on
+// LibTorch's operators against the vector kernels (SetCpuElementwise 0 / 1,
+// cpu_elementwise.h), side by side. Counters: ms of each (aten_ms,
+// kernels_ms) and kernels_speedup = aten / kernels.
+void BM_CpuElementwisePaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t batch = state.range(1), prompt = state.range(2);
+  StepOrPrefill work(dtype, prompt > 0 ? prompt : batch, prompt > 0);
+  RunPaired(
+      state,
+      [&] {
+        SetCpuElementwise(false);
+        work.Run();
+      },
+      [&] {
+        SetCpuElementwise(true);
+        work.Run();
+      },
+      "aten_ms", "kernels_ms", "kernels_speedup");
+  SetCpuElementwise(true);
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
@@ -1014,6 +1039,13 @@ BENCHMARK(BM_Int8ActivationsPaired)
 BENCHMARK(BM_SerialAtenOpsPaired)
     ->ArgNames({"dtype", "batch", "prompt"})
     ->Args({0, 1, 0})->Args({3, 1, 0})->Args({0, 8, 0})->Args({0, 32, 0})->Args({0, 0, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_CpuElementwisePaired)
+    ->ArgNames({"dtype", "batch", "prompt"})
+    ->Args({0, 1, 0})->Args({1, 1, 0})->Args({3, 1, 0})->Args({0, 8, 0})->Args({3, 8, 0})
+    ->Args({0, 32, 0})->Args({0, 0, 16})->Args({0, 0, 512})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -130,6 +130,22 @@ struct Ops {
   DIKKAT_INLINE static IV AddInt32(IV a, IV b) { return _mm256_add_epi32(a, b); }
   DIKKAT_INLINE static V Int32ToFloat(IV a) { return _mm256_cvtepi32_ps(a); }
   DIKKAT_INLINE static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  // For the elementwise kernels (norms, activations, softmax). Max and Min
+  // return b where either is NaN (as maxps / minps), so Max(lo, x) keeps a
+  // NaN x.
+  DIKKAT_INLINE static V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  DIKKAT_INLINE static V Div(V a, V b) { return _mm256_div_ps(a, b); }
+  DIKKAT_INLINE static V Max(V a, V b) { return _mm256_max_ps(a, b); }
+  DIKKAT_INLINE static V Min(V a, V b) { return _mm256_min_ps(a, b); }
+  // 2^n for whole numbers n in [-126, 128] (128: infinity).
+  DIKKAT_INLINE static V Pow2(V n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
+  // x >= 0 ? a : b, lane by lane (NaN x: b).
+  DIKKAT_INLINE static V SelectNonNegative(V x, V a, V b) {
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
+  }
 
   DIKKAT_INLINE static void Store(float* p, V a) { _mm256_storeu_ps(p, a); }
   DIKKAT_INLINE static void StoreN(float* p, V a, int n) {

@@ -139,6 +139,24 @@ struct Ops {
     const __m128i raw = _mm_maskz_loadu_epi8(Mask(n), p);
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)), scale);
   }
+
+  // For the elementwise kernels (norms, activations, softmax). Max and Min
+  // return b where either is NaN (as maxps / minps), so Max(lo, x) keeps a
+  // NaN x.
+  DIKKAT_INLINE static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  DIKKAT_INLINE static V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  DIKKAT_INLINE static V Div(V a, V b) { return _mm512_div_ps(a, b); }
+  DIKKAT_INLINE static V Max(V a, V b) { return _mm512_max_ps(a, b); }
+  DIKKAT_INLINE static V Min(V a, V b) { return _mm512_min_ps(a, b); }
+  // 2^n for whole numbers n in [-126, 128] (128: infinity).
+  DIKKAT_INLINE static V Pow2(V n) {
+    const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+  }
+  // x >= 0 ? a : b, lane by lane (NaN x: b).
+  DIKKAT_INLINE static V SelectNonNegative(V x, V a, V b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ), b, a);
+  }
   DIKKAT_INLINE static void Store(float* p, V a) { _mm512_storeu_ps(p, a); }
   DIKKAT_INLINE static void StoreN(float* p, V a, int n) { _mm512_mask_storeu_ps(p, Mask(n), a); }
   // 32 bfloat16 values: the even-indexed ones as float32 in `even`, the odd

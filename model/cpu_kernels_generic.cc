@@ -26,6 +26,7 @@ namespace {
 
 typedef float F32x8 __attribute__((vector_size(32)));
 typedef uint32_t U32x8 __attribute__((vector_size(32)));
+typedef int32_t I32x8 __attribute__((vector_size(32)));
 typedef uint16_t U16x8 __attribute__((vector_size(16)));
 typedef int8_t I8x8 __attribute__((vector_size(8)));
 
@@ -130,6 +131,24 @@ struct Ops {
     std::memcpy(buf, p, n);
     return LoadInt8(buf, scale);
   }
+
+  // For the elementwise kernels (norms, activations, softmax). Max and Min
+  // return b where either is NaN (as x86's maxps / minps), so Max(lo, x)
+  // keeps a NaN x.
+  DIKKAT_INLINE static V Mul(V a, V b) { return a * b; }
+  DIKKAT_INLINE static V Sub(V a, V b) { return a - b; }
+  DIKKAT_INLINE static V Div(V a, V b) { return a / b; }
+  DIKKAT_INLINE static V Max(V a, V b) { return a > b ? a : b; }
+  DIKKAT_INLINE static V Min(V a, V b) { return a < b ? a : b; }
+  // 2^n for whole numbers n in [-126, 128] (128: infinity).
+  DIKKAT_INLINE static V Pow2(V n) {
+    const I32x8 e = __builtin_convertvector(n, I32x8) + 127;
+    U32x8 bits;
+    std::memcpy(&bits, &e, sizeof bits);
+    return FromBits(bits << 23);
+  }
+  // x >= 0 ? a : b, lane by lane (NaN x: b).
+  DIKKAT_INLINE static V SelectNonNegative(V x, V a, V b) { return x >= Zero() ? a : b; }
   DIKKAT_INLINE static void Store(float* p, V a) { std::memcpy(p, &a, sizeof a); }
   DIKKAT_INLINE static void StoreN(float* p, V a, int n) { std::memcpy(p, &a, sizeof(float) * n); }
   DIKKAT_INLINE static void LoadBf16Pair(const uint16_t* p, V& even, V& odd) {

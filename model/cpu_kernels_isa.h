@@ -98,6 +98,15 @@ struct KernelTable {
   DecodeAttentionFn decode_attention_f32;
   DecodeAttentionFn decode_attention_bf16;
   DecodeAttentionFn decode_attention_f16;
+  // Elementwise (cpu_elementwise_body.inc), on the calling thread.
+  // y[i] = GELU(x[i]), i < n: the tanh approximation or erf's; y may be x.
+  void (*gelu)(const float* x, float* y, int64_t n, bool tanh);
+  // y[i] = silu(g[i]) * u[i], i < n; y may be g or u.
+  void (*silu_mul)(const float* g, const float* u, float* y, int64_t n);
+  // Rows of x [rows, d] -> y: LayerNorm (rms false, biased variance) or
+  // RMSNorm, times w and plus b where not null; y may be x.
+  void (*norm)(const float* x, const float* w, const float* b, float eps, bool rms, float* y,
+               int64_t rows, int64_t d);
 };
 
 // bfloat16 weights times x split into two bfloat16 parts with the

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "model/aten_threads.h"
+#include "model/cpu_elementwise.h"
 
 namespace dikkat::model {
 
@@ -25,6 +26,15 @@ bool Small(const at::Tensor& x) { return x.numel() <= kSerialAtenMaxElements; }
 
 // The activation of the up projection (gated ones: activation(gate) * up).
 at::Tensor Activate(Activation activation, const at::Tensor& up, const at::Tensor& gate) {
+  // float32 on the CPU: the vector kernels (cpu_elementwise.h).
+  if (CpuElementwiseApplies(up, {gate})) {
+    switch (activation) {
+      case Activation::kGelu: return CpuGelu(up, /*tanh=*/false);
+      case Activation::kGeluTanh: return CpuGelu(up, /*tanh=*/true);
+      case Activation::kSwiGlu: return CpuSiluMul(gate, up);
+      default: break;
+    }
+  }
   SerialAtenOps serial(Small(up));
   switch (activation) {
     case Activation::kRelu:
@@ -53,6 +63,9 @@ at::Tensor GeluTanh(const at::Tensor& x) {
 }
 
 at::Tensor Norm::operator()(const at::Tensor& x) const {
+  if (CpuElementwiseApplies(x, {weight, bias})) {
+    return CpuNorm(x, weight, bias, eps, kind != NormKind::kLayerNorm);
+  }
   SerialAtenOps serial(Small(x));
   if (kind == NormKind::kLayerNorm) {
     return at::layer_norm(x, {weight.size(0)}, weight, bias, eps);

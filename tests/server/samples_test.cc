@@ -229,7 +229,11 @@ TEST_F(SamplesTest, BeamSearchChecksAndCancellation) {
   auto c = std::make_shared<GenerateCollector>();
   absl::StatusOr<RequestId> id = engine->SubmitGenerate(slow, c);
   ASSERT_TRUE(id.ok()) << id.status();
-  absl::SleepFor(absl::Milliseconds(50));
+  // Cancelled as soon as it runs: the whole search takes only tens of
+  // milliseconds on tiny-lm, so a fixed wait could outlast it.
+  for (int i = 0; i < 2000 && engine->stats().running == 0; ++i) {
+    absl::SleepFor(absl::Microseconds(100));
+  }
   engine->Cancel(*id);
   ASSERT_TRUE(c->Wait());
   EXPECT_EQ(c->summary().reason, FinishReason::kCancelled);
