@@ -335,6 +335,25 @@ at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::
   return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
 }
 
+at::Tensor Int8GatherRows(const LinearWeight& w, const at::Tensor& ids) {
+  TORCH_CHECK(w.quantized() && w.w.is_cpu() && w.w.is_contiguous() && w.scales.is_contiguous(),
+              "Int8GatherRows: contiguous int8 CPU weights");
+  const at::Tensor idx = ids.to(at::kLong).contiguous();
+  const int64_t n = idx.numel(), out = w.out_features(), in = w.in_features();
+  const int64_t groups = w.scales.size(1);
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(ip[i] >= 0 && ip[i] < out, "row ", ip[i], " of a table of ", out, " rows");
+  }
+  at::Tensor y = at::empty({n, in}, at::TensorOptions().dtype(at::kFloat));
+  const KernelTable& k = kernels::Kernels();
+  const int8_t* wp = w.w.data_ptr<int8_t>();
+  const float* sp = w.scales.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) k.dequantize_rows(wp, sp, in, groups, ip[i], ip[i] + 1, yp + i * in);
+  return y;
+}
+
 at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b) {
   TORCH_CHECK(w.quantized() && w.w.scalar_type() == at::kChar && w.w.is_contiguous() &&
                   w.scales.is_contiguous() && w.w.is_cpu(),
@@ -388,7 +407,24 @@ at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
   TORCH_CHECK(static_cast<int64_t>(lens.size()) == batch && tables.size() == lens.size(),
               "PagedDecodeAttention: one table and length per sequence");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "KV cache must be contiguous");
-  at::Tensor qs = (q.to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(d)))).contiguous();
+  // q * (1 / sqrt(d)) as LibTorch's float32 multiply by that scalar (the
+  // same bits), in one loop: q is a strided view of the fused projection.
+  at::Tensor qs;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  if (q.scalar_type() == at::kFloat && q.stride(2) == 1) {
+    qs = at::empty({batch, hq, d}, q.options());
+    const float* src = q.data_ptr<float>();
+    float* dst = qs.data_ptr<float>();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < hq; ++h) {
+        const float* row = src + b * q.stride(0) + h * q.stride(1);
+        float* o = dst + (b * hq + h) * d;
+        for (int64_t j = 0; j < d; ++j) o[j] = row[j] * scale;
+      }
+    }
+  } else {
+    qs = (q.to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(d)))).contiguous();
+  }
   at::Tensor out = at::empty({batch, hq, d}, q.options().dtype(at::kFloat));
   const KernelTable& k = kernels::Kernels();
   kernels::DecodeAttentionFn fn = nullptr;

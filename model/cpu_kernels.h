@@ -232,6 +232,11 @@ void SetInt8Int16Activations(bool enabled);
 // as integers; every row is computed as if it were alone.
 at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b);
 
+// Rows `ids` of int8 w (CPU, contiguous) dequantized -> [ids, in] float32:
+// the int8 embedding table's lookup, each weight times its group's scale
+// (the bits of LinearWeight::Dequantize's rows). ids must lie in [0, out).
+at::Tensor Int8GatherRows(const LinearWeight& w, const at::Tensor& ids);
+
 // For benchmarks: true runs PagedDecodeAttention as before whole cache rows
 // (a task per sequence and KV head at every batch size, no software
 // prefetch), so that both can be measured side by side. Default false.

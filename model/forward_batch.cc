@@ -1,5 +1,7 @@
 #include "model/forward_batch.h"
 
+#include <utility>
+
 #include <ATen/ops/tensor.h>
 
 namespace dikkat::model {
@@ -37,6 +39,7 @@ BatchIndex MakeBatchIndex(const std::vector<SequenceChunk>& chunks, int32_t bloc
   }
   index.positions = LongTensor(positions, device);
   if (use_cache) index.write_slots = LongTensor(write_slots, device);
+  index.write_slot_list = std::move(write_slots);
   return index;
 }
 

@@ -54,6 +54,7 @@ struct BatchIndex {
   std::vector<int64_t> lens;
   at::Tensor positions;    // [N] long
   at::Tensor write_slots;  // [N] long: where each new token's K/V go (cache only)
+  std::vector<int64_t> write_slot_list;  // the same on the host
   // Per chunk [start + n] long: the cache slots of every position it attends
   // to (cache, start > 0, and not a paged decode token); undefined otherwise.
   std::vector<at::Tensor> context_slots;

@@ -286,6 +286,9 @@ TEST(QuantizeInt8Test, RowsAndGatherSeeTheSameRowsAsDequantize) {
   EXPECT_TRUE(q.Rows(3, 4).Dequantize().equal(full.narrow(0, 3, 4)));
   at::Tensor ids = at::arange(9, -1, -3, at::kLong);  // 9, 6, 3, 0
   EXPECT_TRUE(q.Gather(ids).equal(full.index_select(0, ids)));
+  // A row outside the table is an error, not a read past it.
+  EXPECT_THROW(q.Gather(at::arange(8, 11, at::kLong)), c10::Error);
+  EXPECT_THROW(q.Gather(at::arange(-1, 1, at::kLong)), c10::Error);
 }
 
 }  // namespace
