@@ -82,6 +82,10 @@ at::Tensor CpuNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tens
   return y;
 }
 
+void CpuExpShifted(const float* x, float shift, float divisor, float* y, int64_t n) {
+  kernels::Kernels().exp_shifted(x, shift, divisor, y, n);
+}
+
 void SetCpuElementwise(bool on) { enabled.store(on, std::memory_order_relaxed); }
 
 }  // namespace dikkat::model

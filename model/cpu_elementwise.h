@@ -29,6 +29,10 @@ at::Tensor CpuSiluMul(const at::Tensor& gate, const at::Tensor& up);
 at::Tensor CpuNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                    double eps, bool rms);
 
+// y[i] = e^((x[i] - shift) / divisor) for i < n, on the calling thread
+// (the sampler's softmax weights; e^-inf = 0). Raw memory, any caller.
+void CpuExpShifted(const float* x, float shift, float divisor, float* y, int64_t n);
+
 // For benchmarks and tests: false sends every caller back to LibTorch's
 // operators (CpuElementwiseApplies is false).
 void SetCpuElementwise(bool enabled);

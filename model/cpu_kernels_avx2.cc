@@ -137,7 +137,7 @@ struct Ops {
   DIKKAT_INLINE static V Div(V a, V b) { return _mm256_div_ps(a, b); }
   DIKKAT_INLINE static V Max(V a, V b) { return _mm256_max_ps(a, b); }
   DIKKAT_INLINE static V Min(V a, V b) { return _mm256_min_ps(a, b); }
-  // 2^n for whole numbers n in [-126, 128] (128: infinity).
+  // 2^n for whole numbers n in [-126, 127].
   DIKKAT_INLINE static V Pow2(V n) {
     const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));

@@ -148,7 +148,7 @@ struct Ops {
   DIKKAT_INLINE static V Div(V a, V b) { return _mm512_div_ps(a, b); }
   DIKKAT_INLINE static V Max(V a, V b) { return _mm512_max_ps(a, b); }
   DIKKAT_INLINE static V Min(V a, V b) { return _mm512_min_ps(a, b); }
-  // 2^n for whole numbers n in [-126, 128] (128: infinity).
+  // 2^n for whole numbers n in [-126, 127].
   DIKKAT_INLINE static V Pow2(V n) {
     const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));

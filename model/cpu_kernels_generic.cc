@@ -140,7 +140,7 @@ struct Ops {
   DIKKAT_INLINE static V Div(V a, V b) { return a / b; }
   DIKKAT_INLINE static V Max(V a, V b) { return a > b ? a : b; }
   DIKKAT_INLINE static V Min(V a, V b) { return a < b ? a : b; }
-  // 2^n for whole numbers n in [-126, 128] (128: infinity).
+  // 2^n for whole numbers n in [-126, 127].
   DIKKAT_INLINE static V Pow2(V n) {
     const I32x8 e = __builtin_convertvector(n, I32x8) + 127;
     U32x8 bits;

@@ -107,6 +107,8 @@ struct KernelTable {
   // RMSNorm, times w and plus b where not null; y may be x.
   void (*norm)(const float* x, const float* w, const float* b, float eps, bool rms, float* y,
                int64_t rows, int64_t d);
+  // y[i] = e^((x[i] - shift) / divisor), i < n; y may be x.
+  void (*exp_shifted)(const float* x, float shift, float divisor, float* y, int64_t n);
 };
 
 // bfloat16 weights times x split into two bfloat16 parts with the

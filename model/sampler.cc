@@ -1,7 +1,6 @@
 #include "model/sampler.h"
 
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/from_blob.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
@@ -17,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "model/cpu_elementwise.h"
 
 namespace dikkat::model {
 namespace {
@@ -222,20 +222,17 @@ double Sum(absl::Span<const float> values) {
   return std::accumulate(lane_sum, lane_sum + kLanes, 0.0);
 }
 
-// weights[i] = exp((logits[i] - max) / temperature). The exponential runs
-// through ATen for its vectorized (SLEEF) exp: scalar expf over 50k entries
-// was the largest single cost of a draw. Elementwise, so the result does not
-// depend on the thread count.
+// weights[i] = exp((logits[i] - max) / temperature), by the CPU kernels'
+// vector exponential (cpu_elementwise.h) on this thread: scalar expf over 50k
+// entries was the largest single cost of a draw, and LibTorch's exp over
+// them woke its OpenMP threads at every token. Elementwise, so the result
+// does not depend on the thread count; exp(-inf) = 0 (masked tokens weigh
+// nothing).
 absl::Status ComputeWeights(absl::Span<const float> logits, float max, float temperature,
                             std::vector<float>* weights) {
   weights->resize(logits.size());
-  float* w = weights->data();
-  for (size_t i = 0; i < logits.size(); ++i) w[i] = (logits[i] - max) / temperature;
-  try {
-    at::from_blob(w, {static_cast<int64_t>(logits.size())}, at::kFloat).exp_();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("sampler: exp failed: ", e.what_without_backtrace()));
-  }
+  CpuExpShifted(logits.data(), max, temperature, weights->data(),
+                static_cast<int64_t>(logits.size()));
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/abs.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/erfc.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/isnan.h>
@@ -131,6 +132,29 @@ TEST_F(CpuElementwiseTest, GeluSpecialValuesAsLibTorch) {
       }
     }
   }
+}
+
+TEST_F(CpuElementwiseTest, ExpShiftedMatchesFloat64Reference) {
+  // e^((x - 3) / 0.7) over the range where it is a normal float, and the
+  // edges: 0 below it (and for -inf), infinity above, NaN kept.
+  const at::Tensor x = at::linspace(-57.0, 65.0, 100003);
+  at::Tensor y = at::empty_like(x);
+  CpuExpShifted(x.data_ptr<float>(), 3.0f, 0.7f, y.data_ptr<float>(), x.numel());
+  const at::Tensor v = (x.to(at::kDouble) - 3.0) / 0.7;
+  const at::Tensor rel = 1e-6 + 4 * kUlp * (1 + v.abs());
+  EXPECT_LE(WorstRatio(y, v.exp(), rel), 1.0);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {-inf, -1000.0f, -87.5f, 89.0f, inf,
+                                    std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  std::vector<float> out(edges.size());
+  CpuExpShifted(edges.data(), 0.0f, 1.0f, out.data(), static_cast<int64_t>(edges.size()));
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 0.0f);
+  EXPECT_EQ(out[3], inf);
+  EXPECT_EQ(out[4], inf);
+  EXPECT_TRUE(std::isnan(out[5]));
+  EXPECT_EQ(out[6], 1.0f);
 }
 
 TEST_F(CpuElementwiseTest, SiluMulMatchesFloat64Reference) {
