@@ -13,13 +13,19 @@
 #include <chrono>
 #include <functional>
 #include <limits>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include "model/aten_threads.h"
 #include "model/attention.h"
@@ -286,6 +292,62 @@ void BM_IsaTablesPaired(benchmark::State& state) {
 // sums either way. Counters: ms of each (blocks_ms, streams_ms) and
 // streams_speedup = blocks / streams. Elsewhere than AVX-512 both are the
 // same code.
+// Args: {dtype, batch}. The LibTorch operators a decode step of `batch`
+// sequences (context 128) still calls: a RecordFunction callback counts and
+// times every top-level operator (its own cost adds ~0.2 us a call). Prints
+// one line per operator to stderr, most time first; the step time includes
+// the callback. For finding fixed costs, not for ratios.
+struct AtenOpStat {
+  int64_t calls = 0;
+  double us = 0;
+};
+std::unordered_map<std::string, AtenOpStat>* aten_op_stats = nullptr;
+thread_local std::vector<std::chrono::steady_clock::time_point> aten_op_starts;
+
+void BM_AtenOpsPerStep(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  DecodeSteps steps(Model(dtype), dtype, state.range(1), 128);
+  std::unordered_map<std::string, AtenOpStat> stats;
+  aten_op_stats = &stats;
+  const at::CallbackHandle handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(
+          [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
+            aten_op_starts.push_back(std::chrono::steady_clock::now());
+            return nullptr;
+          },
+          [](const at::RecordFunction& fn, at::ObserverContext*) {
+            const auto start = aten_op_starts.back();
+            aten_op_starts.pop_back();
+            if (!aten_op_starts.empty()) return;  // inside another operator
+            AtenOpStat& s = (*aten_op_stats)[fn.name()];
+            ++s.calls;
+            s.us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                              start)
+                        .count();
+          })
+          .scopes({at::RecordScope::FUNCTION}));
+  int64_t n = 0;
+  for (auto _ : state) {
+    steps.Run();
+    ++n;
+  }
+  at::removeCallback(handle);
+  aten_op_stats = nullptr;
+  std::vector<std::pair<std::string, AtenOpStat>> sorted(stats.begin(), stats.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  double calls = 0, us = 0;
+  for (const auto& [name, s] : sorted) {
+    std::fprintf(stderr, "%-32s %7.1f calls/step %8.1f us/step\n", name.c_str(),
+                 static_cast<double>(s.calls) / n, s.us / n);
+    calls += s.calls;
+    us += s.us;
+  }
+  state.counters["ops_per_step"] = calls / n;
+  state.counters["op_us_per_step"] = us / n;
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 void BM_OneRowStreamsPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   DecodeSteps steps(Model(dtype), dtype, 1, 128);
@@ -1048,6 +1110,12 @@ BENCHMARK(BM_CpuElementwisePaired)
     ->Args({0, 32, 0})->Args({0, 0, 16})->Args({0, 0, 512})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_AtenOpsPerStep)
+    ->ArgNames({"dtype", "batch"})
+    ->Args({3, 1})->Args({0, 8})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0)
     ->UseRealTime();
 BENCHMARK(BM_IsaTablesPaired)
     ->ArgNames({"dtype", "batch", "prompt"})
