@@ -321,9 +321,9 @@ void BM_AtenOpsPerStep(benchmark::State& state) {
             if (!aten_op_starts.empty()) return;  // inside another operator
             AtenOpStat& s = (*aten_op_stats)[fn.name()];
             ++s.calls;
-            s.us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
-                                                              start)
-                        .count();
+            s.us +=
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                    .count();
           })
           .scopes({at::RecordScope::FUNCTION}));
   int64_t n = 0;
@@ -388,7 +388,8 @@ void BM_Int8OneRowScalesPaired(benchmark::State& state) {
       },
       "per_vector_ms", "per_group_ms", "per_group_speedup");
   SetInt8OneRowScalePerGroup(-1);
-  state.SetLabel(std::string(IsaName(ActiveIsa())) + (kernels::OneRowStreams() ? " (one-row streams)" : ""));
+  state.SetLabel(std::string(IsaName(ActiveIsa())) +
+                 (kernels::OneRowStreams() ? " (one-row streams)" : ""));
 }
 
 // Args: {rows, threads}. GeluTanh (layers.h: x * sigmoid(2u) in five
@@ -1126,6 +1127,7 @@ BENCHMARK(BM_IsaTablesPaired)
     ->UseRealTime();
 BENCHMARK(BM_OneRowStreamsPaired)
     ->ArgNames({"dtype"})
+    ->Arg(0)
     ->Arg(1)
     ->Arg(3)
     ->Unit(benchmark::kMillisecond)

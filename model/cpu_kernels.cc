@@ -350,7 +350,9 @@ at::Tensor Int8GatherRows(const LinearWeight& w, const at::Tensor& ids) {
   const int8_t* wp = w.w.data_ptr<int8_t>();
   const float* sp = w.scales.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  for (int64_t i = 0; i < n; ++i) k.dequantize_rows(wp, sp, in, groups, ip[i], ip[i] + 1, yp + i * in);
+  for (int64_t i = 0; i < n; ++i) {
+    k.dequantize_rows(wp, sp, in, groups, ip[i], ip[i] + 1, yp + i * in);
+  }
   return y;
 }
 

@@ -190,8 +190,8 @@ void SetTilePrefetchShares(int mode);
 // 1 into L2 only, 0 into L1, -1 by the CPU and the number of rows
 // (PrefetchToL2, cpu_kernels_isa.h). Same sums.
 void SetPrefetchToL2(int mode);
-// For benchmarks: how the AVX-512 kernels run one input row of bfloat16
-// (where the dot products do not take it) and int8 weights: 1 output row
+// For benchmarks: how the AVX-512 kernels run one input row of float32,
+// bfloat16 (where the dot products do not take it) and int8 weights: 1 output row
 // after output row (one stream of W per task), 0 several rows interleaved,
 // -1 the CPU's own choice (OneRowStreams, cpu_kernels_isa.h). Same sums.
 void SetOneRowStreams(int mode);

@@ -129,8 +129,9 @@ struct Bf16DotKernels {
 // task's slice of W (0: each ISA's own); set by SetRowBlockRows (cpu_kernels.h).
 int64_t RowBlockRowsOverride();
 // Whether the AVX-512 kernels run one input row (batch-1 decode) as one
-// sequential stream of W per task, output row after output row (bfloat16
-// widened: LinearRowsBf16Stream; int8: Int8Block of one output row), rather
+// sequential stream of W per task, output row after output row (float32:
+// LinearRowsF32Stream; bfloat16 widened: LinearRowsBf16Stream; int8:
+// Int8Block of one output row), rather
 // than interleaving several output rows: on CPUs that run 512-bit
 // operations in halves (Avx512InHalves: Zen 4). There, paired
 // (BM_IsaTablesPaired), the interleaved blocks ran the batch-1 decode step

@@ -64,7 +64,8 @@ at::Tensor GeluTanh(const at::Tensor& x) {
 
 at::Tensor Norm::operator()(const at::Tensor& x) const {
   if (CpuElementwiseApplies(x, {weight, bias})) {
-    return CpuNorm(x, weight, bias, eps, kind != NormKind::kLayerNorm);
+    const bool rms = kind != NormKind::kLayerNorm;  // RMSNorm has no bias (as below)
+    return CpuNorm(x, weight, rms ? at::Tensor() : bias, eps, rms);
   }
   SerialAtenOps serial(Small(x));
   if (kind == NormKind::kLayerNorm) {
