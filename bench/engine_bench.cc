@@ -7,6 +7,7 @@
 // Every figure is tokens/s (items_per_second). Timings on these machines are
 // noisy: compare within one run (bench/run.sh puts PyTorch beside it).
 #include <benchmark/benchmark.h>
+#include "absl/types/span.h"
 
 #include <algorithm>
 #include <atomic>
@@ -560,12 +561,14 @@ void BM_SmallBatchLinear(benchmark::State& state) {
   const c10::ScalarType dtype = DType(code);
   struct Shape { int64_t in, out; };
   const Shape shapes[] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  const Shape head[] = {{768, 50257}};  // layers 0: the tied output head alone
+  const bool head_only = state.range(3) == 0;
   std::vector<LinearWeight> weights;
   std::vector<at::Tensor> biases;
   int64_t weight_count = 0;
   at::manual_seed(1);
-  for (int layer = 0; layer < state.range(3); ++layer) {
-    for (const Shape& s : shapes) {
+  for (int layer = 0; layer < std::max<int64_t>(state.range(3), 1); ++layer) {
+    for (const Shape& s : head_only ? absl::Span<const Shape>(head) : absl::Span<const Shape>(shapes)) {
       at::Tensor w = at::randn({s.out, s.in}) * 0.02;
       if (dtype == at::kChar) {
         weights.push_back(QuantizeInt8(w));
@@ -769,6 +772,28 @@ void BM_CausalBlocksPaired(benchmark::State& state) {
       },
       "whole_ms", "blocks_ms", "blocks_speedup");
   SetCausalQueryBlockRows(kCausalQueryBlockRows);
+}
+
+// Args: {dtype, prompt}. A prefill of `prompt` tokens with its attention
+// through LibTorch's operators (matmul, mask, softmax, matmul: as before)
+// and through PromptAttention's register blocks (SetPromptAttention),
+// alternating prefill by prefill. Counters: ms of each (aten_ms, kernel_ms)
+// and kernel_speedup = aten / kernel.
+void BM_PromptAttentionPaired(benchmark::State& state) {
+  Prefill prefill(DType(state.range(0)), state.range(1));
+  RunPaired(
+      state,
+      [&] {
+        SetPromptAttention(false);
+        prefill.Run();
+      },
+      [&] {
+        SetPromptAttention(true);
+        prefill.Run();
+      },
+      "aten_ms", "kernel_ms", "kernel_speedup");
+  SetPromptAttention(true);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
 // Args: {dtype (0 fp32, 1 bf16), M, engine}. Tasks of up to 4 units of 24
@@ -1025,6 +1050,7 @@ BENCHMARK(BM_SmallBatchLinear)
     ->ArgsProduct({{0, 1}, {1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}, {12}})
     ->Args({0, 1, 2, 12})->Args({2, 1, 0, 12})->Args({2, 8, 0, 12})
     ->ArgsProduct({{0, 1}, {1, 4, 8}, {0, 1}, {1}})
+    ->ArgsProduct({{0, 1, 3}, {1, 8}, {0}, {0}})  // the output head alone
     ->ArgsProduct({{3}, {1, 4, 8, 32, 512}, {0}, {12, 1}})
     ->Args({0, 512, 1, 12})
     // float32 / bfloat16 row blocks (9..63 rows) against OpenBLAS / oneDNN
@@ -1037,6 +1063,13 @@ BENCHMARK(BM_LinearRowBlocksPaired)
     ->ArgsProduct({{0, 1}, {8, 16, 24, 32, 48, 63}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
+    ->UseRealTime();
+BENCHMARK(BM_PromptAttentionPaired)
+    ->ArgNames({"dtype", "prompt"})
+    ->ArgsProduct({{0}, {16, 128, 512, 1024}})
+    ->Args({3, 16})->Args({3, 512})->Args({1, 512})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
     ->UseRealTime();
 BENCHMARK(BM_CausalBlocksPaired)
     ->ArgNames({"dtype", "prompt", "rows"})
@@ -1061,7 +1094,7 @@ BENCHMARK(BM_DecodeTaskUnitsPaired)
     ->UseRealTime();
 BENCHMARK(BM_RowBlockRowsPaired)
     ->ArgNames({"dtype", "rows", "block", "prompt"})
-    ->ArgsProduct({{0, 3}, {8}, {4, 6}, {0}})
+    ->ArgsProduct({{0, 3}, {8}, {4, 6, 8}, {0}})
     ->ArgsProduct({{0, 3}, {16}, {4, 6}, {1}})
     ->Args({1, 8, 6, 0})->Args({1, 8, 4, 0})
     ->ArgsProduct({{0, 3}, {32}, {8}, {0}})
@@ -1071,6 +1104,7 @@ BENCHMARK(BM_RowBlockRowsPaired)
 BENCHMARK(BM_TiledRowBlocksPaired)
     ->ArgNames({"dtype", "rows", "prompt"})
     ->ArgsProduct({{0, 1, 2, 3}, {8, 16, 32}, {0, 1}})
+    ->Args({0, 128, 1})->Args({0, 512, 1})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

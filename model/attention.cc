@@ -333,6 +333,23 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
       outs.push_back(decoded.narrow(0, decode_slot[i], len));
       continue;
     }
+    if (probs == nullptr) {
+      // Keys [total, Hkv, D]: the cache's rows up to this chunk, or the
+      // chunk's own.
+      at::Tensor kc, vc;
+      if (cache != nullptr && start > 0) {
+        kc = cache->keys(layer).index_select(0, index.context_slots[i]).to(at::kFloat);
+        vc = cache->values(layer).index_select(0, index.context_slots[i]).to(at::kFloat);
+      } else {
+        kc = k.narrow(0, off, len);
+        vc = v.narrow(0, off, len);
+      }
+      at::Tensor qc = q.narrow(0, off, len);
+      if (PromptAttentionApplies(qc, kc, vc)) {
+        outs.push_back(PromptAttention(qc, kc, vc, start, options.causal, window));
+        continue;
+      }
+    }
     at::Tensor qi = q.narrow(0, off, len).transpose(0, 1);  // [Hq, n, D]
     at::Tensor ki, vi;                                      // [Hkv, L, D]
     if (cache != nullptr && start > 0) {

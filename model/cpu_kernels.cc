@@ -68,6 +68,7 @@ using kernels::KernelTable;
 std::atomic<bool> long_tiled_tasks{true};  // SetSmallBatchLinearLongTiledTasks
 std::atomic<int64_t> decode_task_units{kDefaultDecodeTaskUnits};  // SetDecodeTaskUnits
 std::atomic<bool> paged_attention_before{false};  // SetPagedDecodeAttentionAsBefore
+std::atomic<bool> prompt_attention_on{true};      // SetPromptAttention
 
 // Positions ahead that the per-head decode attention prefetches a head's
 // cache rows. Measured with per-head tasks at 1-32 sequences on a Zen 3 EPYC
@@ -462,6 +463,69 @@ at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
                     [&](int64_t t0, int64_t t1) { fn(args, t0, t1); });
   }
   return out.scalar_type() == q.scalar_type() ? out : out.to(q.scalar_type());
+}
+
+void SetPromptAttention(bool on) { prompt_attention_on.store(on, std::memory_order_relaxed); }
+
+bool PromptAttentionOn() { return prompt_attention_on.load(std::memory_order_relaxed); }
+
+namespace {
+// Heads and values contiguous in each position's row, float32 on the CPU.
+bool PromptRowsOk(const at::Tensor& t) {
+  return t.is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 3 && t.stride(2) == 1 &&
+         t.stride(1) == t.size(2) && t.stride(0) >= t.size(1) * t.size(2);
+}
+}  // namespace
+
+bool PromptAttentionApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return PromptAttentionOn() && kernels::Kernels().prompt_attention != nullptr && PromptRowsOk(q) && PromptRowsOk(k) && PromptRowsOk(v) &&
+         k.sizes() == v.sizes() && q.size(2) == k.size(2) && q.size(2) > 0 && k.size(1) > 0 &&
+         q.size(1) % k.size(1) == 0;
+}
+
+at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           int64_t start, bool causal, int64_t window) {
+  TORCH_CHECK(PromptRowsOk(q) && PromptRowsOk(k) && PromptRowsOk(v) && k.sizes() == v.sizes() &&
+                  q.size(2) == k.size(2) && q.size(1) % k.size(1) == 0,
+              "PromptAttention: float32 [positions, heads, D] rows with heads contiguous");
+  const int64_t len = q.size(0), hq = q.size(1), d = q.size(2);
+  const int64_t total = k.size(0), hkv = k.size(1);
+  TORCH_CHECK(!causal || start + len <= total, "PromptAttention: queries past the last key");
+  at::Tensor out = at::empty({len, hq * d}, q.options());
+  if (len == 0) return out;
+  const KernelTable& kt = kernels::Kernels();
+  TORCH_CHECK(kt.prompt_attention != nullptr, "PromptAttention: not on the ", IsaName(kt.isa),
+              " kernels");
+  // The keys transposed per KV head, [Hkv, D, ldk], zero past `total`: each
+  // key's value j for kt.prompt_key_chunk keys at once.
+  const int64_t chunk = kt.prompt_key_chunk;
+  const int64_t ldk = (total + chunk - 1) / chunk * chunk;
+  at::Tensor keys_t = at::empty({hkv, d, ldk}, q.options());
+  {
+    const float* src = k.data_ptr<float>();
+    float* dst = keys_t.data_ptr<float>();
+    const int64_t ks = k.stride(0);
+    TeamParallelFor(hkv * d, std::max<int64_t>(1, d / 4), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t h = r / d, j = r % d;
+        float* row = dst + r * ldk;
+        const float* col = src + h * d + j;
+        for (int64_t c = 0; c < total; ++c) row[c] = col[c * ks];
+        std::fill(row + total, row + ldk, 0.0f);
+      }
+    });
+  }
+  const kernels::PromptAttentionArgs args{
+      q.data_ptr<float>(), q.stride(0), keys_t.data_ptr<float>(), ldk,
+      v.data_ptr<float>(), v.stride(0), out.data_ptr<float>(),    len,
+      start,               total,       hq,                        hkv,
+      d,                   window,      causal,
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+  // Tasks of one head and one block of query rows, the longest (the last
+  // rows, causal) first so that the short ones fill in at the end.
+  const int64_t blocks = (len + kt.prompt_rows - 1) / kt.prompt_rows;
+  TeamParallelFor(blocks * hq, 1, [&](int64_t t0, int64_t t1) { kt.prompt_attention(args, t0, t1); });
+  return out;
 }
 
 }  // namespace dikkat::model

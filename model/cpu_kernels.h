@@ -257,6 +257,28 @@ at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
                                 const std::vector<int64_t>& lens, int64_t block_size,
                                 int64_t window);
 
+// A prompt's (or chunk's) attention with its keys in hand, on the CPU in
+// float32, as register blocks of query rows (cpu_kernels_body.inc,
+// PromptAttention) instead of LibTorch's matmul, mask, softmax and matmul.
+//   q:    [len, Hq, D] float32, the queries at positions start..start+len-1
+//   k, v: [total, Hkv, D] float32, the keys at positions 0..total-1
+//         (total = start + len when causal)
+//   causal: query p sees the keys [max(0, p - window + 1), p] (window 0:
+//         [0, p]); else every key
+// Each of the three may be a view with any stride between positions, but
+// with its heads and values contiguous; and the active ISA must have the
+// kernel (AVX-512 and AVX2; not the generic table): PromptAttentionApplies.
+// Returns
+// [len, Hq * D]. Scale 1/sqrt(D), applied to q first as LibTorch's path does.
+bool PromptAttentionApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           int64_t start, bool causal, int64_t window);
+
+// For benchmarks and tests: false sends prompts through LibTorch's operators
+// (ScaledDotProductAttention) as before PromptAttention. Default true.
+void SetPromptAttention(bool on);
+bool PromptAttentionOn();
+
 }  // namespace dikkat::model
 
 #endif  // DIKKAT_MODEL_CPU_KERNELS_H_

@@ -68,6 +68,27 @@ struct DecodeAttentionArgs {
 };
 using DecodeAttentionFn = void (*)(const DecodeAttentionArgs& args, int64_t t0, int64_t t1);
 
+// A prompt's (or a chunk's) float32 attention with the keys in hand, for
+// the tasks t in [t0, t1): t = block * hq + head counted from the last block
+// of query rows (the longest, causal), blocks of prompt_rows queries. Query
+// i (i < len) is at position start + i; causal, it sees the keys at
+// positions [max(0, p - window + 1) if window > 0 else 0, p]; otherwise all
+// `total` keys. Scores q . k / sqrt(d) (q scaled first, as LibTorch's path
+// does), a softmax per query, the values summed with those weights.
+struct PromptAttentionArgs {
+  const float* q;    // [len, Hq, D] with q_stride floats from one query to the next
+  int64_t q_stride;
+  const float* kt;   // [Hkv, D, ldk]: the keys transposed, zero from `total` on
+  int64_t ldk;       // a multiple of prompt_key_chunk, >= total
+  const float* v;    // [total, Hkv, D] with v_stride floats from one key to the next
+  int64_t v_stride;
+  float* out;        // [len, Hq, D], contiguous
+  int64_t len, start, total, hq, hkv, d, window;
+  bool causal;
+  float scale;       // 1 / sqrt(d) as a float
+};
+using PromptAttentionFn = void (*)(const PromptAttentionArgs& args, int64_t t0, int64_t t1);
+
 struct KernelTable {
   CpuIsa isa;
   // Input rows of one register block; more rows run as several blocks over
@@ -98,6 +119,10 @@ struct KernelTable {
   DecodeAttentionFn decode_attention_f32;
   DecodeAttentionFn decode_attention_bf16;
   DecodeAttentionFn decode_attention_f16;
+  // Query rows per task and keys per score block of prompt_attention.
+  int64_t prompt_rows;
+  int64_t prompt_key_chunk;
+  PromptAttentionFn prompt_attention;  // null: LibTorch's operators instead
   // Elementwise (cpu_elementwise_body.inc), on the calling thread.
   // y[i] = GELU(x[i]), i < n: the tanh approximation or erf's; y may be x.
   void (*gelu)(const float* x, float* y, int64_t n, bool tanh);

@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/isinf.h>
 #include <ATen/ops/isnan.h>
 #include <ATen/ops/ones.h>
@@ -356,6 +357,89 @@ TEST(PagedDecodeAttentionTest, MatchesFloat64ReferenceForEveryCacheDtypeHeadLayo
         }
       }
     }
+  }
+}
+
+// Reference prompt attention in float64: q [len, Hq, D] at positions
+// start.., k and v [total, Hkv, D]; causal with an optional window, or every
+// key.
+at::Tensor ReferencePromptAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    int64_t start, bool causal, int64_t window) {
+  const int64_t len = q.size(0), hq = q.size(1), d = q.size(2), total = k.size(0);
+  at::Tensor kd = k.to(at::kDouble).repeat_interleave(hq / k.size(1), 1).transpose(0, 1);
+  at::Tensor vd = v.to(at::kDouble).repeat_interleave(hq / k.size(1), 1).transpose(0, 1);
+  at::Tensor scores = at::matmul(q.to(at::kDouble).transpose(0, 1), kd.transpose(1, 2)) /
+                      std::sqrt(static_cast<double>(d));  // [Hq, len, total]
+  if (causal) {
+    for (int64_t i = 0; i < len; ++i) {
+      const int64_t p = start + i;
+      const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+      if (first > 0) scores.select(1, i).narrow(1, 0, first).fill_(-INFINITY);
+      if (p + 1 < total) scores.select(1, i).narrow(1, p + 1, total - p - 1).fill_(-INFINITY);
+    }
+  }
+  return at::matmul(at::softmax(scores, -1), vd).transpose(0, 1).reshape({len, hq * d});
+}
+
+TEST(PromptAttentionTest, MatchesFloat64ReferenceForEveryLayoutMaskAndStride) {
+  if (!PromptAttentionApplies(at::zeros({1, 1, 16}), at::zeros({1, 1, 16}),
+                              at::zeros({1, 1, 16}))) {
+    // The generic table leaves prompts to LibTorch (measured faster there).
+    EXPECT_EQ(ActiveIsa(), CpuIsa::kGeneric);
+    GTEST_SKIP() << "no prompt attention kernel on " << IsaName(ActiveIsa());
+  }
+  at::manual_seed(22);
+  // Head sizes below one vector, not a multiple of 8 or 16, exact, and past
+  // one register block of values; MHA and grouped-query; prompts shorter
+  // than a block of query rows, a few blocks with a tail, and longer than a
+  // block of keys (16-64 keys); from position 0 or after cached keys;
+  // windows none, shorter and longer than the keys; and every key visible.
+  for (int64_t d : {5, 20, 64, 100}) {
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}}) {
+      for (int64_t len : {1, 5, 13, 70}) {
+        for (int64_t start : {0, 9}) {
+          for (int64_t window : {-1, 0, 3, 100}) {  // -1: not causal
+            const bool causal = window >= 0;
+            const int64_t total = start + len;
+            // Views into wider rows, as the fused QKV projection gives.
+            at::Tensor qkv = at::randn({total, 2 * hq + 2 * hkv, d});
+            at::Tensor q = qkv.narrow(0, start, len).narrow(1, 0, hq);
+            at::Tensor k = qkv.narrow(1, hq, hkv);
+            at::Tensor v = qkv.narrow(1, hq + hkv, hkv);
+            ASSERT_TRUE(PromptAttentionApplies(q, k, v));
+            at::Tensor got = PromptAttention(q, k, v, start, causal, std::max<int64_t>(window, 0));
+            at::Tensor want = ReferencePromptAttention(q, k, v, start, causal,
+                                                       std::max<int64_t>(window, 0));
+            ASSERT_EQ(got.sizes(), want.sizes());
+            // Convex combinations of values of magnitude ~1 with weights from
+            // float32 scores over d <= 100 products: 1e-5 is ~100 ulps of 1
+            // and fails on any wrong weight or value.
+            const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
+            EXPECT_LT(err, 1e-5) << "d=" << d << " hq=" << hq << " hkv=" << hkv
+                                 << " len=" << len << " start=" << start << " window=" << window;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(PromptAttentionTest, RunsOnTheKernelsThatHaveItAndRefusesBadShapes) {
+  at::Tensor x = at::randn({4, 2, 16});
+  const bool has = kernels::Kernels().prompt_attention != nullptr;
+  EXPECT_EQ(has, ActiveIsa() != CpuIsa::kGeneric);
+  EXPECT_EQ(PromptAttentionApplies(x, x, x), has);
+  // Not float32, heads not contiguous, or heads not a multiple of KV heads.
+  EXPECT_FALSE(PromptAttentionApplies(x.to(at::kDouble), x, x));
+  EXPECT_FALSE(PromptAttentionApplies(x.transpose(0, 1), x, x));
+  EXPECT_FALSE(PromptAttentionApplies(at::randn({4, 3, 16}), x, x));
+  SetPromptAttention(false);
+  EXPECT_FALSE(PromptAttentionApplies(x, x, x));
+  SetPromptAttention(true);
+  if (has) {
+    // Causal queries past the last key.
+    EXPECT_THROW(PromptAttention(x, x.narrow(0, 0, 3), x.narrow(0, 0, 3), 0, true, 0),
+                 c10::Error);
   }
 }
 
