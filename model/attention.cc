@@ -221,16 +221,18 @@ namespace {
 std::atomic<int64_t> causal_query_block_rows{kCausalQueryBlockRows};
 
 // cache[write_slots[i]] = rows[i] ([N, Hkv, D] into [slots, Hkv, D], in the
-// cache's dtype). On the CPU from float32 rows, a copy per row (converted
-// as Tensor::to converts: round to nearest even); index_copy_ costs ~5 us a
-// call at decode sizes, 24 calls a step of a 12-layer model. Elsewhere
-// index_copy_.
+// cache's dtype). On the CPU from float32 rows into a float32, bfloat16 or
+// float16 cache, a copy per row (converted as Tensor::to converts: round to
+// nearest even); index_copy_ costs ~5 us a call at decode sizes, 24 calls a
+// step of a 12-layer model. Elsewhere index_copy_.
 void WriteCacheRows(at::Tensor& cache, const BatchIndex& index, const at::Tensor& rows) {
   const int64_t n = rows.size(0), row = cache.size(1) * cache.size(2);
   const bool direct = cache.is_cpu() && cache.is_contiguous() && rows.is_cpu() &&
                       rows.scalar_type() == at::kFloat && rows.stride(2) == 1 &&
                       rows.stride(1) == rows.size(2) && rows.size(1) * rows.size(2) == row &&
-                      static_cast<int64_t>(index.write_slot_list.size()) == n;
+                      static_cast<int64_t>(index.write_slot_list.size()) == n &&
+                      (cache.scalar_type() == at::kFloat || cache.scalar_type() == at::kBFloat16 ||
+                       cache.scalar_type() == at::kHalf);
   if (!direct) {
     cache.index_copy_(0, index.write_slots, rows.to(cache.scalar_type()));
     return;
@@ -250,14 +252,11 @@ void WriteCacheRows(at::Tensor& cache, const BatchIndex& index, const at::Tensor
         for (int64_t j = 0; j < row; ++j) d[j] = c10::BFloat16(r[j]);
         break;
       }
-      case at::kHalf: {
+      default: {  // at::kHalf
         c10::Half* d = cache.data_ptr<c10::Half>() + slot * row;
         for (int64_t j = 0; j < row; ++j) d[j] = c10::Half(r[j]);
         break;
       }
-      default:
-        cache.index_copy_(0, index.write_slots.narrow(0, i, 1),
-                          rows.narrow(0, i, 1).to(cache.scalar_type()));
     }
   }
 }
