@@ -155,8 +155,8 @@ struct Bf16DotKernels {
 int64_t RowBlockRowsOverride();
 // Whether the AVX-512 kernels run one input row (batch-1 decode) as one
 // sequential stream of W per task, output row after output row (float32:
-// LinearRowsF32Stream; bfloat16 widened: LinearRowsBf16Stream; int8:
-// Int8Block of one output row), rather
+// LinearRowsF32Stream, in the AVX2 table too; bfloat16 widened:
+// LinearRowsBf16Stream; int8: Int8Block of one output row), rather
 // than interleaving several output rows: on CPUs that run 512-bit
 // operations in halves (Avx512InHalves: Zen 4). There, paired
 // (BM_IsaTablesPaired), the interleaved blocks ran the batch-1 decode step
@@ -164,7 +164,9 @@ int64_t RowBlockRowsOverride();
 // streaming, level with them (0.95-0.99x). On a full-width Zen 5 a
 // streaming variant of the bfloat16 dot kernel measured 0.91-0.98x of the
 // blocks. Each row's sums are the same either way. SetOneRowStreams
-// (cpu_kernels.h) overrides it for benchmarks. AVX2 always streams.
+// (cpu_kernels.h) overrides it for benchmarks. AVX2 always streams bfloat16
+// and int8; float32 where this is true (measured on Zen 4 only; its 6-row
+// blocks elsewhere until measured on an AVX2-only CPU).
 bool OneRowStreams();
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
 // group (fewer instructions, the same products) rather than once per vector;
