@@ -7,7 +7,6 @@
 // Every figure is tokens/s (items_per_second). Timings on these machines are
 // noisy: compare within one run (bench/run.sh puts PyTorch beside it).
 #include <benchmark/benchmark.h>
-#include "absl/types/span.h"
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +27,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
+#include "absl/types/span.h"
 #include "model/aten_threads.h"
 #include "model/attention.h"
 #include "model/cpu_elementwise.h"
@@ -568,7 +568,9 @@ void BM_SmallBatchLinear(benchmark::State& state) {
   int64_t weight_count = 0;
   at::manual_seed(1);
   for (int layer = 0; layer < std::max<int64_t>(state.range(3), 1); ++layer) {
-    for (const Shape& s : head_only ? absl::Span<const Shape>(head) : absl::Span<const Shape>(shapes)) {
+    const absl::Span<const Shape> list = head_only ? absl::Span<const Shape>(head)
+                                                   : absl::Span<const Shape>(shapes);
+    for (const Shape& s : list) {
       at::Tensor w = at::randn({s.out, s.in}) * 0.02;
       if (dtype == at::kChar) {
         weights.push_back(QuantizeInt8(w));

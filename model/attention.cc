@@ -332,7 +332,10 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
       outs.push_back(decoded.narrow(0, decode_slot[i], len));
       continue;
     }
-    if (probs == nullptr) {
+    at::Tensor qc = q.narrow(0, off, len);  // [n, Hq, D]
+    // The kernel where it applies to this batch's rows (the cache's rows
+    // below are gathered as contiguous float32, which it takes too).
+    if (probs == nullptr && PromptAttentionApplies(qc, k, v)) {
       // Keys [total, Hkv, D]: the cache's rows up to this chunk, or the
       // chunk's own.
       at::Tensor kc, vc;
@@ -343,11 +346,8 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
         kc = k.narrow(0, off, len);
         vc = v.narrow(0, off, len);
       }
-      at::Tensor qc = q.narrow(0, off, len);
-      if (PromptAttentionApplies(qc, kc, vc)) {
-        outs.push_back(PromptAttention(qc, kc, vc, start, options.causal, window));
-        continue;
-      }
+      outs.push_back(PromptAttention(qc, kc, vc, start, options.causal, window));
+      continue;
     }
     at::Tensor qi = q.narrow(0, off, len).transpose(0, 1);  // [Hq, n, D]
     at::Tensor ki, vi;                                      // [Hkv, L, D]

@@ -478,15 +478,15 @@ bool PromptRowsOk(const at::Tensor& t) {
 }  // namespace
 
 bool PromptAttentionApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  return PromptAttentionOn() && kernels::Kernels().prompt_attention != nullptr && PromptRowsOk(q) && PromptRowsOk(k) && PromptRowsOk(v) &&
-         k.sizes() == v.sizes() && q.size(2) == k.size(2) && q.size(2) > 0 && k.size(1) > 0 &&
-         q.size(1) % k.size(1) == 0;
+  return PromptAttentionOn() && kernels::Kernels().prompt_attention != nullptr &&
+         PromptRowsOk(q) && PromptRowsOk(k) && PromptRowsOk(v) && k.sizes() == v.sizes() &&
+         q.size(2) == k.size(2) && q.size(2) > 0 && k.size(1) > 0 && q.size(1) % k.size(1) == 0;
 }
 
 at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            int64_t start, bool causal, int64_t window) {
   TORCH_CHECK(PromptRowsOk(q) && PromptRowsOk(k) && PromptRowsOk(v) && k.sizes() == v.sizes() &&
-                  q.size(2) == k.size(2) && q.size(1) % k.size(1) == 0,
+                  q.size(2) == k.size(2) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "PromptAttention: float32 [positions, heads, D] rows with heads contiguous");
   const int64_t len = q.size(0), hq = q.size(1), d = q.size(2);
   const int64_t total = k.size(0), hkv = k.size(1);
@@ -524,7 +524,8 @@ at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::T
   // Tasks of one head and one block of query rows, the longest (the last
   // rows, causal) first so that the short ones fill in at the end.
   const int64_t blocks = (len + kt.prompt_rows - 1) / kt.prompt_rows;
-  TeamParallelFor(blocks * hq, 1, [&](int64_t t0, int64_t t1) { kt.prompt_attention(args, t0, t1); });
+  TeamParallelFor(blocks * hq, 1,
+                  [&](int64_t t0, int64_t t1) { kt.prompt_attention(args, t0, t1); });
   return out;
 }
 

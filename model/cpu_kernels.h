@@ -268,8 +268,8 @@ at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
 // Each of the three may be a view with any stride between positions, but
 // with its heads and values contiguous; and the active ISA must have the
 // kernel (AVX-512 and AVX2; not the generic table): PromptAttentionApplies.
-// Returns
-// [len, Hq * D]. Scale 1/sqrt(D), applied to q first as LibTorch's path does.
+// Returns [len, Hq * D]. Scale 1/sqrt(D), applied to q first as LibTorch's
+// path does.
 bool PromptAttentionApplies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            int64_t start, bool causal, int64_t window);
