@@ -286,13 +286,6 @@ void BM_IsaTablesPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(active)));
 }
 
-// Args: {dtype}. A batch-1 decode step (context 128) with the AVX-512
-// kernels running one input row as a stream of output rows against
-// interleaved output rows (SetOneRowStreams 1 / 0), side by side; bfloat16
-// with the AVX512_BF16 dot products off (they take one row where on). Same
-// sums either way. Counters: ms of each (blocks_ms, streams_ms) and
-// streams_speedup = blocks / streams. Elsewhere than AVX-512 both are the
-// same code.
 // Args: {dtype, batch}. The LibTorch operators a decode step of `batch`
 // sequences (context 128) still calls: a RecordFunction callback counts and
 // times every top-level operator (its own cost adds ~0.2 us a call). Prints
@@ -349,6 +342,13 @@ void BM_AtenOpsPerStep(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// Args: {dtype}. A batch-1 decode step (context 128) with the AVX-512
+// (or AVX2) kernels running one input row as a stream of output rows against
+// interleaved output rows (SetOneRowStreams 1 / 0), side by side; bfloat16
+// with the AVX512_BF16 dot products off (they take one row where on). Same
+// sums either way. Counters: ms of each (blocks_ms, streams_ms) and
+// streams_speedup = blocks / streams. float32 streams in the AVX2 table too;
+// elsewhere (generic) both are the same code.
 void BM_OneRowStreamsPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   DecodeSteps steps(Model(dtype), dtype, 1, 128);
