@@ -1271,10 +1271,24 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(std::string token, int max_at
   return Client::Create(options);
 }
 
-absl::StatusOr<std::vector<Reference>> References(Client& c, const std::string& model) {
+// The drain's requests: GreedyRequest 120 tokens longer, past any end of
+// text, so that every client is mid-stream for a while at any moment (with
+// GreedyRequest's 8-29 tokens a fast engine had finished every stream before
+// the first refusal came back, and the check that the drain met streams in
+// flight found none).
+v1::GenerateRequest DrainRequest(size_t prompt, const std::string& model) {
+  v1::GenerateRequest r = GreedyRequest(prompt, model);
+  r.set_max_new_tokens(r.max_new_tokens() + 120);
+  r.set_ignore_eos(true);
+  return r;
+}
+
+absl::StatusOr<std::vector<Reference>> References(
+    Client& c, const std::string& model,
+    v1::GenerateRequest (*request)(size_t, const std::string&) = GreedyRequest) {
   std::vector<Reference> refs;
   for (size_t p = 0; p < Prompts().size(); ++p) {
-    absl::StatusOr<client::GenerateResult> r = c.Generate(GreedyRequest(p, model));
+    absl::StatusOr<client::GenerateResult> r = c.Generate(request(p, model));
     if (!r.ok()) return r.status();
     refs.push_back({r->token_ids, r->text});
   }
@@ -1407,7 +1421,7 @@ int RestartMain(Client& c, const std::string& model) {
 // Clients streaming while the server drains after SIGTERM. A client stops
 // at its first UNAVAILABLE.
 int DrainMain(Client& c, const std::string& model) {
-  absl::StatusOr<std::vector<Reference>> refs = References(c, model);
+  absl::StatusOr<std::vector<Reference>> refs = References(c, model, DrainRequest);
   if (!refs.ok()) {
     absl::FPrintF(stderr, "dikkat-soak: reference run failed: %s\n", refs.status().ToString());
     return 2;
@@ -1429,7 +1443,7 @@ int DrainMain(Client& c, const std::string& model) {
       client::CallOptions o;
       o.timeout = absl::Seconds(30);
       call.status = c.GenerateStream(
-          GreedyRequest(prompt, model),
+          DrainRequest(prompt, model),
           [&](const v1::GenerateResponse& m) {
             if (call.first_chunk == absl::InfiniteFuture()) call.first_chunk = absl::Now();
             for (const auto& t : m.tokens()) ids.push_back(t.id());
