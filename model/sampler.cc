@@ -228,12 +228,11 @@ double Sum(absl::Span<const float> values) {
 // them woke its OpenMP threads at every token. Elementwise, so the result
 // does not depend on the thread count; exp(-inf) = 0 (masked tokens weigh
 // nothing).
-absl::Status ComputeWeights(absl::Span<const float> logits, float max, float temperature,
-                            std::vector<float>* weights) {
+void ComputeWeights(absl::Span<const float> logits, float max, float temperature,
+                    std::vector<float>* weights) {
   weights->resize(logits.size());
   CpuExpShifted(logits.data(), max, temperature, weights->data(),
                 static_cast<int64_t>(logits.size()));
-  return absl::OkStatus();
 }
 
 // Filters (top_k, then top_p, then min_p) and draws one token; see sampler.h.
@@ -327,8 +326,7 @@ absl::StatusOr<int32_t> Sampler::ChooseBiased(absl::Span<const float> raw,
   if (params_.greedy()) {
     return static_cast<int32_t>(std::find(x.begin(), x.end(), max_logit) - x.begin());
   }
-  DIKKAT_RETURN_IF_ERROR(
-      ComputeWeights(x, max_logit, params_.temperature, &scratch.biased_weights));
+  ComputeWeights(x, max_logit, params_.temperature, &scratch.biased_weights);
   Ranking ranking(x, scratch.biased_weights.data(), &scratch.biased_keys);
   const size_t top_k = params_.top_k > 0 ? static_cast<size_t>(params_.top_k) : x.size();
   ranking.SortPrefix(std::max(kSortedBlock, top_k <= kSortTopKUpTo ? top_k : size_t{0}));
@@ -354,7 +352,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
   // never reorders or ties two tokens. Greedy reports T = 1.
   const bool greedy = params_.greedy();
   const float temperature = greedy ? 1.0f : params_.temperature;
-  DIKKAT_RETURN_IF_ERROR(ComputeWeights(x, max_logit, temperature, &scratch.weights));
+  ComputeWeights(x, max_logit, temperature, &scratch.weights);
   const double sum_exp = Sum(scratch.weights);  // >= 1: the max's weight is exp(0)
   const double log_z = std::log(sum_exp);
   const auto logprob = [&](int32_t id) {
