@@ -369,6 +369,31 @@ void BM_OneRowStreamsPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())) + (Avx512InHalves() ? " (512-bit in halves)" : ""));
 }
 
+// Args: {dtype, streams}. A batch-1 decode step (context 128) with each
+// task reading its slice of W as one stream against `streams` far-apart
+// streams at once (SetOneRowSpread 1 / streams), side by side, where one
+// input row streams (OneRowStreams). Same sums. Counters: ms of each
+// (one_ms, spread_ms) and spread_speedup = one / spread.
+void BM_OneRowSpreadPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int streams = static_cast<int>(state.range(1));
+  DecodeSteps steps(Model(dtype), dtype, 1, 128);
+  RunPaired(
+      state,
+      [&] {
+        SetOneRowSpread(1);
+        steps.Run();
+      },
+      [&] {
+        SetOneRowSpread(streams);
+        steps.Run();
+      },
+      "one_ms", "spread_ms", "spread_speedup");
+  SetOneRowSpread(0);
+  state.SetLabel(std::string(IsaName(ActiveIsa())) +
+                 (kernels::OneRowStreams() ? " (one-row streams)" : ""));
+}
+
 // Args: {dtype}. A batch-1 int8 decode step (context 128) with the AVX-512
 // one-row stream broadcasting each output row's scale once per vector
 // against once per group of 32 (SetInt8OneRowScalePerGroup 0 / 1), side by
@@ -1159,6 +1184,12 @@ BENCHMARK(BM_IsaTablesPaired)
     ->ArgNames({"dtype", "batch", "prompt"})
     ->ArgsProduct({{0, 1, 3}, {1, 8, 32}, {0}})
     ->ArgsProduct({{0, 1, 3}, {1}, {16}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_OneRowSpreadPaired)
+    ->ArgNames({"dtype", "streams"})
+    ->ArgsProduct({{0, 1, 3}, {2, 4, 8}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

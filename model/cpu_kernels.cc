@@ -20,6 +20,7 @@ std::atomic<int64_t> row_block_rows{0};  // SetRowBlockRows
 // tests: -1 the default choice, 0 off, 1 on.
 std::atomic<int> tiled_row_blocks{-1};  // SetTiledRowBlocks
 std::atomic<int> one_row_streams{-1};   // SetOneRowStreams
+std::atomic<int> one_row_spread{0};     // SetOneRowSpread
 std::atomic<int> int8_one_row_scale_per_group{-1};  // SetInt8OneRowScalePerGroup
 std::atomic<int> tile_prefetch_shares{-1};  // SetTilePrefetchShares
 std::atomic<int> prefetch_to_l2{-1};        // SetPrefetchToL2
@@ -39,6 +40,13 @@ int64_t RowBlockRowsOverride() { return row_block_rows.load(std::memory_order_re
 int TiledRowBlocksOverride() { return tiled_row_blocks.load(std::memory_order_relaxed); }
 
 bool OneRowStreams() { return OverrideOr(one_row_streams, Avx512InHalves()); }
+
+int OneRowSpread(bool int8) {
+  const int streams = one_row_spread.load(std::memory_order_relaxed);
+  if (streams > 0) return streams;
+  if (!Avx512InHalves()) return 1;
+  return int8 ? 2 : 4;
+}
 
 bool Int8OneRowScalePerGroup() { return OverrideOr(int8_one_row_scale_per_group, true); }
 
@@ -258,6 +266,11 @@ void SetDecodeTaskUnits(int64_t units) {
 
 void SetOneRowStreams(int mode) {
   kernels::SetOverride(kernels::one_row_streams, mode);
+}
+
+void SetOneRowSpread(int streams) {
+  kernels::one_row_spread.store(streams == 2 || streams == 4 || streams == 8 ? streams : (streams == 1 ? 1 : 0),
+                                std::memory_order_relaxed);
 }
 
 void SetInt8OneRowScalePerGroup(int mode) {

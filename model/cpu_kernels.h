@@ -195,6 +195,10 @@ void SetPrefetchToL2(int mode);
 // after output row (one stream of W per task), 0 several rows interleaved,
 // -1 the CPU's own choice (OneRowStreams, cpu_kernels_isa.h). Same sums.
 void SetOneRowStreams(int mode);
+// For benchmarks: how many far-apart streams of W a task reads at once
+// where one input row streams (1, 2, 4 or 8; 0 the default). OneRowSpread,
+// cpu_kernels_isa.h. Same sums.
+void SetOneRowSpread(int streams);
 // For benchmarks: whether that one-row int8 stream broadcasts each output
 // row's scale once per group of 32 (1, the default) or once per vector (0).
 // Same sums.

@@ -168,6 +168,23 @@ int64_t RowBlockRowsOverride();
 // and int8; float32 where this is true (measured on Zen 4 only; its 6-row
 // blocks elsewhere until measured on an AVX2-only CPU).
 bool OneRowStreams();
+// How many far-apart streams of W a task reads at once where one input row
+// streams (float32 and bfloat16 where OneRowStreams, AVX2's bfloat16 and
+// int16-x int8 everywhere): 1, or its output rows in 2, 4 or 8 equal parts,
+// row j of each at once (LinearRowsF32Spread, LinearRowsBf16Spread,
+// Int8Spread, Int8X16Spread). One stream per core leaves the memory
+// system idle part of the time: on a Zen 4 EPYC, 2 threads, a plain read
+// of 512 MB ran at ~21-25 GB/s as one stream per thread and ~28-32 GB/s as
+// 4-8 far-apart ones. Paired, the batch-1 decode step (BM_OneRowSpreadPaired,
+// against one stream) ran there:
+//   float32   AVX-512 2: 1.09-1.12x, 4: 1.21-1.26x, 8: 1.27x; AVX2 2: 1.08x, 4: 1.19x
+//   bfloat16  AVX-512 2: 1.07x, 4: 1.14x, 8: 1.16x; AVX2 2: 1.06x, 4: 1.23x, 8: 1.17x
+//   int8      AVX-512 2: 1.09x, 4: 1.07x, 8: 1.03x; AVX2 2: 1.08x, 4: 1.00x, 8: 0.97x
+// so 4 for float weights and 2 for int8 where Avx512InHalves (Zen 4), 1
+// elsewhere until measured there. Each row's sums are the one-stream
+// kernel's (float32, int8) or LinearBlockBf16Pairs' (bfloat16).
+// SetOneRowSpread (cpu_kernels.h) overrides it.
+int OneRowSpread(bool int8);
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
 // group (fewer instructions, the same products) rather than once per vector;
 // true unless SetInt8OneRowScalePerGroup (cpu_kernels.h) says otherwise.

@@ -195,6 +195,42 @@ TEST(SmallBatchLinearTest, Float32RowIsComputedAsIfAlone) {
   }
 }
 
+TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
+  // One input row read as 1, 2, 4 or 8 far-apart streams of W at once
+  // (SetOneRowSpread; with SetOneRowStreams on, so that the streaming kernels
+  // run on every CPU): each output row keeps its own sum. float32 rows are
+  // the rows' sums among others (the batching tests rely on it); bfloat16
+  // (widened) ones in 2-8 streams those of up to 4 rows
+  // (LinearBlockBf16Pairs; one stream, LinearRowsBf16Stream, sums in four
+  // parts and is held to the float64 reference above instead). 77 and
+  // 2304 outputs: tasks whose rows split into parts with and without a
+  // remainder; 200 and 768 inputs: with and without a tail.
+  at::manual_seed(41);
+  SetBf16DotProducts(0);
+  SetOneRowStreams(1);
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (int64_t out : {77, 2304}) {
+      for (int64_t in : {200, 768}) {
+        at::Tensor w = at::randn({out, in}).to(dtype), b = at::randn({out});
+        at::Tensor x = at::randn({dtype == at::kFloat ? 9 : 4, in});
+        const at::Tensor all = SmallBatchLinear(x, w, b);
+        for (int streams : {1, 2, 4, 8}) {
+          if (dtype == at::kBFloat16 && streams == 1) continue;
+          SetOneRowSpread(streams);
+          for (int64_t m = 0; m < x.size(0); ++m) {
+            EXPECT_TRUE(SmallBatchLinear(x.narrow(0, m, 1), w, b).equal(all.narrow(0, m, 1)))
+                << c10::toString(dtype) << " out " << out << " in " << in << ", row " << m
+                << ", " << streams << " streams";
+          }
+        }
+        SetOneRowSpread(0);
+      }
+    }
+  }
+  SetOneRowStreams(-1);
+  SetBf16DotProducts(-1);
+}
+
 TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
   // Each output is the same sum in the same order whatever block of input
   // rows it is computed in and whichever order the blocks run in: tile by

@@ -193,10 +193,17 @@ TEST(Int8LinearTest, OneRowAsAStreamOrInBlocksGivesTheSameBits) {
     const at::Tensor all = Int8Linear(x, w, at::Tensor());
     for (int streams : {0, 1}) {
       SetOneRowStreams(streams);
-      for (int64_t m = 0; m < 5; ++m) {
-        EXPECT_TRUE(Int8Linear(x.narrow(0, m, 1), w, at::Tensor()).equal(all.narrow(0, m, 1)))
-            << "in " << in << ", row " << m << ", streams " << streams;
+      // And each task's rows read as 1, 2, 4 or 8 far-apart streams at once
+      // (SetOneRowSpread): 77 outputs leave parts with a remainder.
+      for (int spread : {1, 2, 4, 8}) {
+        SetOneRowSpread(spread);
+        for (int64_t m = 0; m < 5; ++m) {
+          EXPECT_TRUE(Int8Linear(x.narrow(0, m, 1), w, at::Tensor()).equal(all.narrow(0, m, 1)))
+              << "in " << in << ", row " << m << ", streams " << streams << ", spread "
+              << spread;
+        }
       }
+      SetOneRowSpread(0);
     }
     SetOneRowStreams(-1);
   }
