@@ -269,8 +269,8 @@ void SetOneRowStreams(int mode) {
 }
 
 void SetOneRowSpread(int streams) {
-  kernels::one_row_spread.store(streams == 2 || streams == 4 || streams == 8 ? streams : (streams == 1 ? 1 : 0),
-                                std::memory_order_relaxed);
+  const bool valid = streams == 1 || streams == 2 || streams == 4 || streams == 8;
+  kernels::one_row_spread.store(valid ? streams : 0, std::memory_order_relaxed);
 }
 
 void SetInt8OneRowScalePerGroup(int mode) {

@@ -197,7 +197,8 @@ void SetPrefetchToL2(int mode);
 void SetOneRowStreams(int mode);
 // For benchmarks: how many far-apart streams of W a task reads at once
 // where one input row streams (1, 2, 4 or 8; 0 the default). OneRowSpread,
-// cpu_kernels_isa.h. Same sums.
+// cpu_kernels_isa.h. Same sums for float32 and int8; bfloat16 in 2-8
+// streams sums as its 2-4-row blocks do, in one stream in four parts.
 void SetOneRowSpread(int streams);
 // For benchmarks: whether that one-row int8 stream broadcasts each output
 // row's scale once per group of 32 (1, the default) or once per vector (0).

@@ -19,6 +19,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -31,6 +32,7 @@
 #include "model/sampler.h"
 #include "model/token_logprobs.h"
 #include "model/transformer.h"
+#include "model/work_team.h"
 #include "server/auxiliary_jobs.h"
 #include "server/engine_impl.h"
 
@@ -340,9 +342,22 @@ std::optional<at::Tensor> EngineImpl::Run(const ScheduleResult& plan) {
 
 // Advances each sequence past its chunk; one whose prompt is all in the
 // cache samples its next token from its row of `logits` and emits it.
+// The draws run on the work team: each reads its own row with its own
+// sampler and generator (and thread-local scratch), so they are independent
+// and their results do not depend on the threads; everything that changes
+// a request's state (its tokens, penalties' counts, text, delivery) runs
+// here, in batch order. A greedy draw over GPT-2's 50257 logits costs ~85
+// us, ~2.7 ms of a 32-sequence step on one thread.
 void EngineImpl::Postprocess(const ScheduleResult& plan, const at::Tensor& logits) {
   const int64_t vocab = logits.size(1);
   const float* data = logits.data_ptr<float>();
+  struct Draw {
+    Request* request;
+    const float* logits;  // its row
+    absl::StatusOr<model::SampledToken> token;  // drawn on the team
+  };
+  std::vector<Draw> draws;
+  draws.reserve(plan.batch.size());
   int64_t row = 0;  // the chunk's first row in `logits`
   for (size_t i = 0; i < plan.batch.size(); ++i) {
     Request* r = static_cast<Request*>(plan.batch[i]);
@@ -358,13 +373,24 @@ void EngineImpl::Postprocess(const ScheduleResult& plan, const at::Tensor& logit
       FinishGenerate(r, FinishReason::kLength);
       continue;
     }
-    absl::StatusOr<model::SampledToken> token =
-        r->sampler->Sample(absl::MakeConstSpan(last, vocab));
-    if (!token.ok()) {
-      FinishGenerate(r, FinishReason::kError, token.status());
+    draws.push_back(Draw{r, last, absl::StatusOr<model::SampledToken>()});
+  }
+  model::TeamParallelFor(static_cast<int64_t>(draws.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      Draw& d = draws[j];
+      try {  // the team's bodies must not throw
+        d.token = d.request->sampler->Sample(absl::MakeConstSpan(d.logits, vocab));
+      } catch (const std::bad_alloc&) {
+        d.token = absl::ResourceExhaustedError("out of memory while sampling the next token");
+      }
+    }
+  });
+  for (Draw& d : draws) {
+    if (!d.token.ok()) {
+      FinishGenerate(d.request, FinishReason::kError, d.token.status());
       continue;
     }
-    Emit(r, *token);
+    Emit(d.request, *d.token);
   }
 }
 
