@@ -308,6 +308,15 @@ void SetInt8Int16Activations(bool enabled) {
   int8_int16_x.store(enabled, std::memory_order_relaxed);
 }
 
+namespace {
+// t as a contiguous float32 tensor: t itself when it is one, without a
+// trip through LibTorch's dispatcher (two a linear, ~100 a decode step).
+at::Tensor ContiguousFloat(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat && t.is_contiguous()) return t;
+  return t.to(at::kFloat).contiguous();
+}
+}  // namespace
+
 bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
   const SmallBatchLinearLimits limits = SmallBatchLinearLimitsFor(ActiveIsa());
   int64_t max_rows = 0, min_rows = 1;
@@ -330,8 +339,8 @@ bool SmallBatchLinearApplies(const at::Tensor& x, const at::Tensor& w) {
 at::Tensor SmallBatchLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   TORCH_CHECK(w.size(1) == in, "SmallBatchLinear: x has ", in, " columns, w ", w.size(1));
-  at::Tensor xf = x.to(at::kFloat).contiguous();
-  at::Tensor bf = b.defined() ? b.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor xf = ContiguousFloat(x);
+  at::Tensor bf = b.defined() ? ContiguousFloat(b) : at::Tensor();
   at::Tensor y = at::empty({rows, out}, x.options().dtype(at::kFloat));
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
   if (w.scalar_type() == at::kFloat) {
@@ -378,10 +387,10 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   TORCH_CHECK(x.size(-1) == in, "Int8Linear: x has ", x.size(-1), " columns, w ", in);
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = out;
-  at::Tensor xf = x.reshape({-1, in}).to(at::kFloat).contiguous();  // [M, in]
+  at::Tensor xf = ContiguousFloat(x.reshape({-1, in}));  // [M, in]
   const int64_t rows = xf.size(0);
   if (rows >= Int8GemmMinRows()) return Int8LinearGemm(xf, w, b).view(out_shape);
-  at::Tensor bf = b.defined() ? b.to(at::kFloat).contiguous() : at::Tensor();
+  at::Tensor bf = b.defined() ? ContiguousFloat(b) : at::Tensor();
   at::Tensor y = at::empty({rows, out}, xf.options());
   const float* xp = xf.data_ptr<float>();
   const int8_t* wp = w.w.data_ptr<int8_t>();
