@@ -252,6 +252,8 @@ void SetBf16DotProducts(int mode) {
 
 bool Bf16DotProductsActive() { return ActiveBf16Dot() != nullptr; }
 
+int OneRowSpreadActive(bool int8) { return kernels::OneRowSpread(int8); }
+
 void SetSmallBatchLinearRowBlocks(bool enabled) {
   row_blocks.store(enabled, std::memory_order_relaxed);
 }

@@ -153,6 +153,10 @@ void SetSmallBatchLinearLongTiledTasks(bool enabled);
 // to the CPU: on unless it runs 512-bit operations in halves
 // (Avx512InHalves, cpu_isa.h; Zen 4), where widening is faster.
 bool Bf16DotProductsActive();
+// How many far-apart streams of W a task reads at once for one input row of
+// float weights (int8: false) or int8 ones (OneRowSpread, cpu_kernels_isa.h);
+// 1: one stream.
+int OneRowSpreadActive(bool int8);
 
 // For tests and benchmarks: 0 runs bfloat16 linears of up to 4 rows through
 // the float32 kernels (each weight widened) even where AVX512_BF16's dot

@@ -87,7 +87,14 @@ std::string DescribeCpuKernels() {
   // PrefetchToL2 (model/cpu_kernels_isa.h): on these CPUs, whatever the ISA.
   const char* prefetch =
       model::Avx512InHalves() ? "; weights prefetched into L2 at decode sizes" : "";
-  return "CPU kernels: " + model::DescribeIsa() + bf16 + prefetch;
+  // OneRowSpread (model/cpu_kernels_isa.h): measured on these CPUs only.
+  std::string spread;
+  const int streams = model::OneRowSpreadActive(false);
+  if (streams > 1) {
+    spread = "; one input row as " + std::to_string(streams) + " far-apart streams of W a task (" +
+             std::to_string(model::OneRowSpreadActive(true)) + " for int8)";
+  }
+  return "CPU kernels: " + model::DescribeIsa() + bf16 + prefetch + spread;
 }
 
 void TuneAllocator() {
