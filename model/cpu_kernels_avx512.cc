@@ -65,7 +65,7 @@ struct Ops {
   // One input row where OneRowStreams() (cpu_kernels_isa.h: CPUs that run
   // 512-bit operations in halves): bfloat16 weights not taken by the
   // AVX512_BF16 dot products go through LinearRowsBf16Stream (as on AVX2),
-  // float32 weights through LinearRowsF32Stream and int8 weights through
+  // float32 weights through LinearRowsF32Spread and int8 weights through
   // Int8Block, one output row after another. Elsewhere (and at more rows)
   // int8 blocks as the float ones.
   static constexpr int kStreamPrefetchBytes = 1024;

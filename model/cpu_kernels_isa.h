@@ -155,7 +155,7 @@ struct Bf16DotKernels {
 int64_t RowBlockRowsOverride();
 // Whether the AVX-512 kernels run one input row (batch-1 decode) as one
 // sequential stream of W per task, output row after output row (float32:
-// LinearRowsF32Stream, in the AVX2 table too; bfloat16 widened:
+// LinearRowsF32Spread, in the AVX2 table too; bfloat16 widened:
 // LinearRowsBf16Stream; int8: Int8Block of one output row), rather
 // than interleaving several output rows: on CPUs that run 512-bit
 // operations in halves (Avx512InHalves: Zen 4). There, paired
