@@ -369,15 +369,16 @@ void BM_OneRowStreamsPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())) + (Avx512InHalves() ? " (512-bit in halves)" : ""));
 }
 
-// Args: {dtype, streams}. A batch-1 decode step (context 128) with each
-// task reading its slice of W as one stream against `streams` far-apart
-// streams at once (SetOneRowSpread 1 / streams), side by side, where one
-// input row streams (OneRowStreams). Same sums. Counters: ms of each
-// (one_ms, spread_ms) and spread_speedup = one / spread.
+// Args: {dtype, streams, batch}. A decode step (context 128) of `batch`
+// sequences with each task reading its slice of W as `streams` far-apart
+// streams at once against SetOneRowSpread(1) (batch 1: one stream; float32
+// batch 2-3: the row blocks), side by side, where one input row streams
+// (OneRowStreams). Same sums. Counters: ms of each (one_ms, spread_ms) and
+// spread_speedup = one / spread.
 void BM_OneRowSpreadPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   const int streams = static_cast<int>(state.range(1));
-  DecodeSteps steps(Model(dtype), dtype, 1, 128);
+  DecodeSteps steps(Model(dtype), dtype, state.range(2), 128);
   RunPaired(
       state,
       [&] {
@@ -1189,8 +1190,9 @@ BENCHMARK(BM_IsaTablesPaired)
     ->MinTime(2.0)
     ->UseRealTime();
 BENCHMARK(BM_OneRowSpreadPaired)
-    ->ArgNames({"dtype", "streams"})
-    ->ArgsProduct({{0, 1, 3}, {2, 4, 8}})
+    ->ArgNames({"dtype", "streams", "batch"})
+    ->ArgsProduct({{0, 1, 3}, {2, 4, 8}, {1}})
+    ->ArgsProduct({{0}, {2, 4, 8}, {2, 3}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -196,14 +196,14 @@ TEST(SmallBatchLinearTest, Float32RowIsComputedAsIfAlone) {
 }
 
 TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
-  // One input row read as 1, 2, 4 or 8 far-apart streams of W at once
-  // (SetOneRowSpread; with SetOneRowStreams on, so that the streaming kernels
-  // run on every CPU): each output row keeps its own sum. float32 rows are
-  // the rows' sums among others (the batching tests rely on it); bfloat16
-  // (widened) ones in 2-8 streams those of up to 4 rows
+  // One input row (float32: 1-3) read as 1, 2, 4 or 8 far-apart streams of
+  // W at once (SetOneRowSpread; with SetOneRowStreams on, so that the
+  // streaming kernels run on every CPU): each output row keeps its own sum.
+  // float32 rows are the rows' sums among others (the batching tests rely
+  // on it); bfloat16 (widened) ones in 2-8 streams those of up to 4 rows
   // (LinearBlockBf16Pairs; one stream, LinearRowsBf16Stream, sums in four
-  // parts and is held to the float64 reference above instead). 77 and
-  // 2304 outputs: tasks whose rows split into parts with and without a
+  // parts and is held to the float64 reference above instead). 77 and 2304
+  // outputs: tasks whose rows split into parts with and without a
   // remainder; 200 and 768 inputs: with and without a tail.
   at::manual_seed(41);
   SetBf16DotProducts(0);
@@ -217,10 +217,15 @@ TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
         for (int streams : {1, 2, 4, 8}) {
           if (dtype == at::kBFloat16 && streams == 1) continue;
           SetOneRowSpread(streams);
-          for (int64_t m = 0; m < x.size(0); ++m) {
-            EXPECT_TRUE(SmallBatchLinear(x.narrow(0, m, 1), w, b).equal(all.narrow(0, m, 1)))
-                << c10::toString(dtype) << " out " << out << " in " << in << ", row " << m
-                << ", " << streams << " streams";
+          // float32 2-3 rows too (far apart where streams > 1, else the
+          // blocks).
+          for (int64_t rows = 1; rows <= (dtype == at::kFloat ? 3 : 1); ++rows) {
+            for (int64_t m = 0; m + rows <= x.size(0); ++m) {
+              EXPECT_TRUE(
+                  SmallBatchLinear(x.narrow(0, m, rows), w, b).equal(all.narrow(0, m, rows)))
+                  << c10::toString(dtype) << " out " << out << " in " << in << ", rows " << m
+                  << ".." << m + rows - 1 << ", " << streams << " streams";
+            }
           }
         }
         SetOneRowSpread(0);
