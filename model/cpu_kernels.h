@@ -154,8 +154,8 @@ void SetSmallBatchLinearLongTiledTasks(bool enabled);
 // (Avx512InHalves, cpu_isa.h; Zen 4), where widening is faster.
 bool Bf16DotProductsActive();
 // How many far-apart streams of W a task reads at once for one input row of
-// float weights (int8: false; float32 2-3 rows too where above 1) or int8
-// ones (OneRowSpread, cpu_kernels_isa.h); 1: one stream.
+// float weights (int8: false; 2-3 rows too where above 1) or int8 ones
+// (OneRowSpread, cpu_kernels_isa.h); 1: one stream.
 int OneRowSpreadActive(bool int8);
 
 // For tests and benchmarks: 0 runs bfloat16 linears of up to 4 rows through
@@ -200,7 +200,7 @@ void SetPrefetchToL2(int mode);
 // -1 the CPU's own choice (OneRowStreams, cpu_kernels_isa.h). Same sums.
 void SetOneRowStreams(int mode);
 // For benchmarks: how many far-apart streams of W a task reads at once
-// where one input row streams, and float32 2-3 rows where above 1 (1, 2, 4
+// where one input row streams, and float 2-3 rows where above 1 (1, 2, 4
 // or 8; 0 the default). OneRowSpread, cpu_kernels_isa.h. Same sums for
 // float32 and int8; bfloat16 in 2-8 streams sums as its 2-4-row blocks do,
 // in one stream in four parts.

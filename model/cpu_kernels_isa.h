@@ -182,11 +182,13 @@ bool OneRowStreams();
 //   int8      AVX-512 2: 1.09x, 4: 1.07x, 8: 1.03x; AVX2 2: 1.08x, 4: 1.00x, 8: 0.97x
 // so 4 for float weights and 2 for int8 where Avx512InHalves (Zen 4), 1
 // elsewhere until measured there. Where it is above 1, 2 and 3 input rows of
-// float32 W go the same way (S at most the register block's rows: AVX2 3
-// at 3 rows) instead of the row blocks; paired there, the decode step of 2
-// sequences 1.00-1.20x, median 1.08x (AVX2 forced 1.18-1.25x), of 3
-// 1.03-1.17x (AVX2 1.04-1.06x), of 4 level (1.01-1.03x: not taken), of 6
-// and 8 slower than the tiles (0.83-0.97x). Each row's sums are the one-stream kernel's
+// float32 and bfloat16 (widened) W go the same way (S at most the register
+// block's rows: AVX2 3 at 3 rows of float32, 3 / 2 at 2 / 3 of bfloat16)
+// instead of the row blocks; paired there, the decode step of 2 sequences
+// float32 1.00-1.20x, median 1.08x (AVX2 forced 1.18-1.25x), bfloat16
+// 1.09-1.11x (AVX2 1.13x); of 3 float32 1.03-1.17x (AVX2 1.04-1.06x),
+// bfloat16 1.03-1.05x (AVX2 1.09-1.17x); float32 at 4 level (1.01-1.03x:
+// not taken), at 6 and 8 slower than the tiles (0.83-0.97x). Each row's sums are the one-stream kernel's
 // (float32, int8) or LinearBlockBf16Pairs' (bfloat16). SetOneRowSpread
 // (cpu_kernels.h) overrides it.
 int OneRowSpread(bool int8);

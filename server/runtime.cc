@@ -91,7 +91,7 @@ std::string DescribeCpuKernels() {
   std::string spread;
   const int streams = model::OneRowSpreadActive(false);
   if (streams > 1) {
-    spread = "; one input row (float32: 1-3) as " + std::to_string(streams) +
+    spread = "; 1 input row (float weights: 1-3) as " + std::to_string(streams) +
              " far-apart streams of W a task (" +
              std::to_string(model::OneRowSpreadActive(true)) + " for int8)";
   }

@@ -196,7 +196,7 @@ TEST(SmallBatchLinearTest, Float32RowIsComputedAsIfAlone) {
 }
 
 TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
-  // One input row (float32: 1-3) read as 1, 2, 4 or 8 far-apart streams of
+  // One to three input rows read as 1, 2, 4 or 8 far-apart streams of
   // W at once (SetOneRowSpread; with SetOneRowStreams on, so that the
   // streaming kernels run on every CPU): each output row keeps its own sum.
   // float32 rows are the rows' sums among others (the batching tests rely
@@ -217,9 +217,8 @@ TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
         for (int streams : {1, 2, 4, 8}) {
           if (dtype == at::kBFloat16 && streams == 1) continue;
           SetOneRowSpread(streams);
-          // float32 2-3 rows too (far apart where streams > 1, else the
-          // blocks).
-          for (int64_t rows = 1; rows <= (dtype == at::kFloat ? 3 : 1); ++rows) {
+          // 2-3 rows too (far apart where streams > 1, else the blocks).
+          for (int64_t rows = 1; rows <= 3; ++rows) {
             for (int64_t m = 0; m + rows <= x.size(0); ++m) {
               EXPECT_TRUE(
                   SmallBatchLinear(x.narrow(0, m, rows), w, b).equal(all.narrow(0, m, rows)))
