@@ -1192,7 +1192,7 @@ BENCHMARK(BM_IsaTablesPaired)
 BENCHMARK(BM_OneRowSpreadPaired)
     ->ArgNames({"dtype", "streams", "batch"})
     ->ArgsProduct({{0, 1, 3}, {2, 4, 8}, {1}})
-    ->ArgsProduct({{0, 1}, {2, 4, 8}, {2, 3}})
+    ->ArgsProduct({{0, 1, 3}, {2, 4, 8}, {2, 3}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

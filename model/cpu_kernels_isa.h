@@ -188,7 +188,8 @@ bool OneRowStreams();
 // float32 1.00-1.20x, median 1.08x (AVX2 forced 1.18-1.25x), bfloat16
 // 1.09-1.11x (AVX2 1.13x); of 3 float32 1.03-1.17x (AVX2 1.04-1.06x),
 // bfloat16 1.03-1.05x (AVX2 1.09-1.17x); float32 at 4 level (1.01-1.03x:
-// not taken), at 6 and 8 slower than the tiles (0.83-0.97x). Each row's sums are the one-stream kernel's
+// not taken), at 6 and 8 slower than the tiles (0.83-0.97x). int8 with
+// float32 x (AVX-512) at 3 rows only, with 4 streams (Int8Rows). Each row's sums are the one-stream kernel's
 // (float32, int8) or LinearBlockBf16Pairs' (bfloat16). SetOneRowSpread
 // (cpu_kernels.h) overrides it.
 int OneRowSpread(bool int8);
