@@ -4,23 +4,27 @@
 # order flips every round) so that drift on a noisy machine hits both alike.
 # Greedy Generate through gRPC with `dikkat bench`, 16-token prompt,
 # MAX_TOKENS new tokens (default 32; 128 is llama-batched-bench's -ntg in
-# bench/isa_peers.sh), at 1, 8 and 32 concurrent streams. One line per run;
-# take medians.
+# bench/isa_peers.sh), at CONCURRENCY concurrent streams (default "1 8 32"),
+# with SERVER_FLAGS added to both servers' flags (e.g. --dtype=bfloat16).
+# One line per run; take medians.
 #
-#   [MAX_TOKENS=32] bench/paired_servers.sh SERVER_A SERVER_B MODEL_DIR [ROUNDS=3] [CLI=build/client/dikkat]
+#   [MAX_TOKENS=32] [CONCURRENCY="1 8 32"] [SERVER_FLAGS=...] \
+#     bench/paired_servers.sh SERVER_A SERVER_B MODEL_DIR [ROUNDS=3] [CLI=build/client/dikkat]
 set -euo pipefail
 A=$1 B=$2 MODEL=$3 ROUNDS=${4:-3} CLI=${5:-build/client/dikkat}
 THREADS=${BENCH_THREADS:-2}
 MAX_TOKENS=${MAX_TOKENS:-32}
+CONCURRENCY=${CONCURRENCY:-1 8 32}
+read -r -a server_flags <<< "${SERVER_FLAGS:-}"
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $THREADS threads"
 for round in $(seq 1 "$ROUNDS"); do
   order="A B"; [ $((round % 2)) -eq 0 ] && order="B A"
   for which in $order; do
     bin=$A; [ "$which" = B ] && bin=$B
-    for c in 1 8 32; do
+    for c in $CONCURRENCY; do
       LOG=$(mktemp)
       "$bin" --model="$MODEL" --listen=127.0.0.1:0 --metrics_listen= --threads="$THREADS" \
-        --kv_cache_bytes=512MiB > "$LOG" 2>&1 &
+        --kv_cache_bytes=512MiB "${server_flags[@]}" > "$LOG" 2>&1 &
       PID=$!
       for _ in $(seq 1 600); do grep -q "serving" "$LOG" && break; sleep 0.1; done
       ADDR=$(sed -n 's/^listening on //p' "$LOG")
@@ -28,7 +32,7 @@ for round in $(seq 1 "$ROUNDS"); do
         --temperature=0 --ignore-eos --warmup=2 --prompt="The quick brown " |
         sed -n 's/^throughput: \([0-9.]*\) generated tokens\/s.*/\1/p')
       kill -TERM $PID; wait $PID 2>/dev/null || true; rm -f "$LOG"
-      echo "round=$round server=$which concurrency=$c tokens_per_s=${tps:-?}"
+      echo "round=$round server=$which concurrency=$c flags=${SERVER_FLAGS:-none} tokens_per_s=${tps:-?}"
     done
   done
 done
