@@ -91,9 +91,15 @@ std::string DescribeCpuKernels() {
   std::string spread;
   const int streams = model::OneRowSpreadActive(false);
   if (streams > 1) {
-    spread = "; 1 input row (float weights: 1-3) as " + std::to_string(streams) +
-             " far-apart streams of W a task (" +
-             std::to_string(model::OneRowSpreadActive(true)) + " for int8)";
+    // LinearRows and Int8Rows (cpu_kernels_body.inc): AVX2 holds fewer
+    // streams at 2-3 rows; int8 with float32 x (AVX-512) takes 3 rows as 4
+    // streams and 2 in blocks, AVX2's int16-x kernel one row only.
+    const bool avx512 = model::ActiveIsa() == model::CpuIsa::kAvx512;
+    spread = std::string("; 1-3 input rows as ") + (avx512 ? "" : "up to ") +
+             std::to_string(streams) +
+             " far-apart streams of W a task (int8: 1 row as " +
+             std::to_string(model::OneRowSpreadActive(true)) +
+             (avx512 ? ", 3 rows as 4)" : ")");
   }
   return "CPU kernels: " + model::DescribeIsa() + bf16 + prefetch + spread;
 }
