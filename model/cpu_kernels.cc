@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -252,7 +253,17 @@ void SetBf16DotProducts(int mode) {
 
 bool Bf16DotProductsActive() { return ActiveBf16Dot() != nullptr; }
 
-int OneRowSpreadActive(bool int8) { return kernels::OneRowSpread(int8); }
+std::string DescribeOneRowSpread() {
+  const int streams = kernels::OneRowSpread(false);
+  if (streams <= 1) return "";
+  // LinearRows and Int8Rows (cpu_kernels_body.inc): AVX2 holds fewer streams
+  // at 2-3 rows; int8 with float32 x (AVX-512) takes 3 rows as 4 streams and
+  // 2 in blocks, AVX2's int16-x kernel one row only.
+  const bool avx512 = ActiveIsa() == CpuIsa::kAvx512;
+  return std::string("1-3 input rows as ") + (avx512 ? "" : "up to ") + std::to_string(streams) +
+         " far-apart streams of W a task (int8: 1 row as " +
+         std::to_string(kernels::OneRowSpread(true)) + (avx512 ? ", 3 rows as 4)" : ")");
+}
 
 void SetSmallBatchLinearRowBlocks(bool enabled) {
   row_blocks.store(enabled, std::memory_order_relaxed);

@@ -23,6 +23,7 @@
 #define DIKKAT_MODEL_CPU_KERNELS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -153,10 +154,11 @@ void SetSmallBatchLinearLongTiledTasks(bool enabled);
 // to the CPU: on unless it runs 512-bit operations in halves
 // (Avx512InHalves, cpu_isa.h; Zen 4), where widening is faster.
 bool Bf16DotProductsActive();
-// How many far-apart streams of W a task reads at once for one input row of
-// float weights (int8: false; 2-3 rows too where above 1) or int8 ones
-// (OneRowSpread, cpu_kernels_isa.h); 1: one stream.
-int OneRowSpreadActive(bool int8);
+// For the server's log: which input rows read W as several far-apart
+// streams a task (OneRowSpread, cpu_kernels_isa.h), e.g. "1-3 input rows as
+// 4 far-apart streams of W a task (int8: 1 row as 2, 3 rows as 4)"; empty
+// where each task reads one stream.
+std::string DescribeOneRowSpread();
 
 // For tests and benchmarks: 0 runs bfloat16 linears of up to 4 rows through
 // the float32 kernels (each weight widened) even where AVX512_BF16's dot

@@ -88,19 +88,8 @@ std::string DescribeCpuKernels() {
   const char* prefetch =
       model::Avx512InHalves() ? "; weights prefetched into L2 at decode sizes" : "";
   // OneRowSpread (model/cpu_kernels_isa.h): measured on these CPUs only.
-  std::string spread;
-  const int streams = model::OneRowSpreadActive(false);
-  if (streams > 1) {
-    // LinearRows and Int8Rows (cpu_kernels_body.inc): AVX2 holds fewer
-    // streams at 2-3 rows; int8 with float32 x (AVX-512) takes 3 rows as 4
-    // streams and 2 in blocks, AVX2's int16-x kernel one row only.
-    const bool avx512 = model::ActiveIsa() == model::CpuIsa::kAvx512;
-    spread = std::string("; 1-3 input rows as ") + (avx512 ? "" : "up to ") +
-             std::to_string(streams) +
-             " far-apart streams of W a task (int8: 1 row as " +
-             std::to_string(model::OneRowSpreadActive(true)) +
-             (avx512 ? ", 3 rows as 4)" : ")");
-  }
+  std::string spread = model::DescribeOneRowSpread();
+  if (!spread.empty()) spread = "; " + spread;
   return "CPU kernels: " + model::DescribeIsa() + bf16 + prefetch + spread;
 }
 
