@@ -14,9 +14,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <regex>
 #include <string>
@@ -668,36 +670,60 @@ TEST_F(OpenAiHttpTest, BearerTokenIsRequiredWhenConfigured) {
 }
 
 TEST_F(OpenAiHttpTest, DisconnectMidStreamCancelsTheGeneration) {
-  httplib::Client http("127.0.0.1", Port(*server_));
-  const std::string body =
-      Json{{"prompt", "x"}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}}.dump();
-  int received = 0;
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = body;
-  req.set_header("Content-Type", "application/json");
-  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-    return ++received < 3;  // read a little, then hang up
-  };
-  httplib::Result r = http.send(req);
-  http.stop();
-  EXPECT_GE(received, 3);
-  // The engine drops the request: nothing runs and no KV block is held, and
-  // the generation ended as cancelled, short of its 500 tokens.
+  // 16 samples of 500 tokens, so that the generation is still running when
+  // the client hangs up. The server notices a hang-up between two chunks; a
+  // generation that ended before it (a slow client on a busy machine: the
+  // tiny model is fast) shows nothing and is tried again, at most 3 times.
+  const std::string cancelled_series =
+      R"(dikkat_generate_finished_total{finish_reason="cancelled",model="tiny-lm"})";
+  const std::string length_series =
+      R"(dikkat_generate_finished_total{finish_reason="length",model="tiny-lm"})";
+  const std::string body = Json{{"prompt", "x"},
+                                {"max_tokens", 500},
+                                {"ignore_eos", true},
+                                {"n", 16},
+                                {"temperature", 1.0},
+                                {"stream", true}}
+                               .dump();
   std::string text;
-  EXPECT_TRUE(integration::WaitFor(
-      [&] {
-        text = Scrape(*server_);
-        return Metric(text, R"(dikkat_requests_running{model="tiny-lm"})") == 0 &&
-               Metric(text, R"(dikkat_kv_cache_blocks_used{model="tiny-lm"})") == 0 &&
-               Metric(
-                   text,
-                   R"(dikkat_generate_finished_total{finish_reason="cancelled",model="tiny-lm"})") >=
-                   1;
-      },
-      absl::Seconds(20)))
-      << text;
+  bool cancelled = false;
+  for (int attempt = 1; attempt <= 3 && !cancelled; ++attempt) {
+    text = Scrape(*server_);
+    const double cancelled_before = std::max(0.0, Metric(text, cancelled_series));
+    const double length_before = std::max(0.0, Metric(text, length_series));
+    httplib::Client http("127.0.0.1", Port(*server_));
+    int received = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      return ++received < 3;  // read a little, then hang up
+    };
+    httplib::Result r = http.send(req);
+    http.stop();
+    EXPECT_GE(received, 3);
+    // Nothing runs and no KV block is held once the request ended.
+    ASSERT_TRUE(integration::WaitFor(
+        [&] {
+          text = Scrape(*server_);
+          return Metric(text, R"(dikkat_requests_running{model="tiny-lm"})") == 0 &&
+                 Metric(text, R"(dikkat_kv_cache_blocks_used{model="tiny-lm"})") == 0 &&
+                 Metric(text, cancelled_series) + Metric(text, length_series) -
+                         cancelled_before - length_before >=
+                     1;
+        },
+        absl::Seconds(20)))
+        << text;
+    // The engine dropped the generation, short of its 500 tokens.
+    cancelled = Metric(text, cancelled_series) > cancelled_before;
+    if (!cancelled) {
+      std::cerr << "attempt " << attempt
+                << ": the generation had ended (length) before the hang-up\n";
+    }
+  }
+  EXPECT_TRUE(cancelled) << text;
 }
 
 // The head is bounded before cpp-httplib parses it (which bounds each header
