@@ -82,8 +82,12 @@ at::Tensor CpuNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tens
   return y;
 }
 
-void CpuExpShifted(const float* x, float shift, float divisor, float* y, int64_t n) {
-  kernels::Kernels().exp_shifted(x, shift, divisor, y, n);
+double CpuExpShifted(const float* x, float shift, float divisor, float* y, int64_t n) {
+  return kernels::Kernels().exp_shifted(x, shift, divisor, y, n);
+}
+
+float CpuMaxChecked(const float* x, int64_t n, bool* bad) {
+  return kernels::Kernels().max_checked(x, n, bad);
 }
 
 void SetCpuElementwise(bool on) { enabled.store(on, std::memory_order_relaxed); }

@@ -30,8 +30,14 @@ at::Tensor CpuNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tens
                    double eps, bool rms);
 
 // y[i] = e^((x[i] - shift) / divisor) for i < n, on the calling thread
-// (the sampler's softmax weights; e^-inf = 0). Raw memory, any caller.
-void CpuExpShifted(const float* x, float shift, float divisor, float* y, int64_t n);
+// (the sampler's softmax weights; e^-inf = 0), and their sum (float lanes
+// over runs of 256, the runs added in double: within 2e-6 relative). y may
+// be null (the sum only). Raw memory, any caller.
+double CpuExpShifted(const float* x, float shift, float divisor, float* y, int64_t n);
+
+// The largest x[i], i < n (-inf for none; NaN ignored), on the calling
+// thread; *bad is whether some x[i] is NaN or +inf.
+float CpuMaxChecked(const float* x, int64_t n, bool* bad);
 
 // For benchmarks and tests: false sends every caller back to LibTorch's
 // operators (CpuElementwiseApplies is false).

@@ -132,8 +132,11 @@ struct KernelTable {
   // RMSNorm, times w and plus b where not null; y may be x.
   void (*norm)(const float* x, const float* w, const float* b, float eps, bool rms, float* y,
                int64_t rows, int64_t d);
-  // y[i] = e^((x[i] - shift) / divisor), i < n; y may be x.
-  void (*exp_shifted)(const float* x, float shift, float divisor, float* y, int64_t n);
+  // y[i] = e^((x[i] - shift) / divisor), i < n (y may be x, or null), and
+  // their sum.
+  double (*exp_shifted)(const float* x, float shift, float divisor, float* y, int64_t n);
+  // The largest x[i], i < n (NaN ignored), and whether any is NaN or +inf.
+  float (*max_checked)(const float* x, int64_t n, bool* bad);
 };
 
 // bfloat16 weights times x split into two bfloat16 parts with the

@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <cstring>
 #include <exception>
-#include <numeric>
 #include <string>
 #include <utility>
 
@@ -129,20 +128,29 @@ class Ranking {
       mass += Weight(r);
       if (reached(mass)) return r;
     }
-    // Bisect by rank: split the rest into its better and worse halves and
-    // keep the half the crossing lies in.
+    // Narrow by rank, most significant key bits first (a radix select):
+    // one pass sums the weight of each of 256 key buckets (ascending key:
+    // better ranks first), the bucket the crossing lies in is moved between
+    // the better and the worse ones, and the next 8 bits split it. A pass or
+    // two over the vocab instead of a quickselect's ~2 x log2(V) partitions.
     auto first = keys_.begin() + sorted_end;
     auto last = keys_.begin() + n;
-    while (last - first > kLinearScan) {
-      const auto mid = first + (last - first) / 2;
-      std::nth_element(first, mid, last);
-      double half = 0.0;
-      for (auto it = first; it != mid; ++it) half += weights_[*it & 0xffffffffu];
-      if (reached(mass + half)) {
-        last = mid;
-      } else {
-        mass += half;
-        first = mid;
+    if (last - first > kLinearScan) {
+      // Bits above the highest one that differs are shared by every candidate.
+      uint64_t differ = 0;
+      for (auto it = first; it != last; ++it) differ |= *it ^ *first;
+      int shift = std::max(0, 63 - __builtin_clzll(differ | 1) - 7);
+      while (last - first > kLinearScan) {
+        const unsigned bucket = CrossingBucket(first, last, shift, mass, reached);
+        const auto in_or_after = std::partition(first, last, [&](uint64_t key) {
+          return ((key >> shift) & 0xff) < bucket;
+        });
+        last = std::partition(in_or_after, last, [&](uint64_t key) {
+          return ((key >> shift) & 0xff) == bucket;
+        });
+        first = in_or_after;
+        if (shift == 0) break;
+        shift = std::max(0, shift - 8);
       }
     }
     std::sort(first, last);
@@ -155,6 +163,38 @@ class Ranking {
 
  private:
   static constexpr ptrdiff_t kLinearScan = 32;
+
+  // Of the keys in [first, last), grouped into 256 buckets by bits
+  // [shift, shift + 8): the first bucket b with reached(mass + the weight of
+  // buckets 0..b), or the last non-empty one when none reaches; `mass` gains
+  // the weight of the buckets before it. Four partial sums per bucket, so
+  // that a run of keys in one bucket is not one long chain of additions.
+  template <typename Reached>
+  unsigned CrossingBucket(std::vector<uint64_t>::iterator first,
+                          std::vector<uint64_t>::iterator last, int shift, double& mass,
+                          Reached reached) const {
+    double sums[4][256] = {};
+    ptrdiff_t count = last - first, i = 0;
+    for (; i + 4 <= count; i += 4) {
+      for (int l = 0; l < 4; ++l) {
+        const uint64_t key = first[i + l];
+        sums[l][(key >> shift) & 0xff] += weights_[key & 0xffffffffu];
+      }
+    }
+    for (; i < count; ++i) sums[0][(first[i] >> shift) & 0xff] += weights_[first[i] & 0xffffffffu];
+    unsigned last_seen = 0;
+    double before_last = mass;
+    for (unsigned b = 0; b < 256; ++b) {
+      const double w = (sums[0][b] + sums[1][b]) + (sums[2][b] + sums[3][b]);
+      if (w == 0.0) continue;  // empty: every candidate weighs more than 0
+      if (reached(mass + w)) return b;
+      before_last = mass;
+      mass += w;
+      last_seen = b;
+    }
+    mass = before_last;
+    return last_seen;
+  }
 
   // Ascending key = descending logit, then ascending id. The float's bits are
   // mapped to an unsigned integer of the same order (flip all bits of
@@ -175,35 +215,19 @@ class Ranking {
   size_t sorted_ = 0;
 };
 
-// Independent accumulators: a single running max or sum is one long
-// dependency chain (~4 cycles per element); lanes let the compiler vectorize.
-constexpr size_t kLanes = 8;
-
 // The largest logit, after checking the values: NaN and +inf would poison
-// the softmax; -inf is a legitimate mask, but not everywhere.
+// the softmax; -inf is a legitimate mask, but not everywhere. One vector
+// pass (CpuMaxChecked); the offending entry is looked for only on failure.
 absl::StatusOr<float> CheckedMax(absl::Span<const float> logits) {
-  float lane_max[kLanes];
-  std::fill(lane_max, lane_max + kLanes, -INFINITY);
-  bool bad = false;  // NaN or +inf
   const size_t n = logits.size();
   const float* v = logits.data();
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (size_t l = 0; l < kLanes; ++l) {
-      bad |= !(v[i + l] < INFINITY);
-      lane_max[l] = v[i + l] > lane_max[l] ? v[i + l] : lane_max[l];
-    }
-  }
-  for (; i < n; ++i) {
-    bad |= !(v[i] < INFINITY);
-    lane_max[0] = v[i] > lane_max[0] ? v[i] : lane_max[0];
-  }
+  bool bad = false;  // NaN or +inf
+  const float max = CpuMaxChecked(v, static_cast<int64_t>(n), &bad);
   if (bad) {
     const size_t at = std::find_if(v, v + n, [](float x) { return !(x < INFINITY); }) - v;
     return absl::InvalidArgumentError(absl::StrFormat(
         "logits[%d] = %f (after penalties): logits must be finite or -inf", at, v[at]));
   }
-  const float max = *std::max_element(lane_max, lane_max + kLanes);
   if (max == -INFINITY) {
     return absl::InvalidArgumentError(
         absl::StrFormat("logits: all %d values are -inf, nothing can be sampled", n));
@@ -211,34 +235,36 @@ absl::StatusOr<float> CheckedMax(absl::Span<const float> logits) {
   return max;
 }
 
-double Sum(absl::Span<const float> values) {
-  double lane_sum[kLanes] = {};
-  const size_t n = values.size();
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (size_t l = 0; l < kLanes; ++l) lane_sum[l] += values[i + l];
+// weights[i] = exp((logits[i] - max) / temperature) (null: not stored), by
+// the CPU kernels' vector exponential (cpu_elementwise.h) on this thread,
+// and their sum: scalar expf over 50k entries was the largest single cost of
+// a draw, and LibTorch's exp over them woke its OpenMP threads at every
+// token. Elementwise, so the result does not depend on the thread count;
+// exp(-inf) = 0 (masked tokens weigh nothing).
+double ComputeWeights(absl::Span<const float> logits, float max, float temperature,
+                      std::vector<float>* weights) {
+  float* out = nullptr;
+  if (weights != nullptr) {
+    weights->resize(logits.size());
+    out = weights->data();
   }
-  for (; i < n; ++i) lane_sum[0] += values[i];
-  return std::accumulate(lane_sum, lane_sum + kLanes, 0.0);
-}
-
-// weights[i] = exp((logits[i] - max) / temperature), by the CPU kernels'
-// vector exponential (cpu_elementwise.h) on this thread: scalar expf over 50k
-// entries was the largest single cost of a draw, and LibTorch's exp over
-// them woke its OpenMP threads at every token. Elementwise, so the result
-// does not depend on the thread count; exp(-inf) = 0 (masked tokens weigh
-// nothing).
-void ComputeWeights(absl::Span<const float> logits, float max, float temperature,
-                    std::vector<float>* weights) {
-  weights->resize(logits.size());
-  CpuExpShifted(logits.data(), max, temperature, weights->data(),
-                static_cast<int64_t>(logits.size()));
+  return CpuExpShifted(logits.data(), max, temperature, out,
+                       static_cast<int64_t>(logits.size()));
 }
 
 // Filters (top_k, then top_p, then min_p) and draws one token; see sampler.h.
-int32_t Draw(const SamplingParams& params, std::mt19937_64& rng, Ranking& ranking, size_t top_k) {
+// `total` is the weight of every token (summed in id order), the mass drawn
+// from when no filter removes any.
+int32_t Draw(const SamplingParams& params, std::mt19937_64& rng, Ranking& ranking, size_t top_k,
+             double total) {
   // Candidates are ranks [0, n); zero-weight tokens never are.
   size_t n = std::min(ranking.positive(), top_k);
+  if (n == ranking.positive() && params.top_p >= 1.0f && params.min_p <= 0.0f) {
+    return ranking.Id(
+        ranking.FindCrossing(n, [target = UniformDouble(rng) * total](double mass) {
+          return mass > target;
+        }));
+  }
   ranking.SelectBest(n);
   if (params.top_p < 1.0f) {
     const double goal = (params.top_p - kTopPTolerance) * ranking.Mass(n);
@@ -326,11 +352,12 @@ absl::StatusOr<int32_t> Sampler::ChooseBiased(absl::Span<const float> raw,
   if (params_.greedy()) {
     return static_cast<int32_t>(std::find(x.begin(), x.end(), max_logit) - x.begin());
   }
-  ComputeWeights(x, max_logit, params_.temperature, &scratch.biased_weights);
+  const double total =
+      ComputeWeights(x, max_logit, params_.temperature, &scratch.biased_weights);
   Ranking ranking(x, scratch.biased_weights.data(), &scratch.biased_keys);
   const size_t top_k = params_.top_k > 0 ? static_cast<size_t>(params_.top_k) : x.size();
   ranking.SortPrefix(std::max(kSortedBlock, top_k <= kSortTopKUpTo ? top_k : size_t{0}));
-  return Draw(params_, rng_, ranking, top_k);
+  return Draw(params_, rng_, ranking, top_k, total);
 }
 
 absl::StatusOr<SampledToken> Sampler::Sample(const at::Tensor& logits) {
@@ -341,9 +368,13 @@ absl::StatusOr<SampledToken> Sampler::Sample(const at::Tensor& logits) {
 absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
   if (input.empty()) return absl::InvalidArgumentError("logits: empty vocab dimension");
   Scratch& scratch = ThreadScratch();
-  scratch.logits.assign(input.begin(), input.end());
-  const absl::Span<float> x(scratch.logits);
-  ApplyPenalties(x);
+  // The logits as penalized: a copy only when a penalty changes some.
+  absl::Span<const float> x = input;
+  if (penalties_active() && !counts_.empty()) {
+    scratch.logits.assign(input.begin(), input.end());
+    ApplyPenalties(absl::MakeSpan(scratch.logits));
+    x = scratch.logits;
+  }
   DIKKAT_ASSIGN_OR_RETURN(const float max_logit, CheckedMax(x));
 
   // Everything below works on exp((x - max) / T): the distribution of
@@ -352,15 +383,17 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
   // never reorders or ties two tokens. Greedy reports T = 1.
   const bool greedy = params_.greedy();
   const float temperature = greedy ? 1.0f : params_.temperature;
-  ComputeWeights(x, max_logit, temperature, &scratch.weights);
-  const double sum_exp = Sum(scratch.weights);  // >= 1: the max's weight is exp(0)
+  const size_t num_top = std::min<size_t>(params_.top_logprobs, x.size());
+  // Greedy without alternatives needs only the normalizer, not the weights.
+  const bool argmax_only = greedy && num_top == 0 && params_.logit_bias.empty();
+  const double sum_exp =  // >= 1: the max's weight is exp(0)
+      ComputeWeights(x, max_logit, temperature, argmax_only ? nullptr : &scratch.weights);
   const double log_z = std::log(sum_exp);
   const auto logprob = [&](int32_t id) {
     return (static_cast<double>(x[id]) - max_logit) / temperature - log_z;
   };
 
   SampledToken out;
-  const size_t num_top = std::min<size_t>(params_.top_logprobs, x.size());
   if (!params_.logit_bias.empty()) {
     DIKKAT_ASSIGN_OR_RETURN(out.token_id, ChooseBiased(input, x));
     out.logprob = static_cast<float>(logprob(out.token_id));
@@ -374,7 +407,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
     }
     return out;
   }
-  if (greedy && num_top == 0) {
+  if (argmax_only) {
     out.token_id = static_cast<int32_t>(std::find(x.begin(), x.end(), max_logit) - x.begin());
     out.logprob = static_cast<float>(logprob(out.token_id));
     return out;
@@ -386,7 +419,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
   ranking.SortPrefix(
       greedy ? num_top
              : std::max({num_top, kSortedBlock, top_k <= kSortTopKUpTo ? top_k : size_t{0}}));
-  out.token_id = greedy ? ranking.Id(0) : Draw(params_, rng_, ranking, top_k);
+  out.token_id = greedy ? ranking.Id(0) : Draw(params_, rng_, ranking, top_k, sum_exp);
   out.logprob = static_cast<float>(logprob(out.token_id));
   out.top.reserve(num_top);
   for (size_t r = 0; r < num_top; ++r) {
