@@ -38,10 +38,12 @@
 //     is the first candidate, in the order above, whose cumulative mass
 //     exceeds u * (total candidate mass). The same seed, history and logits
 //     therefore always give the same token, whatever the thread count (on
-//     one machine: the vectorized exp may differ in the last bit between
-//     CPU instruction sets). Zero-probability tokens are never drawn.
-//     Cost on a 50k vocab: O(V) expected, never a full sort (a short sorted
-//     prefix plus a weighted quickselect; see bench/sampler_bench.cc).
+//     one machine: the vectorized exp and the masses, summed in vector
+//     lanes, may differ in the last bits between CPU instruction sets).
+//     Zero-probability tokens are never drawn.
+//     Cost on a 50k vocab: O(V), never a full sort (a short sorted prefix
+//     plus a radix select on the rank keys, 8 bits a pass; see
+//     bench/sampler_bench.cc).
 //  4. Reported log-probabilities (the chosen token's and the top_logprobs
 //     alternatives) are of the distribution after penalties and temperature,
 //     without the logit bias, before top-k / top-p / min-p filtering
