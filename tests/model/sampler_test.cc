@@ -648,6 +648,44 @@ TEST(SamplerTest, MatchesNaiveReferenceOnLargeVocab) {
   }
 }
 
+// The same on logits with many ties (rounded to steps of 0.25, all equal, or
+// half of them masked): the rank crossing must then be found among tokens
+// that differ only in their ids, lower ids first.
+TEST(SamplerTest, MatchesNaiveReferenceWithManyTies) {
+  constexpr size_t kVocab = 50257;
+  constexpr int kSteps = 24;
+  std::vector<SamplingParams> cases(4);
+  cases[1].top_p = 0.9f;
+  cases[2].temperature = 0.7f, cases[2].top_k = 2000;
+  cases[3].min_p = 0.2f;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE(c);
+    std::mt19937 gen(static_cast<unsigned>(100 + c));
+    std::mt19937_64 ref_rng(5);
+    Sampler s(cases[c], 5);
+    int mismatches = 0;
+    std::set<int32_t> distinct;
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<float> logits = RandomLogits(kVocab, gen, 2.0f);
+      for (size_t i = 0; i < kVocab; ++i) {
+        if (step % 3 == 0) {
+          logits[i] = std::round(logits[i] * 4.0f) / 4.0f;
+        } else if (step % 3 == 1) {
+          logits[i] = 1.5f;
+        } else if (i % 2 == 1) {
+          logits[i] = -std::numeric_limits<float>::infinity();
+        }
+      }
+      const int32_t got = SampleId(s, logits);
+      mismatches += got != ReferenceDraw(cases[c], logits, ref_rng);
+      if (step % 3 == 2) EXPECT_EQ(got % 2, 0);  // a masked token never
+      distinct.insert(got);
+    }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_GT(distinct.size(), kSteps / 2u);
+  }
+}
+
 // ---- tensors and errors ---------------------------------------------------------------
 
 at::Tensor FloatTensor(std::vector<float>& values, std::vector<int64_t> shape) {
