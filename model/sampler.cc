@@ -253,27 +253,22 @@ double ComputeWeights(absl::Span<const float> logits, float max, float temperatu
 }
 
 // Filters (top_k, then top_p, then min_p) and draws one token; see sampler.h.
-// `total` is the weight of every token (summed in id order), the mass drawn
-// from when no filter removes any.
+// `total` is the weight of every token (summed in id order): the candidates'
+// mass while no filter has removed any, without a pass over them.
 int32_t Draw(const SamplingParams& params, std::mt19937_64& rng, Ranking& ranking, size_t top_k,
              double total) {
+  const auto mass_of = [&](size_t n) { return n == ranking.positive() ? total : ranking.Mass(n); };
   // Candidates are ranks [0, n); zero-weight tokens never are.
   size_t n = std::min(ranking.positive(), top_k);
-  if (n == ranking.positive() && params.top_p >= 1.0f && params.min_p <= 0.0f) {
-    return ranking.Id(
-        ranking.FindCrossing(n, [target = UniformDouble(rng) * total](double mass) {
-          return mass > target;
-        }));
-  }
   ranking.SelectBest(n);
   if (params.top_p < 1.0f) {
-    const double goal = (params.top_p - kTopPTolerance) * ranking.Mass(n);
+    const double goal = (params.top_p - kTopPTolerance) * mass_of(n);
     n = ranking.FindCrossing(n, [goal](double mass) { return mass >= goal; }) + 1;
   }
   // The max's weight is 1, so min_p * p_max is min_p in weight units.
   if (params.min_p > 0.0f) n = ranking.KeepAtLeast(n, params.min_p);
   // Always one draw, so the generator advances the same way whatever the filters.
-  const double target = UniformDouble(rng) * ranking.Mass(n);
+  const double target = UniformDouble(rng) * mass_of(n);
   return ranking.Id(ranking.FindCrossing(n, [target](double mass) { return mass > target; }));
 }
 
