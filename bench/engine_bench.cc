@@ -27,6 +27,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
+#include "absl/strings/str_format.h"
 #include "absl/types/span.h"
 #include "model/aten_threads.h"
 #include "model/attention.h"
@@ -36,6 +37,7 @@
 #include "model/cpu_kernels_isa.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"
+#include "model/memory_pages.h"
 #include "server/runtime.h"
 #include "model/model_loader.h"
 #include "model/transformer.h"
@@ -49,20 +51,23 @@ std::string ModelDir() {
   return env != nullptr ? env : "build/bench/gpt2-small";
 }
 
-// Models are loaded once per dtype and kept for the whole run.
-LoadedModel& Model(c10::ScalarType dtype) {
-  static auto* models = new std::map<c10::ScalarType, LoadedModel>();
-  auto it = models->find(dtype);
+// Models are loaded once per dtype (and page size: LoadOptions::huge_pages,
+// as the server's default unless a benchmark compares) and kept for the
+// whole run.
+LoadedModel& Model(c10::ScalarType dtype, bool huge_pages = true) {
+  static auto* models = new std::map<std::pair<c10::ScalarType, bool>, LoadedModel>();
+  auto it = models->find({dtype, huge_pages});
   if (it != models->end()) return it->second;
   LoadOptions options;
   options.dtype = dtype;
+  options.huge_pages = huge_pages;
   absl::StatusOr<LoadedModel> loaded = LoadModelFolder(ModelDir(), options);
   if (!loaded.ok()) {
     fprintf(stderr, "cannot load %s: %s\n", ModelDir().c_str(),
             std::string(loaded.status().message()).c_str());
     std::exit(1);
   }
-  return models->emplace(dtype, std::move(*loaded)).first->second;
+  return models->emplace(std::make_pair(dtype, huge_pages), std::move(*loaded)).first->second;
 }
 
 // The `dtype` argument of every benchmark: 0 float32, 1 bfloat16, 2 float16,
@@ -88,12 +93,12 @@ std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
 // a cache of its own (each run rewrites the same positions).
 class Prefill {
  public:
-  Prefill(c10::ScalarType dtype, int64_t n)
-      : m_(Model(dtype)), tokens_(RandomTokens(n, m_.config.vocab_size, 1)) {
+  Prefill(c10::ScalarType dtype, int64_t n, bool huge_pages = true)
+      : m_(Model(dtype, huge_pages)), tokens_(RandomTokens(n, m_.config.vocab_size, 1)) {
     const c10::ScalarType cache_dtype = CacheDType(dtype);
     cache_ = std::make_unique<KvCache>(*KvCache::Create(
         m_.config, 2 * KvCache::BytesPerToken(m_.config, cache_dtype) * m_.config.max_positions,
-        16, cache_dtype, at::kCPU));
+        16, cache_dtype, at::kCPU, huge_pages));
     cache_->allocator().EnsureCapacity(&table_, n);
     chunk_.tokens = absl::MakeConstSpan(tokens_);
     chunk_.block_table = &table_;
@@ -122,13 +127,15 @@ void BM_Prefill(benchmark::State& state) {
 // (the step rewrites the same position, so the context stays fixed).
 class DecodeSteps {
  public:
-  DecodeSteps(LoadedModel& m, c10::ScalarType dtype, int64_t batch, int64_t context) : m_(m) {
+  DecodeSteps(LoadedModel& m, c10::ScalarType dtype, int64_t batch, int64_t context,
+              bool huge_pages = true)
+      : m_(m) {
     const c10::ScalarType cache_dtype = CacheDType(dtype);
     const int64_t per_seq = context + 1;
     cache_ = std::make_unique<KvCache>(*KvCache::Create(m.config,
                              KvCache::BytesPerToken(m.config, cache_dtype) *
                                  std::max<int64_t>(batch * (per_seq + 16), m.config.max_positions + 16),
-                             16, cache_dtype, at::kCPU));
+                             16, cache_dtype, at::kCPU, huge_pages));
     tokens_.resize(batch);
     tables_.resize(batch);
     for (int64_t b = 0; b < batch; ++b) {
@@ -394,6 +401,36 @@ void BM_OneRowSpreadPaired(benchmark::State& state) {
   SetOneRowSpread(0);
   state.SetLabel(std::string(IsaName(ActiveIsa())) +
                  (kernels::OneRowStreams() ? " (one-row streams)" : ""));
+}
+
+// Args: {dtype, rows, prefill}. The weights and the KV cache in ordinary
+// allocations (4 KiB pages where THP is "madvise") against the same model
+// loaded into HugePageArena's 2 MiB pages (LoadOptions::huge_pages), side
+// by side: each iteration runs a decode step of `rows` sequences at context
+// 128 (or with prefill = 1 a prefill of `rows` tokens) on each. The same
+// sums. Counters: ms of each (small_ms, huge_ms) and huge_speedup = small /
+// huge. The label gives the THP mode and the process's memory in huge pages;
+// under "always" both copies may get huge pages (compare nothing then).
+void BM_HugePagesPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t rows = state.range(1);
+  const bool prefill = state.range(2) != 0;
+  std::unique_ptr<Prefill> prefill_small, prefill_huge;
+  std::unique_ptr<DecodeSteps> steps_small, steps_huge;
+  if (prefill) {
+    prefill_small = std::make_unique<Prefill>(dtype, rows, false);
+    prefill_huge = std::make_unique<Prefill>(dtype, rows, true);
+  } else {
+    steps_small = std::make_unique<DecodeSteps>(Model(dtype, false), dtype, rows, 128, false);
+    steps_huge = std::make_unique<DecodeSteps>(Model(dtype, true), dtype, rows, 128, true);
+  }
+  RunPaired(
+      state, [&] { prefill ? prefill_small->Run() : steps_small->Run(); },
+      [&] { prefill ? prefill_huge->Run() : steps_huge->Run(); }, "small_ms", "huge_ms",
+      "huge_speedup");
+  state.SetLabel(absl::StrFormat("%s; THP %s; %.0f MiB in huge pages", IsaName(ActiveIsa()),
+                                 TransparentHugePagesMode(),
+                                 static_cast<double>(ProcessHugePageBytes()) / (1 << 20)));
 }
 
 // Args: {dtype}. A batch-1 int8 decode step (context 128) with the AVX-512
@@ -1203,6 +1240,13 @@ BENCHMARK(BM_OneRowStreamsPaired)
     ->Arg(0)
     ->Arg(1)
     ->Arg(3)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_HugePagesPaired)
+    ->ArgNames({"dtype", "rows", "prefill"})
+    ->Args({0, 1, 0})->Args({0, 8, 0})->Args({0, 32, 0})->Args({0, 16, 1})->Args({1, 1, 0})
+    ->Args({3, 1, 0})->Args({3, 8, 0})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -2,6 +2,8 @@
 
 #include <ATen/ops/zeros.h>
 
+#include "model/huge_pages.h"
+
 #include "absl/strings/str_cat.h"
 
 namespace dikkat::model {
@@ -13,7 +15,7 @@ int64_t KvCache::BytesPerToken(const ModelConfig& config, c10::ScalarType dtype)
 
 absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int64_t budget_bytes,
                                         int32_t block_size, c10::ScalarType dtype,
-                                        c10::Device device) {
+                                        c10::Device device, bool huge_pages) {
   if (block_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV block size is ", block_size, "; it must be > 0"));
@@ -30,10 +32,16 @@ absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int64_t budge
   }
   std::vector<at::Tensor> keys, values;
   const auto options = at::TensorOptions().dtype(dtype).device(device);
+  // One region for every layer's keys and values (each 64-byte aligned).
+  HugePageArena arena(huge_pages && device.is_cpu(),
+                      num_blocks * per_block + 64 * 2 * config.cached_layers());
+  const std::vector<int64_t> shape{num_blocks * block_size, config.kv_heads(), config.head_size()};
+  auto slots = [&] {  // [slots, kv_heads, head_dim]
+    return device.is_cpu() ? arena.Empty(shape, dtype).zero_() : at::zeros(shape, options);
+  };
   for (int64_t l = 0; l < config.cached_layers(); ++l) {
-    // [slots, kv_heads, head_dim]
-    keys.push_back(at::zeros({num_blocks * block_size, config.kv_heads(), config.head_size()}, options));
-    values.push_back(at::zeros({num_blocks * block_size, config.kv_heads(), config.head_size()}, options));
+    keys.push_back(slots());
+    values.push_back(slots());
   }
   return KvCache(std::move(keys), std::move(values), static_cast<int32_t>(num_blocks), block_size,
                  num_blocks * per_block);

@@ -27,10 +27,12 @@ class KvCache {
   static int64_t BytesPerToken(const ModelConfig& config, c10::ScalarType dtype);
 
   // As many blocks as fit in `budget_bytes` (at least one full-context
-  // sequence must fit, else INVALID_ARGUMENT says how much is needed).
+  // sequence must fit, else INVALID_ARGUMENT says how much is needed),
+  // zeroed. On the CPU with `huge_pages`, in one region advised for 2 MiB
+  // pages (HugePageArena, huge_pages.h).
   static absl::StatusOr<KvCache> Create(const ModelConfig& config, int64_t budget_bytes,
                                         int32_t block_size, c10::ScalarType dtype,
-                                        c10::Device device);
+                                        c10::Device device, bool huge_pages = true);
 
   const at::Tensor& keys(int64_t layer) const { return keys_[layer]; }
   const at::Tensor& values(int64_t layer) const { return values_[layer]; }

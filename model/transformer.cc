@@ -194,7 +194,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelConfig
   impl->config = config;
   impl->options = options;
   impl->compute_dtype = options.device.is_cpu() ? c10::ScalarType::Float : options.dtype;
-  WeightBinder binder(weights, options.dtype, impl->compute_dtype, options.device);
+  WeightBinder binder(weights, options.dtype, impl->compute_dtype, options.device,
+                      options.huge_pages);
   try {
     DIKKAT_RETURN_IF_ERROR(BindModelWeights(config, options.device, impl->compute_dtype, binder,
                                             &impl->weights));
@@ -205,6 +206,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelConfig
     report->unused_tensors = binder.Unused();
     report->parameter_bytes = binder.bytes();
     report->parameter_count = binder.count();
+    report->huge_page_bytes = binder.huge_page_bytes();
   }
   return std::unique_ptr<Transformer>(new Transformer(std::move(impl)));
 }

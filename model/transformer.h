@@ -36,12 +36,16 @@ struct LoadOptions {
   // linear_weight.h; everything else float32).
   c10::ScalarType dtype = c10::ScalarType::Float;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
+  // CPU: the weights in memory advised for 2 MiB pages (HugePageArena,
+  // huge_pages.h); false keeps them in ordinary allocations.
+  bool huge_pages = true;
 };
 
 struct LoadReport {
   std::vector<std::string> unused_tensors;  // in the file but not used by the model
   int64_t parameter_bytes = 0;              // bytes of the loaded weights (in the chosen dtype)
   int64_t parameter_count = 0;
+  int64_t huge_page_bytes = 0;  // of those, in memory advised for 2 MiB pages (huge_pages)
 };
 
 // Attention weights recorded during a forward of a single chunk, handed out

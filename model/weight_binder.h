@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "model/huge_pages.h"
 #include "model/io/weights.h"
 #include "model/linear_weight.h"
 
@@ -26,9 +27,12 @@ class WeightBinder {
   // vectors (biases, norm weights) in `compute_dtype`, the dtype of
   // activations. With int8 (kChar), the matrices taken with TakeMatrix are
   // quantized (QuantizeInt8) and every other tensor stays in `compute_dtype`.
-  // `weights` must outlive the binder.
+  // `weights` must outlive the binder. With `huge_pages` (CPU only), every
+  // tensor taken is placed in a HugePageArena (huge_pages.h): the weights
+  // in 2 MiB pages, one after another in the order taken (int8 scales in an
+  // arena of their own).
   WeightBinder(const TensorMap& weights, c10::ScalarType matrix_dtype,
-               c10::ScalarType compute_dtype, c10::Device device);
+               c10::ScalarType compute_dtype, c10::Device device, bool huge_pages = false);
 
   bool Has(const std::string& name) const { return weights_.count(name) > 0; }
 
@@ -46,16 +50,27 @@ class WeightBinder {
   std::vector<std::string> Unused() const;
   int64_t bytes() const { return bytes_; }  // of the tensors taken, as stored
   int64_t count() const { return count_; }  // parameters taken
+  // Bytes placed in the arena (2 MiB-page advice); 0 without huge_pages.
+  int64_t huge_page_bytes() const {
+    return arena_.placed_bytes() + scale_arena_.placed_bytes();
+  }
 
  private:
   bool quantize() const { return matrix_dtype_ == c10::ScalarType::Char; }
+  // The tensor converted; placed in the arena (its final copy) unless
+  // `place` is false (a float32 matrix about to be quantized).
   absl::StatusOr<at::Tensor> Convert(const std::string& name, const at::Tensor& t,
-                                     const std::vector<int64_t>& shape);
+                                     const std::vector<int64_t>& shape, bool place = true);
 
   const TensorMap& weights_;
   c10::ScalarType matrix_dtype_;
   c10::ScalarType compute_dtype_;
   c10::Device device_;
+  HugePageArena arena_;
+  // int8 scales apart from the matrices, so that matrices taken one after
+  // another stay adjacent (q, k and v fuse as a view: MultiHeadAttention),
+  // and so do their scales.
+  HugePageArena scale_arena_;
   std::set<std::string> used_;
   int64_t bytes_ = 0;
   int64_t count_ = 0;

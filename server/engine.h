@@ -214,6 +214,9 @@ struct EngineOptions {
   int32_t max_batch_tokens = 2048;      // tokens per forward (prefill budget)
   int64_t kv_cache_bytes = 256ll << 20; // KV cache budget
   int32_t kv_block_size = 16;           // tokens per KV block
+  // CPU: the weights and the KV cache in memory advised for 2 MiB pages
+  // (model/huge_pages.h).
+  bool huge_pages = true;
   // Reuse the K/V of full blocks across requests that share a prefix
   // (decoder-only models; model/kv_block_allocator.h).
   bool prefix_caching = true;

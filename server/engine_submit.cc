@@ -297,6 +297,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   model::LoadOptions load;
   load.dtype = dtype;
   load.device = device;
+  load.huge_pages = options.huge_pages;
   absl::StatusOr<model::LoadedModel> loaded;
   try {
     loaded = model::LoadModelFolder(model_path, load);
@@ -307,7 +308,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   DIKKAT_ASSIGN_OR_RETURN(
       model::KvCache cache,
       model::KvCache::Create(loaded->config, options.kv_cache_bytes, options.kv_block_size,
-                             cache_dtype, device));
+                             cache_dtype, device, options.huge_pages));
   ModelDescription d;
   d.name = name;
   d.path = model_path;

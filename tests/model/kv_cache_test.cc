@@ -119,16 +119,20 @@ TensorMap RandomWeights(const ModelConfig& c, bool fused_qkv) {
 
 std::unique_ptr<Transformer> LoadRandom(const ModelConfig& config, uint64_t seed,
                                         c10::ScalarType dtype = at::kFloat,
-                                        bool fused_qkv = false) {
+                                        bool fused_qkv = false, bool huge_pages = true) {
   at::manual_seed(seed);
   LoadOptions options;
   options.dtype = dtype;
+  options.huge_pages = huge_pages;
   LoadReport report;
   absl::StatusOr<std::unique_ptr<Transformer>> model =
       Transformer::Load(config, RandomWeights(config, fused_qkv), options, &report);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return nullptr;
   EXPECT_TRUE(report.unused_tensors.empty());
+  // Every weight in the arena, or none (the quantized matrices as int8 and
+  // scales, never their float32 first).
+  EXPECT_EQ(report.huge_page_bytes, huge_pages ? report.parameter_bytes : 0);
   return std::move(*model);
 }
 
@@ -139,10 +143,10 @@ std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {
 }
 
 KvCache MakeCache(const ModelConfig& config, int64_t blocks, int32_t block_size,
-                  c10::ScalarType dtype = at::kFloat) {
+                  c10::ScalarType dtype = at::kFloat, bool huge_pages = true) {
   absl::StatusOr<KvCache> cache =
       KvCache::Create(config, KvCache::BytesPerToken(config, dtype) * block_size * blocks,
-                      block_size, dtype, c10::Device(c10::DeviceType::CPU));
+                      block_size, dtype, c10::Device(c10::DeviceType::CPU), huge_pages);
   EXPECT_TRUE(cache.ok()) << cache.status();
   return std::move(*cache);
 }
@@ -428,6 +432,29 @@ TEST(KvCacheDecodeTest, SixteenBitCacheForFloat32WeightsIsCloseToFloat32) {
                   c10::toString(dtype), v.name.c_str(), err, scale);
       EXPECT_LE(err, bound * scale) << c10::toString(dtype);
       EXPECT_GT(err, 0.0) << "the cache must have rounded something";
+    }
+  }
+}
+
+// The weights and the cache in HugePageArena's 2 MiB pages (the default)
+// or in ordinary allocations: the same values, so the same bits, through
+// prefill and cached steps, for float32 and int8 weights and for q, k and v
+// given fused or separately (separate ones are placed side by side and fused
+// as a view: MultiHeadAttention).
+TEST(KvCacheDecodeTest, HugePagesChangeNoBits) {
+  for (const Variant& v : Variants()) {
+    SCOPED_TRACE(v.name);
+    for (c10::ScalarType dtype : {at::kFloat, at::kChar}) {
+      std::unique_ptr<Transformer> small = LoadRandom(v.config, 21, dtype, v.fused_qkv, false);
+      std::unique_ptr<Transformer> huge = LoadRandom(v.config, 21, dtype, v.fused_qkv, true);
+      ASSERT_NE(small, nullptr);
+      ASSERT_NE(huge, nullptr);
+      const std::vector<int32_t> tokens = RandomTokens(12, v.config.vocab_size, 22);
+      KvCache small_cache = MakeCache(v.config, 12, 4, at::kFloat, false);
+      KvCache huge_cache = MakeCache(v.config, 12, 4, at::kFloat, true);
+      const at::Tensor a = IncrementalLogits(*small, &small_cache, tokens, 5);
+      const at::Tensor b = IncrementalLogits(*huge, &huge_cache, tokens, 5);
+      EXPECT_TRUE(at::equal(a, b)) << c10::toString(dtype) << ": max abs diff " << MaxAbsDiff(a, b);
     }
   }
 }
