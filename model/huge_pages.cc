@@ -45,8 +45,24 @@ std::shared_ptr<void> MapAligned(int64_t bytes) {
 
 }  // namespace
 
+#if defined(__SANITIZE_ADDRESS__)
+#define DIKKAT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DIKKAT_ASAN 1
+#endif
+#endif
+
+bool HugePageArena::Supported() {
+#if defined(__linux__) && !defined(DIKKAT_ASAN)
+  return true;
+#else
+  return false;
+#endif
+}
+
 HugePageArena::HugePageArena(bool enabled, int64_t chunk_bytes)
-    : enabled_(enabled), chunk_bytes_(RoundUp(std::max(chunk_bytes, kHugePageBytes), kHugePageBytes)) {}
+    : enabled_(enabled && Supported()), chunk_bytes_(RoundUp(std::max(chunk_bytes, kHugePageBytes), kHugePageBytes)) {}
 
 at::Tensor HugePageArena::Empty(at::IntArrayRef sizes, c10::ScalarType dtype) {
   const auto options = at::TensorOptions().dtype(dtype).device(at::kCPU);

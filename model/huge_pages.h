@@ -31,8 +31,13 @@ namespace dikkat::model {
 
 class HugePageArena {
  public:
-  // enabled = false: every tensor from at::empty (the memory as before).
+  // enabled = false, or not Supported(): every tensor from at::empty (the
+  // memory as before).
   explicit HugePageArena(bool enabled, int64_t chunk_bytes = int64_t{64} << 20);
+
+  // Linux, and not under AddressSanitizer: there the weights stay in its
+  // heap, whose redzones catch a kernel reading past a matrix's end.
+  static bool Supported();
   HugePageArena(const HugePageArena&) = delete;
   HugePageArena& operator=(const HugePageArena&) = delete;
 

@@ -18,6 +18,9 @@
 namespace dikkat::model {
 namespace {
 
+constexpr char kUnsupported[] =
+    "no arena here (AddressSanitizer keeps the weights in its heap, or not Linux)";
+
 // The VmFlags line of the /proc/self/smaps entry holding `p`; "" if none.
 std::string VmFlagsOf(const void* p) {
   const auto addr = reinterpret_cast<uintptr_t>(p);
@@ -38,6 +41,7 @@ std::string VmFlagsOf(const void* p) {
 }
 
 TEST(HugePageArenaTest, CopiesHoldTheValuesAlignedAndAdjacentInOneStorage) {
+  if (!HugePageArena::Supported()) GTEST_SKIP() << kUnsupported;
   HugePageArena arena(true);
   const at::Tensor q = at::randn({96, 64});
   const at::Tensor k = at::randn({32, 64});
@@ -67,6 +71,7 @@ TEST(HugePageArenaTest, CopiesHoldTheValuesAlignedAndAdjacentInOneStorage) {
 }
 
 TEST(HugePageArenaTest, TensorsOutliveTheArenaAndLargeOnesGetTheirOwnChunk) {
+  if (!HugePageArena::Supported()) GTEST_SKIP() << kUnsupported;
   at::Tensor small, large, next;
   const at::Tensor values = at::randn({3 << 20});  // 12 MiB
   {
@@ -103,6 +108,7 @@ TEST(HugePageArenaTest, DisabledGivesOrdinaryTensors) {
 // 2 MiB pages depends on the machine's memory, so the backing is reported,
 // not asserted.
 TEST(HugePageArenaTest, ChunksAreAdvisedForHugePages) {
+  if (!HugePageArena::Supported()) GTEST_SKIP() << kUnsupported;
   const std::string mode = TransparentHugePagesMode();
   if (mode != "madvise" && mode != "always") {
     GTEST_SKIP() << "transparent huge pages: " << mode;
@@ -123,6 +129,7 @@ TEST(HugePageArenaTest, ChunksAreAdvisedForHugePages) {
 // likewise, apart from them), so separate q, k and v projections fuse as a
 // view instead of a copy that would leave the arena's pieces behind.
 TEST(HugePageArenaTest, BinderPlacesConsecutiveMatricesSideBySide) {
+  if (!HugePageArena::Supported()) GTEST_SKIP() << kUnsupported;
   TensorMap file;
   file["q"] = at::randn({64, 96});
   file["k"] = at::randn({32, 96});
