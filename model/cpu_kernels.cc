@@ -51,7 +51,7 @@ int OneRowSpread(bool int8) {
 
 bool Int8OneRowScalePerGroup() { return OverrideOr(int8_one_row_scale_per_group, true); }
 
-bool TilePrefetchShares() { return OverrideOr(tile_prefetch_shares, true); }
+bool TilePrefetchShares(bool l2) { return OverrideOr(tile_prefetch_shares, !l2); }
 
 bool PrefetchToL2(int64_t rows, int lo, int hi) {
   return OverrideOr(prefetch_to_l2, Avx512InHalves() && rows >= lo && rows <= hi);
