@@ -1178,7 +1178,7 @@ BENCHMARK(BM_TiledRowBlocksPaired)
     ->UseRealTime();
 BENCHMARK(BM_TilePrefetchSharesPaired)
     ->ArgNames({"dtype", "rows", "prompt"})
-    ->ArgsProduct({{0, 1, 2}, {7, 8, 10, 12, 16, 32}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2}, {5, 6, 7, 8, 10, 12, 16, 32}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

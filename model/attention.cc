@@ -133,9 +133,8 @@ MultiHeadAttention::MultiHeadAttention(LinearWeight q_w, at::Tensor q_b, LinearW
       head_dim_(q_w_.out_features() / n_heads) {
   // Keep q/k/v as row views of one fused matrix so that self-attention
   // projects with one product. Weights given fused (FromFused) are views of
-  // one tensor already, and so are separate ones that the loader placed side
-  // by side in its arena (model/huge_pages.h); others are concatenated once,
-  // here.
+  // one tensor already, and so are separate ones as the loader takes them
+  // (WeightBinder::TakeStackedMatrices); others are concatenated once, here.
   const int64_t q_rows = q_w_.out_features(), kv_rows = k_w_.out_features();
   auto fuse = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     // Adjacent contiguous pieces of one storage (a fused in_proj split by

@@ -51,7 +51,11 @@ int OneRowSpread(bool int8) {
 
 bool Int8OneRowScalePerGroup() { return OverrideOr(int8_one_row_scale_per_group, true); }
 
-bool TilePrefetchShares(bool l2) { return OverrideOr(tile_prefetch_shares, !l2); }
+bool TilePrefetchShares(int64_t rows, int lo, int hi) {
+  // Not where PrefetchToL2's default sends the prefetches into L2 (whatever
+  // SetPrefetchToL2 forces, so that its benchmark compares one thing).
+  return OverrideOr(tile_prefetch_shares, !(Avx512InHalves() && rows >= lo && rows <= hi));
+}
 
 bool PrefetchToL2(int64_t rows, int lo, int hi) {
   return OverrideOr(prefetch_to_l2, Avx512InHalves() && rows >= lo && rows <= hi);

@@ -189,9 +189,9 @@ void SetRowBlockRows(int64_t rows);
 void SetTiledRowBlocks(int mode);
 // For benchmarks: whether the row blocks of a tile share the prefetching
 // of the next tile's weights (1), or each block prefetches all of them (0,
-// the order before); -1 the default (shared unless the prefetches go into
-// L2 only). TilePrefetchShares,
-// cpu_kernels_isa.h. Same sums.
+// the order before); -1 the default (shared, except at the rows whose
+// prefetches go into L2 only: TilePrefetchShares, cpu_kernels_isa.h). Same
+// sums.
 void SetTilePrefetchShares(int mode);
 // For benchmarks: where the kernels' software prefetches of the weights go:
 // 1 into L2 only, 0 into L1, -1 by the CPU and the number of rows

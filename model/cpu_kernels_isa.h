@@ -214,13 +214,14 @@ int TiledRowBlocksOverride();
 // float32 1.05-1.20x on AVX-512 and 1.05-1.21x on AVX2; bfloat16 and
 // float16 0.99-1.06x on AVX-512, 1.06-1.14x on AVX2. int8 (compute-bound
 // at these rows) measured 0.95-0.99x sharing and keeps its own prefetch.
-// Not where the prefetches go into L2 only (`l2`: WeightsPrefetchToL2, 1-8
-// rows on Zen 4): there each block prefetching all of the next tile
-// measured faster (session 26, Zen 4, float32: sharing 0.95-0.98x at 7-8
-// rows on AVX-512 and AVX2 forced, with 2 MiB pages and without; 1.07-1.22x
-// at 10-16 rows). SetTilePrefetchShares (cpu_kernels.h) overrides it for
+// Not for `rows` where PrefetchToL2's default sends the prefetches into L2
+// only (the ISA's range [lo, hi], 1-8 rows where 512-bit operations run in
+// halves): there each block prefetching all of the next tile measured
+// faster (session 26, Zen 4, float32: sharing 0.95-0.98x at 7-8 rows on
+// AVX-512 and AVX2 forced, with 2 MiB pages and without; 1.07-1.22x at
+// 10-16 rows). SetTilePrefetchShares (cpu_kernels.h) overrides it for
 // benchmarks.
-bool TilePrefetchShares(bool l2);
+bool TilePrefetchShares(int64_t rows, int lo, int hi);
 
 // Whether the kernels' software prefetches of W (the next register block's
 // or tile's rows, or the stream ahead at one row) for a call of `rows` input

@@ -1,8 +1,8 @@
 #include "model/huge_pages.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
-#include <utility>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -15,7 +15,7 @@
 namespace dikkat::model {
 namespace {
 
-constexpr int64_t kAlign = 64;
+constexpr int64_t kAlign = HugePageArena::kAlign;
 
 int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
@@ -45,24 +45,11 @@ std::shared_ptr<void> MapAligned(int64_t bytes) {
 
 }  // namespace
 
-#if defined(__SANITIZE_ADDRESS__)
-#define DIKKAT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DIKKAT_ASAN 1
-#endif
-#endif
-
-bool HugePageArena::Supported() {
-#if defined(__linux__) && !defined(DIKKAT_ASAN)
-  return true;
-#else
-  return false;
-#endif
-}
+bool HugePageArena::Supported() { return HugePageArenaSupported(); }
 
 HugePageArena::HugePageArena(bool enabled, int64_t chunk_bytes)
-    : enabled_(enabled && Supported()), chunk_bytes_(RoundUp(std::max(chunk_bytes, kHugePageBytes), kHugePageBytes)) {}
+    : enabled_(enabled && Supported()),
+      chunk_bytes_(RoundUp(std::max(chunk_bytes, kHugePageBytes), kHugePageBytes)) {}
 
 at::Tensor HugePageArena::Empty(at::IntArrayRef sizes, c10::ScalarType dtype) {
   const auto options = at::TensorOptions().dtype(dtype).device(at::kCPU);
@@ -75,7 +62,10 @@ at::Tensor HugePageArena::Empty(at::IntArrayRef sizes, c10::ScalarType dtype) {
   if (!chunk_.defined() || offset + bytes > chunk_.numel()) {
     const int64_t chunk_bytes = std::max(RoundUp(bytes, kHugePageBytes), chunk_bytes_);
     std::shared_ptr<void> mapping = MapAligned(chunk_bytes);
-    if (mapping == nullptr) return at::empty(sizes, options);
+    if (mapping == nullptr) {  // out of address space or refused: the heap from now on
+      enabled_ = false;
+      return at::empty(sizes, options);
+    }
     // One byte tensor over the whole chunk; the deleter holds the mapping,
     // so it is unmapped with the chunk's last tensor.
     chunk_ = at::from_blob(

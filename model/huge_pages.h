@@ -5,19 +5,20 @@
 //
 // Why: a decode step streams all the weights from memory (~475 MiB for
 // GPT-2 small in float32). In 4 KiB pages that is a TLB miss and a page walk
-// every 4 KiB of every stream, and the hardware prefetchers stop at each 4 KiB
-// page's end. Most distributions default THP to "madvise", so memory nobody
-// advised stays in 4 KiB pages (docs/performance.md, "Weights in 2 MiB
-// pages").
+// every 4 KiB of every stream. Debian and Ubuntu default THP to "madvise",
+// so memory nobody advises stays in 4 KiB pages there (docs/performance.md,
+// "Weights and KV cache in 2 MiB pages").
 //
-// Tensors are placed one after another (64-byte aligned) in chunks of at
-// least `chunk_bytes`, each mapped on its own 2 MiB boundary, as views of
+// Tensors are placed one after another (kAlign-byte aligned) in chunks of
+// at least `chunk_bytes`, each mapped on its own 2 MiB boundary, as views of
 // one storage per chunk; a tensor keeps its chunk mapped, so tensors may
 // outlive the arena and a chunk is unmapped with its last tensor (one
-// long-lived tensor keeps its whole chunk: place only what lives as long). Untouched tails cost address
-// space only. Where THP is off ("never", or no Linux), the advice changes
-// nothing and the memory is ordinary anonymous memory; if mapping fails the
-// arena falls back to at::empty. Not thread-safe; one arena per load.
+// long-lived tensor keeps its whole chunk: place only what lives as long).
+// A chunk's untouched tail is address space only (and commit charge under
+// vm.overcommit_memory=2); its last touched 2 MiB page is resident whole.
+// Where THP is off ("never") the advice changes nothing and the memory is
+// ordinary anonymous memory; if a mapping fails, the arena gives heap
+// tensors (at::empty) from then on. Not thread-safe; one arena per load.
 #ifndef DIKKAT_MODEL_HUGE_PAGES_H_
 #define DIKKAT_MODEL_HUGE_PAGES_H_
 
@@ -33,10 +34,13 @@ class HugePageArena {
  public:
   // enabled = false, or not Supported(): every tensor from at::empty (the
   // memory as before).
-  explicit HugePageArena(bool enabled, int64_t chunk_bytes = int64_t{64} << 20);
+  static constexpr int64_t kAlign = 64;  // bytes; every tensor starts on it
+
+  explicit HugePageArena(bool enabled, int64_t chunk_bytes = int64_t{256} << 20);
 
   // Linux, and not under AddressSanitizer: there the weights stay in its
-  // heap, whose redzones catch a kernel reading past a matrix's end.
+  // heap, whose redzones catch a kernel reading past a matrix's end
+  // (HugePageArenaSupported, memory_pages.h).
   static bool Supported();
   HugePageArena(const HugePageArena&) = delete;
   HugePageArena& operator=(const HugePageArena&) = delete;
@@ -47,6 +51,7 @@ class HugePageArena {
   // stays undefined.
   at::Tensor Copy(const at::Tensor& t);
 
+  // False when off, unsupported, or after a mapping failed.
   bool enabled() const { return enabled_; }
   // Bytes of tensors placed in advised chunks so far.
   int64_t placed_bytes() const { return placed_; }

@@ -2,9 +2,8 @@
 
 #include <ATen/ops/zeros.h>
 
-#include "model/huge_pages.h"
-
 #include "absl/strings/str_cat.h"
+#include "model/huge_pages.h"
 
 namespace dikkat::model {
 
@@ -32,9 +31,9 @@ absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int64_t budge
   }
   std::vector<at::Tensor> keys, values;
   const auto options = at::TensorOptions().dtype(dtype).device(device);
-  // One region for every layer's keys and values (each 64-byte aligned).
+  // One region for every layer's keys and values (each kAlign-aligned).
   HugePageArena arena(huge_pages && device.is_cpu(),
-                      num_blocks * per_block + 64 * 2 * config.cached_layers());
+                      num_blocks * per_block + HugePageArena::kAlign * 2 * config.cached_layers());
   const std::vector<int64_t> shape{num_blocks * block_size, config.kv_heads(), config.head_size()};
   auto slots = [&] {  // [slots, kv_heads, head_dim]
     return device.is_cpu() ? arena.Empty(shape, dtype).zero_() : at::zeros(shape, options);

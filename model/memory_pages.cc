@@ -1,10 +1,27 @@
 #include "model/memory_pages.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define DIKKAT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DIKKAT_ASAN 1
+#endif
+#endif
+
 namespace dikkat::model {
+
+bool HugePageArenaSupported() {
+#if defined(__linux__) && !defined(DIKKAT_ASAN)
+  return true;
+#else
+  return false;
+#endif
+}
 
 const char* TransparentHugePagesMode() {
 #if defined(__linux__)

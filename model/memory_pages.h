@@ -10,6 +10,11 @@ namespace dikkat::model {
 
 inline constexpr int64_t kHugePageBytes = int64_t{2} << 20;
 
+// Whether this build places long-lived tensors in advised mappings at all
+// (HugePageArena, huge_pages.h): Linux, and not under AddressSanitizer,
+// whose heap redzones should keep seeing the weights.
+bool HugePageArenaSupported();
+
 // The kernel's transparent huge page mode: "always", "madvise" (what the
 // arena's advice needs), "never", or "unavailable" (no such kernel feature,
 // or not Linux); /sys/kernel/mm/transparent_hugepage/enabled.

@@ -1,6 +1,7 @@
 #include "model/model_weights.h"
 
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -103,17 +104,22 @@ class Binding {
       *out = MultiHeadAttention::FromFused(in_w, in_b, out_w, out_b, hq, hkv);
       return absl::OkStatus();
     }
-    LinearWeight q_w, k_w, v_w;
-    at::Tensor q_b, k_b, v_b;
-    DIKKAT_ASSIGN_OR_RETURN(q_w, w_.TakeMatrix(prefix + ".q_proj.weight", {hq * hd, d}));
-    DIKKAT_ASSIGN_OR_RETURN(k_w, w_.TakeMatrix(prefix + ".k_proj.weight", {hkv * hd, d}));
-    DIKKAT_ASSIGN_OR_RETURN(v_w, w_.TakeMatrix(prefix + ".v_proj.weight", {hkv * hd, d}));
+    // Stacked as they are taken (one storage, q then k then v), so that
+    // MultiHeadAttention fuses them as a view rather than a copy.
+    DIKKAT_ASSIGN_OR_RETURN(
+        std::vector<LinearWeight> qkv,
+        w_.TakeStackedMatrices({prefix + ".q_proj.weight", prefix + ".k_proj.weight",
+                                prefix + ".v_proj.weight"},
+                               {{hq * hd, d}, {hkv * hd, d}, {hkv * hd, d}}));
+    std::vector<at::Tensor> qkv_b(3);
     if (qkv_bias) {
-      DIKKAT_ASSIGN_OR_RETURN(q_b, w_.Take(prefix + ".q_proj.bias", {hq * hd}));
-      DIKKAT_ASSIGN_OR_RETURN(k_b, w_.Take(prefix + ".k_proj.bias", {hkv * hd}));
-      DIKKAT_ASSIGN_OR_RETURN(v_b, w_.Take(prefix + ".v_proj.bias", {hkv * hd}));
+      DIKKAT_ASSIGN_OR_RETURN(
+          qkv_b, w_.TakeStacked({prefix + ".q_proj.bias", prefix + ".k_proj.bias",
+                                 prefix + ".v_proj.bias"},
+                                {{hq * hd}, {hkv * hd}, {hkv * hd}}));
     }
-    *out = MultiHeadAttention(q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b, hq, hkv);
+    *out = MultiHeadAttention(qkv[0], qkv_b[0], qkv[1], qkv_b[1], qkv[2], qkv_b[2], out_w, out_b,
+                              hq, hkv);
     return absl::OkStatus();
   }
 

@@ -32,7 +32,7 @@ class WeightBinder {
   // in 2 MiB pages, one after another in the order taken (int8 scales in an
   // arena of their own).
   WeightBinder(const TensorMap& weights, c10::ScalarType matrix_dtype,
-               c10::ScalarType compute_dtype, c10::Device device, bool huge_pages = false);
+               c10::ScalarType compute_dtype, c10::Device device, bool huge_pages);
 
   bool Has(const std::string& name) const { return weights_.count(name) > 0; }
 
@@ -43,6 +43,17 @@ class WeightBinder {
   // scales under int8, else as Take.
   absl::StatusOr<LinearWeight> TakeMatrix(const std::string& name,
                                           const std::vector<int64_t>& shape);
+  // Matrices `names` [rows_i, in] (one `in`) taken together: stacked along
+  // their rows in one tensor (under int8 its scales in another) and returned
+  // as row views of it, in order. Adjacent pieces of one storage, so a caller
+  // may use them as one matrix without a copy (separate q, k and v:
+  // MultiHeadAttention). Quantizing per row and group, the stack's int8 is
+  // each matrix's own.
+  absl::StatusOr<std::vector<LinearWeight>> TakeStackedMatrices(
+      const std::vector<std::string>& names, const std::vector<std::vector<int64_t>>& shapes);
+  // Vectors (q, k and v biases) likewise, as views of one tensor.
+  absl::StatusOr<std::vector<at::Tensor>> TakeStacked(
+      const std::vector<std::string>& names, const std::vector<std::vector<int64_t>>& shapes);
   // Undefined tensor when absent; shape-checked when present.
   absl::StatusOr<at::Tensor> TakeOptional(const std::string& name,
                                           const std::vector<int64_t>& shape);
@@ -57,10 +68,16 @@ class WeightBinder {
 
  private:
   bool quantize() const { return matrix_dtype_ == c10::ScalarType::Char; }
-  // The tensor converted; placed in the arena (its final copy) unless
-  // `place` is false (a float32 matrix about to be quantized).
-  absl::StatusOr<at::Tensor> Convert(const std::string& name, const at::Tensor& t,
-                                     const std::vector<int64_t>& shape, bool place = true);
+  // The tensor `name` checked and converted. place: its final copy, owning
+  // its memory (in the arena when on); else it may alias the file's memory
+  // and the caller copies it (stacks or quantizes it).
+  absl::StatusOr<at::Tensor> Convert(const std::string& name, const std::vector<int64_t>& shape,
+                                     bool place);
+  // A tensor built here (stacked, quantized) in `arena` when on.
+  at::Tensor Place(const at::Tensor& t, HugePageArena& arena);
+  // Converted tensors of one dtype stacked along dim 0: in the arena when
+  // on, else at::cat.
+  at::Tensor Stack(const std::vector<at::Tensor>& parts);
 
   const TensorMap& weights_;
   c10::ScalarType matrix_dtype_;

@@ -213,14 +213,23 @@ EngineOptions OptionsFromFlags() {
 double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 // For the load line: how much of the process the kernel backs with 2 MiB
-// pages so far (the weights and KV caches asked for them: --huge_pages).
+// pages so far (the weights and KV caches ask for them: --huge_pages).
 std::string DescribeHugePages(const EngineOptions& options) {
-  if (!options.huge_pages) return "--nohuge_pages: 4 KiB pages";
-  const int64_t bytes = model::ProcessHugePageBytes();
   const std::string mode = model::TransparentHugePagesMode();
-  if (bytes < 0) return absl::StrCat("2 MiB pages asked for (transparent huge pages: ", mode, ")");
-  return absl::StrFormat("%.1f MiB of the process in 2 MiB pages (transparent huge pages: %s)",
-                         MiB(bytes), mode);
+  const int64_t bytes = model::ProcessHugePageBytes();
+  const std::string backed =
+      bytes < 0 ? std::string("unknown")
+                : absl::StrFormat("%.1f MiB of the process", MiB(bytes));
+  std::string asked = "weights and KV cache advised for 2 MiB pages";
+  if (!options.huge_pages) {
+    asked = "--nohuge_pages";
+  } else if (options.device != "cpu") {
+    asked = "2 MiB page advice on the CPU only";
+  } else if (!model::HugePageArenaSupported()) {
+    asked = "no 2 MiB page advice in this build (AddressSanitizer or not Linux)";
+  }
+  return absl::StrCat(asked, "; in 2 MiB pages: ", backed, " (transparent huge pages: ", mode,
+                      ")");
 }
 
 // Threads gRPC may start for synchronous handlers (server reflection; the

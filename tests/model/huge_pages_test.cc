@@ -6,12 +6,15 @@
 
 #include <cstdint>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "model/linear_weight.h"
 #include "model/memory_pages.h"
 #include "model/weight_binder.h"
 
@@ -124,37 +127,51 @@ TEST(HugePageArenaTest, ChunksAreAdvisedForHugePages) {
             << " MiB\n";
 }
 
-// The loader's placement that attention relies on: matrices taken one after
-// another are adjacent pieces of one storage, under int8 too (their scales
-// likewise, apart from them), so separate q, k and v projections fuse as a
-// view instead of a copy that would leave the arena's pieces behind.
-TEST(HugePageArenaTest, BinderPlacesConsecutiveMatricesSideBySide) {
-  if (!HugePageArena::Supported()) GTEST_SKIP() << kUnsupported;
+// What attention relies on: q, k and v taken together are row views of one
+// stacked matrix (and, under int8, its scales of one stacked tensor), with or
+// without the arena, so MultiHeadAttention fuses them as a view; each piece
+// holds what it would alone.
+TEST(HugePageArenaTest, StackedMatricesAreRowViewsOfOneStorage) {
   TensorMap file;
   file["q"] = at::randn({64, 96});
   file["k"] = at::randn({32, 96});
-  file["v"] = at::randn({32, 96});
+  file["v"] = at::randn({96, 32}).t();  // strided, as a transposed (Conv1D) source
   file["b"] = at::randn({64});
-  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kChar}) {
-    SCOPED_TRACE(c10::toString(dtype));
-    WeightBinder binder(file, dtype, at::kFloat, c10::Device(c10::DeviceType::CPU), true);
-    const LinearWeight q = *binder.TakeMatrix("q", {64, 96});
-    const at::Tensor b = *binder.Take("b", {64});
-    const LinearWeight k = *binder.TakeMatrix("k", {32, 96});
-    const LinearWeight v = *binder.TakeMatrix("v", {32, 96});
-    if (dtype != at::kChar) EXPECT_TRUE(at::equal(q.w, file["q"].to(dtype)));
-    EXPECT_TRUE(b.storage().is_alias_of(q.w.storage()));
-    EXPECT_TRUE(k.w.storage().is_alias_of(q.w.storage()));
-    EXPECT_TRUE(v.w.storage().is_alias_of(q.w.storage()));
-    // The bias went between q and k; k and v touch.
-    EXPECT_EQ(static_cast<char*>(v.w.data_ptr()), static_cast<char*>(k.w.data_ptr()) + k.w.nbytes());
-    if (dtype == at::kChar) {
-      EXPECT_TRUE(k.scales.storage().is_alias_of(v.scales.storage()));
-      EXPECT_FALSE(k.scales.storage().is_alias_of(k.w.storage()));
-      EXPECT_EQ(static_cast<char*>(v.scales.data_ptr()),
-                static_cast<char*>(k.scales.data_ptr()) + k.scales.nbytes());
+  file["bk"] = at::randn({31});  // not a whole cache line
+  file["bv"] = at::randn({32});
+  for (bool huge : {true, false}) {
+    for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kChar}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + (huge ? " in the arena" : " in the heap"));
+      WeightBinder binder(file, dtype, at::kFloat, c10::Device(c10::DeviceType::CPU), huge);
+      const std::vector<LinearWeight> qkv =
+          *binder.TakeStackedMatrices({"q", "k", "v"}, {{64, 96}, {32, 96}, {32, 96}});
+      const std::vector<at::Tensor> biases =
+          *binder.TakeStacked({"b", "bk", "bv"}, {{64}, {31}, {32}});
+      ASSERT_EQ(qkv.size(), 3u);
+      const char* names[] = {"q", "k", "v"};
+      int64_t row = 0;
+      for (int i = 0; i < 3; ++i) {
+        const LinearWeight& w = qkv[i];
+        EXPECT_TRUE(w.w.storage().is_alias_of(qkv[0].w.storage()));
+        EXPECT_EQ(static_cast<char*>(w.w.data_ptr()),
+                  static_cast<char*>(qkv[0].w.data_ptr()) + row * 96 * w.w.element_size());
+        const at::Tensor& src = file[names[i]];
+        if (dtype == at::kChar) {
+          const LinearWeight alone = QuantizeInt8(src);
+          EXPECT_TRUE(at::equal(w.w, alone.w));
+          EXPECT_TRUE(at::equal(w.scales, alone.scales));
+          EXPECT_TRUE(w.scales.storage().is_alias_of(qkv[0].scales.storage()));
+        } else {
+          EXPECT_TRUE(at::equal(w.w, src.to(dtype)));
+        }
+        row += src.size(0);
+      }
+      EXPECT_TRUE(biases[1].storage().is_alias_of(biases[0].storage()));
+      EXPECT_EQ(static_cast<float*>(biases[2].data_ptr()),
+                static_cast<float*>(biases[0].data_ptr()) + 95);
+      EXPECT_TRUE(at::equal(biases[1], file["bk"]));
+      EXPECT_EQ(binder.huge_page_bytes(), huge && HugePageArena::Supported() ? binder.bytes() : 0);
     }
-    EXPECT_EQ(binder.huge_page_bytes(), binder.bytes());
   }
 }
 
