@@ -32,16 +32,16 @@ namespace dikkat::model {
 
 class HugePageArena {
  public:
-  // enabled = false, or not Supported(): every tensor from at::empty (the
-  // memory as before).
   static constexpr int64_t kAlign = 64;  // bytes; every tensor starts on it
-
-  explicit HugePageArena(bool enabled, int64_t chunk_bytes = int64_t{256} << 20);
 
   // Linux, and not under AddressSanitizer: there the weights stay in its
   // heap, whose redzones catch a kernel reading past a matrix's end
   // (HugePageArenaSupported, memory_pages.h).
   static bool Supported();
+
+  // enabled = false, or not Supported(): every tensor from at::empty (the
+  // memory as before).
+  explicit HugePageArena(bool enabled, int64_t chunk_bytes = int64_t{256} << 20);
   HugePageArena(const HugePageArena&) = delete;
   HugePageArena& operator=(const HugePageArena&) = delete;
 
