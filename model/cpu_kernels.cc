@@ -143,6 +143,17 @@ const kernels::Bf16DotKernels* ActiveBf16Dot() {
   return ActiveIsa() == CpuIsa::kAvx512 && wanted ? kernels::Avx512Bf16DotKernels() : nullptr;
 }
 
+// The most input rows the dot products take: all they can (1-4) where
+// SetBf16DotProducts(1) forces them, else one. At 2-4 rows the widening
+// kernels ran an Intel Xeon's (Sapphire Rapids class, full-width AVX-512)
+// decode step 1.06x / 1.13x faster at 2 / 4 rows and its linears 1.20x at 4
+// (BM_Bf16DotPaired, session 27), where on a Zen 5 the two had been level
+// there (0.998-1.02x); at one row the dot products won on both (1.16-1.20x
+// on the Xeon).
+int64_t Bf16DotMaxRows(const kernels::Bf16DotKernels& dot) {
+  return kernels::bf16_dot.load(std::memory_order_relaxed) > 0 ? dot.max_rows : 1;
+}
+
 // Runs pass(r0, n) over rows [0, rows) in passes of at most kLinearPassRows
 // rows, each a pass over W. Every row is computed alone, so the passes give
 // the same bits as one would.
@@ -165,7 +176,7 @@ void LinearPass(const float* x, const W* w, const float* b, float* y, int64_t ro
     fn = k.linear_bf16;
     // bfloat16 weights, few rows, AVX512_BF16: x in two bfloat16 parts.
     const kernels::Bf16DotKernels* dot = ActiveBf16Dot();
-    if (dot != nullptr && rows <= dot->max_rows) {
+    if (dot != nullptr && rows <= Bf16DotMaxRows(*dot)) {
       std::vector<uint16_t> parts(2 * rows * in);
       uint16_t *hi = parts.data(), *lo = hi + rows * in;
       dot->split(x, hi, lo, rows * in);

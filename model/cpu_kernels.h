@@ -148,11 +148,13 @@ void SetSmallBatchLinearRowBlocks(bool enabled);
 // true.
 void SetSmallBatchLinearLongTiledTasks(bool enabled);
 
-// True where bfloat16 linears of up to 4 rows use AVX512_BF16's dot product
-// (cpu_kernels_avx512_bf16.cc): the active ISA is AVX-512, the CPU has
-// AVX512_BF16, and SetBf16DotProducts has turned it on or left the choice
-// to the CPU: on unless it runs 512-bit operations in halves
-// (Avx512InHalves, cpu_isa.h; Zen 4), where widening is faster.
+// True where bfloat16 linears of one row (up to 4 where SetBf16DotProducts
+// forces them) use AVX512_BF16's dot product (cpu_kernels_avx512_bf16.cc):
+// the active ISA is AVX-512, the CPU has AVX512_BF16, and SetBf16DotProducts
+// has turned it on or left the choice to the CPU: on unless it runs 512-bit
+// operations in halves (Avx512InHalves, cpu_isa.h; Zen 4), where widening is
+// faster. By default 2-4 rows widen everywhere (faster on an Intel Xeon,
+// level on a Zen 5).
 bool Bf16DotProductsActive();
 // For the server's log: which input rows read W as several far-apart
 // streams a task (OneRowSpread, cpu_kernels_isa.h), e.g. "1-3 input rows as
@@ -162,9 +164,9 @@ std::string DescribeOneRowSpread();
 
 // For tests and benchmarks: 0 runs bfloat16 linears of up to 4 rows through
 // the float32 kernels (each weight widened) even where AVX512_BF16's dot
-// product could take them, 1 through the dot products wherever the CPU has
-// them, -1 (the default) as the CPU's choice above: both can be tested and
-// measured side by side in one process.
+// product could take them, 1 through the dot products (1-4 rows) wherever
+// the CPU has them, -1 (the default) as the CPU's choice above (one row):
+// both can be tested and measured side by side in one process.
 void SetBf16DotProducts(int mode);
 
 // Most output rows per task of a linear of at most kSmallBatchMaxRows rows,

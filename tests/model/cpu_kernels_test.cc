@@ -175,6 +175,31 @@ TEST(SmallBatchLinearTest, Bf16DotProductsRunWhereTheCpuHasThemAndKeepNonFiniteI
   SetBf16DotProducts(-1);
 }
 
+TEST(SmallBatchLinearTest, Bf16DotProductsTakeOneRowByDefault) {
+  // Where they are on by default, the dot products take one input row and
+  // 2-4 rows widen (faster there on an Intel Xeon); forced on, they take
+  // 1-4. The paths round differently, so bits tell which one ran.
+  at::manual_seed(19);
+  at::Tensor w = at::randn({77, 768}).to(at::kBFloat16), b = at::randn({77});
+  at::Tensor x = at::randn({2, 768}) * 100;
+  const auto run = [&](int mode, int64_t rows) {
+    SetBf16DotProducts(mode);
+    at::Tensor y = SmallBatchLinear(x.narrow(0, 0, rows), w, b);
+    SetBf16DotProducts(-1);
+    return y;
+  };
+  const bool dot_by_default = Bf16DotProductsActive();
+  for (int64_t rows : {1, 2}) {
+    const bool dot = dot_by_default && rows == 1;
+    EXPECT_TRUE(run(-1, rows).equal(run(dot ? 1 : 0, rows))) << rows << " rows";
+  }
+  SetBf16DotProducts(1);
+  if (Bf16DotProductsActive()) {
+    EXPECT_FALSE(run(1, 2).equal(run(0, 2))) << "forced on, 2 rows take the dot products";
+  }
+  SetBf16DotProducts(-1);
+}
+
 TEST(SmallBatchLinearTest, Float32RowIsComputedAsIfAlone) {
   // The engine's batching tests compare a sequence's tokens in a batch with
   // its solo run: with float32 weights a row's result must not depend on the
