@@ -246,7 +246,9 @@ std::atomic<int64_t> int8_gemm_from{0};  // SetInt8GemmMinRows
 
 SmallBatchLinearLimits SmallBatchLinearLimitsFor(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kAvx512: return kSmallBatchLinearLimitsAvx512;
+    case CpuIsa::kAvx512:
+      return Avx512InHalves() ? kSmallBatchLinearLimitsAvx512
+                              : kSmallBatchLinearLimitsAvx512FullWidth;
     case CpuIsa::kAvx2: return kSmallBatchLinearLimitsAvx2;
     case CpuIsa::kGeneric: break;
   }

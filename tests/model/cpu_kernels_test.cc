@@ -337,15 +337,25 @@ TEST(SmallBatchLinearTest, RoutingLimitsPerIsa) {
   // dtype (one register block at least) and float32 row blocks beyond it;
   // the generic ISA float32 at 2-8 rows, and every decode row count of
   // bfloat16 and float16 (the alternative widens W at every call).
-  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
-    const SmallBatchLinearLimits l = SmallBatchLinearLimitsFor(isa);
-    EXPECT_EQ(l.float32_from, 1) << IsaName(isa);
-    EXPECT_GT(l.float32, kSmallBatchMaxRows) << IsaName(isa);
-    EXPECT_GE(l.bfloat16, kSmallBatchMaxRows) << IsaName(isa);
-    EXPECT_GE(l.float16, kSmallBatchMaxRows) << IsaName(isa);
-    EXPECT_GT(l.int8_gemm_from, kSmallBatchMaxRows) << IsaName(isa);
-    EXPECT_LE(l.int8_gemm_from, 513) << IsaName(isa);
+  // Both AVX-512 tables (Zen 4's and full width's), whichever this CPU takes.
+  const std::pair<const char*, SmallBatchLinearLimits> tables[] = {
+      {"avx512 (Zen 4)", kSmallBatchLinearLimitsAvx512},
+      {"avx512 (full width)", kSmallBatchLinearLimitsAvx512FullWidth},
+      {"avx2", SmallBatchLinearLimitsFor(CpuIsa::kAvx2)}};
+  for (const auto& [name, l] : tables) {
+    EXPECT_EQ(l.float32_from, 1) << name;
+    EXPECT_GT(l.float32, kSmallBatchMaxRows) << name;
+    EXPECT_GE(l.bfloat16, kSmallBatchMaxRows) << name;
+    EXPECT_GE(l.float16, kSmallBatchMaxRows) << name;
+    EXPECT_GT(l.int8_gemm_from, kSmallBatchMaxRows) << name;
+    EXPECT_LE(l.int8_gemm_from, 513) << name;
   }
+  const SmallBatchLinearLimits avx512 = SmallBatchLinearLimitsFor(CpuIsa::kAvx512);
+  const SmallBatchLinearLimits& expected =
+      Avx512InHalves() ? kSmallBatchLinearLimitsAvx512 : kSmallBatchLinearLimitsAvx512FullWidth;
+  EXPECT_EQ(avx512.float32, expected.float32);
+  EXPECT_EQ(avx512.float16, expected.float16);
+  EXPECT_EQ(avx512.int8_gemm_from, expected.int8_gemm_from);
   const SmallBatchLinearLimits generic = SmallBatchLinearLimitsFor(CpuIsa::kGeneric);
   EXPECT_EQ(generic.float32_from, 2);
   EXPECT_EQ(generic.float32, kSmallBatchMaxRows);
