@@ -80,7 +80,7 @@ std::string DescribeBlas() {
 std::string DescribeCpuKernels() {
   std::string bf16;
   if (model::Bf16DotProductsActive()) {
-    bf16 = "; bfloat16 linears with avx512_bf16 dot products";
+    bf16 = "; one-row bfloat16 linears with avx512_bf16 dot products";
   } else if (model::ActiveIsa() == model::CpuIsa::kAvx512 && model::Avx512InHalves()) {
     bf16 = "; 512-bit operations in halves on this CPU: bfloat16 linears by widening";
   }
@@ -90,7 +90,16 @@ std::string DescribeCpuKernels() {
   // OneRowSpread (model/cpu_kernels_isa.h): measured on these CPUs only.
   std::string spread = model::DescribeOneRowSpread();
   if (!spread.empty()) spread = "; " + spread;
-  return "CPU kernels: " + model::DescribeIsa() + bf16 + prefetch + spread;
+  // SmallBatchLinearLimitsFor (model/cpu_kernels.h): where the BLAS takes over.
+  const model::SmallBatchLinearLimits limits =
+      model::SmallBatchLinearLimitsFor(model::ActiveIsa());
+  const std::string rows = limits.float32_from > 1
+                               ? std::to_string(limits.float32_from) + "-" +
+                                     std::to_string(limits.float32)
+                               : "up to " + std::to_string(limits.float32);
+  const std::string routes =
+      "; float32 linears of " + rows + " rows on these kernels, the rest on the BLAS";
+  return "CPU kernels: " + model::DescribeIsa() + bf16 + prefetch + spread + routes;
 }
 
 void TuneAllocator() {
