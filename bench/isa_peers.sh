@@ -109,7 +109,7 @@ dikkat_e2e() {  # isa dtype[:kv_cache_dtype] out_prefix concurrency...
     # The shape of llama-batched-bench's run below (-npp 16 -ntg 128): every
     # request 128 new tokens after the 16-token prompt, two waves of c.
     # One stream: 8 requests, so that the time to first token is a median of
-    # 8 (of 4 it moved by 10% between passes on an Intel Xeon).
+    # 8 (of 4 it moved 26.3-31.7 ms, ~20%, between two passes on an Intel Xeon).
     local requests=$((c * 2)) tokens=128
     if [ "$c" -eq 1 ]; then requests=8; fi
     # A failed or too slow run is recorded as missing; the pass goes on.

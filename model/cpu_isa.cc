@@ -118,6 +118,20 @@ bool Avx512InHalves() {
 #endif
 }
 
+bool IntelCpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool intel = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    // "GenuineIntel" in EBX, EDX, ECX.
+    return ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu;
+  }();
+  return intel;
+#else
+  return false;
+#endif
+}
+
 std::string DescribeIsa() {
   const int o = override_isa.load(std::memory_order_relaxed);
   if (o >= 0) return std::string(IsaName(static_cast<CpuIsa>(o))) + " (set by SetActiveIsa)";

@@ -53,9 +53,15 @@ bool SetActiveIsa(CpuIsa isa);
 // True on CPUs known to execute 512-bit operations as two 256-bit halves
 // (AMD family 25 with AVX-512: Zen 4). There some AVX-512 kernel choices made
 // on full-width CPUs lose: the bfloat16 dot products and interleaved output
-// rows at one input row (cpu_kernels.cc, OneRowStreams). From
+// rows at one input row (cpu_kernels.cc, OneRowStreams), and the prefetch
+// into L2 (PrefetchToL2). From
 // CPUID's vendor and family; false on other CPUs and architectures.
 bool Avx512InHalves();
+
+// True on Intel CPUs (CPUID's vendor "GenuineIntel"). Where AVX-512 is
+// active there, longer linears go to OpenBLAS's GEMM sooner than on AMD
+// (SmallBatchLinearLimitsFor, cpu_kernels.h: measured on an Intel Xeon).
+bool IntelCpu();
 
 // One line for logs and ModelInfo, e.g. "avx2 (forced by DIKKAT_ISA; the CPU
 // supports avx512)" or "avx512 (detected)".

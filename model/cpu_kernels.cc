@@ -145,8 +145,8 @@ const kernels::Bf16DotKernels* ActiveBf16Dot() {
 
 // The most input rows the dot products take: all they can (1-4) where
 // SetBf16DotProducts(1) forces them, else one. At 2-4 rows the widening
-// kernels ran an Intel Xeon's (Sapphire Rapids class, full-width AVX-512)
-// decode step 1.06x / 1.13x faster at 2 / 4 rows and its linears 1.20x at 4
+// kernels ran an Intel Xeon's (Sapphire / Granite Rapids class, full-width
+// AVX-512) decode step 1.06x / 1.12x faster at 2 / 4 rows and its linears 1.20x at 4
 // (BM_Bf16DotPaired, session 27), where on a Zen 5 the two had been level
 // there (0.998-1.02x); at one row the dot products won on both (1.16-1.20x
 // on the Xeon).
@@ -247,8 +247,7 @@ std::atomic<int64_t> int8_gemm_from{0};  // SetInt8GemmMinRows
 SmallBatchLinearLimits SmallBatchLinearLimitsFor(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512:
-      return Avx512InHalves() ? kSmallBatchLinearLimitsAvx512
-                              : kSmallBatchLinearLimitsAvx512FullWidth;
+      return IntelCpu() ? kSmallBatchLinearLimitsAvx512Intel : kSmallBatchLinearLimitsAvx512;
     case CpuIsa::kAvx2: return kSmallBatchLinearLimitsAvx2;
     case CpuIsa::kGeneric: break;
   }

@@ -91,18 +91,21 @@ struct SmallBatchLinearLimits {
 //    1.18-1.22x at 128, 1.02-1.11x at 256, 0.88-0.95x at 512-1024 (in
 //    passes of 256): the GEMM from 257 rows (was 64).
 inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512{2048, 32, 2048, 1, 257};
-// AVX-512 where it runs at full width (not Avx512InHalves, cpu_isa.h; the
-// limits above are Zen 4's). On an Intel Xeon (Sapphire Rapids class, two
-// 512-bit FMA units a core; session 27, BM_LinearRoutesPaired with
-// OpenBLAS's SkylakeX kernels) OpenBLAS's GEMM overtakes the row blocks
-// sooner: float32 ours 1.64x at 63 rows, 1.18x at 128, 0.72x / 0.66x /
-// 0.64x at 256 / 512 / 1024 (in passes); float16 1.32x at 128, 0.81x at 256;
-// int8's row kernels 1.31x the dequantized tiles' GEMM at 64, level at 128,
-// 0.69x at 256; bfloat16 1.05x oneDNN at 32, 0.98x at 48 (as on Zen 4). On a
-// Zen 5 (full width too) the row blocks led by only 1.17-1.31x at 48-63 rows
-// (session 17; nothing measured beyond), so its crossover is no later.
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512FullWidth{128, 32, 128, 1,
-                                                                               129};
+// AVX-512 on Intel CPUs (IntelCpu, cpu_isa.h; the table above is measured on
+// AMD: Zen 5 to 63 rows, Zen 4 beyond). On an Intel Xeon (Sapphire / Granite
+// Rapids class, two 512-bit FMA units a core; session 27,
+// BM_LinearRoutesPaired with OpenBLAS's SkylakeX kernels) OpenBLAS's GEMM
+// overtakes the row blocks sooner: float32 ours 1.64x at 63 rows, 1.18x at
+// 128, 0.72x / 0.66x / 0.64x at 256 / 512 / 1024 (in passes); float16 1.32x
+// at 128, 0.81x at 256; int8's row kernels 1.31x the dequantized tiles' GEMM
+// at 64, level at 128, 0.69x at 256; bfloat16 1.05x oneDNN at 32, 0.98x at
+// 48 (as on AMD). Zen 5 keeps the table above until measured beyond 63 rows
+// (Zen 4 led at 63 rows by about as much as Zen 5 and stayed ahead to 1024).
+// With these limits a step of more than 128 float32 rows (a long prompt, or
+// decode rows beside a prefill chunk) goes to the GEMM, so a row's bits there
+// depend on its step's size, as on AVX2; on AMD's AVX-512 they do not up to
+// 2048 rows (the default step budget).
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512Intel{128, 32, 128, 1, 129};
 // AVX2 (AMD EPYC with AVX-512 forced to AVX2, OpenBLAS's Haswell kernels):
 //  * float32: level with OpenBLAS's GEMV at one row on Zen 5 (both stream W at
 //    the memory's speed), 1.4-3.8x its GEMM at 2-16 rows, 1.2x at 32, level at
@@ -134,7 +137,7 @@ inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{128, 128, 12
 // longer than a 30 s client deadline for 128 tokens.
 inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsGeneric{8, 63, 8, 2};
 
-// The limits of `isa` on this CPU (AVX-512: Zen 4's or full width's).
+// The limits of `isa` on this CPU (AVX-512: AMD's or Intel's table).
 SmallBatchLinearLimits SmallBatchLinearLimitsFor(CpuIsa isa);
 
 // True if LibTorch's bfloat16 matrix product is oneDNN's (fast): LibTorch 1.13

@@ -116,9 +116,10 @@ void ExpectBf16LinearMatchesReference(int64_t m, const Shape& s, const std::stri
 }
 
 TEST(SmallBatchLinearTest, Bf16DotProductsAndWideningBothMatchFloat64Reference) {
-  // bfloat16 weights at 1-4 rows take AVX512_BF16's dot product with x in two
-  // bfloat16 parts where the CPU has it (cpu_kernels_avx512_bf16.cc), else
-  // the widening kernels; the test above sees whichever is active. Here both
+  // bfloat16 weights at one row (1-4 when forced) take AVX512_BF16's dot
+  // product with x in two bfloat16 parts where the CPU has it
+  // (cpu_kernels_avx512_bf16.cc), else the widening kernels; the test above
+  // sees whichever is active. Here both
   // (where there is only one, twice), held to the same bound: the split
   // keeps x to 2^-17 of |x|, below 1e-5 of the magnitudes summed.
   at::manual_seed(8);
@@ -337,10 +338,10 @@ TEST(SmallBatchLinearTest, RoutingLimitsPerIsa) {
   // dtype (one register block at least) and float32 row blocks beyond it;
   // the generic ISA float32 at 2-8 rows, and every decode row count of
   // bfloat16 and float16 (the alternative widens W at every call).
-  // Both AVX-512 tables (Zen 4's and full width's), whichever this CPU takes.
+  // Both AVX-512 tables (AMD's and Intel's), whichever this CPU takes.
   const std::pair<const char*, SmallBatchLinearLimits> tables[] = {
-      {"avx512 (Zen 4)", kSmallBatchLinearLimitsAvx512},
-      {"avx512 (full width)", kSmallBatchLinearLimitsAvx512FullWidth},
+      {"avx512 (AMD)", kSmallBatchLinearLimitsAvx512},
+      {"avx512 (Intel)", kSmallBatchLinearLimitsAvx512Intel},
       {"avx2", SmallBatchLinearLimitsFor(CpuIsa::kAvx2)}};
   for (const auto& [name, l] : tables) {
     EXPECT_EQ(l.float32_from, 1) << name;
@@ -350,12 +351,13 @@ TEST(SmallBatchLinearTest, RoutingLimitsPerIsa) {
     EXPECT_GT(l.int8_gemm_from, kSmallBatchMaxRows) << name;
     EXPECT_LE(l.int8_gemm_from, 513) << name;
   }
+  // On Intel the GEMM takes over past 128 rows (measured on a Xeon:
+  // cpu_kernels.h); AMD keeps its row blocks to 2048 (Zen 4's measurement).
   const SmallBatchLinearLimits avx512 = SmallBatchLinearLimitsFor(CpuIsa::kAvx512);
-  const SmallBatchLinearLimits& expected =
-      Avx512InHalves() ? kSmallBatchLinearLimitsAvx512 : kSmallBatchLinearLimitsAvx512FullWidth;
-  EXPECT_EQ(avx512.float32, expected.float32);
-  EXPECT_EQ(avx512.float16, expected.float16);
-  EXPECT_EQ(avx512.int8_gemm_from, expected.int8_gemm_from);
+  EXPECT_EQ(avx512.float32, IntelCpu() ? 128 : 2048);
+  EXPECT_EQ(avx512.float16, IntelCpu() ? 128 : 2048);
+  EXPECT_EQ(avx512.bfloat16, 32);
+  EXPECT_EQ(avx512.int8_gemm_from, IntelCpu() ? 129 : 257);
   const SmallBatchLinearLimits generic = SmallBatchLinearLimitsFor(CpuIsa::kGeneric);
   EXPECT_EQ(generic.float32_from, 2);
   EXPECT_EQ(generic.float32, kSmallBatchMaxRows);
