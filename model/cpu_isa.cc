@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -9,6 +10,18 @@
 
 namespace dikkat::model {
 namespace {
+
+// CPUID leaf 0's vendor string (EBX, EDX, ECX: "AuthenticAMD",
+// "GenuineIntel"); empty where there is none.
+std::string CpuVendor() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, regs[3] = {0, 0, 0};
+  if (__get_cpuid(0, &eax, &regs[0], &regs[2], &regs[1]) == 0) return "";
+  return std::string(reinterpret_cast<const char*>(regs), sizeof(regs));
+#else
+  return "";
+#endif
+}
 
 struct IsaChoice {
   CpuIsa isa;
@@ -104,10 +117,9 @@ bool Avx512InHalves() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool in_halves = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    // "AuthenticAMD" in EBX, EDX, ECX.
-    const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
-    if (!amd || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if (CpuVendor() != "AuthenticAMD" || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) {
+      return false;
+    }
     const unsigned base = (eax >> 8) & 0xFu, extended = (eax >> 20) & 0xFFu;
     const unsigned family = base == 0xFu ? base + extended : base;
     return family == 0x19u && IsaSupported(CpuIsa::kAvx512);
@@ -119,17 +131,8 @@ bool Avx512InHalves() {
 }
 
 bool IntelCpu() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool intel = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    // "GenuineIntel" in EBX, EDX, ECX.
-    return ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu;
-  }();
+  static const bool intel = CpuVendor() == "GenuineIntel";
   return intel;
-#else
-  return false;
-#endif
 }
 
 std::string DescribeIsa() {

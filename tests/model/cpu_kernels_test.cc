@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
@@ -580,6 +582,18 @@ TEST(CpuIsaTest, NamesRoundTripAndTheActiveIsaIsSupported) {
   EXPECT_TRUE(IsaSupported(DetectedIsa()));
   EXPECT_TRUE(IsaSupported(ActiveIsa()));
   EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectedIsa()));
+}
+
+TEST(CpuIsaTest, VendorAndHalvesAgreeWithProcCpuinfo) {
+  // IntelCpu and Avx512InHalves read CPUID's vendor; the kernel says it too.
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) GTEST_SKIP() << "no /proc/cpuinfo";
+  const std::string info((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const bool intel = info.find("vendor_id\t: GenuineIntel") != std::string::npos;
+  const bool amd = info.find("vendor_id\t: AuthenticAMD") != std::string::npos;
+  EXPECT_EQ(IntelCpu(), intel);
+  if (!amd) EXPECT_FALSE(Avx512InHalves());
+  if (Avx512InHalves()) EXPECT_TRUE(IsaSupported(CpuIsa::kAvx512));
 }
 
 TEST(CpuIsaTest, DikkatIsaSelectsTheKernelsThisSuiteRuns) {
