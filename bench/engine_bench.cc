@@ -457,6 +457,53 @@ void BM_Int8OneRowScalesPaired(benchmark::State& state) {
                  (kernels::OneRowStreams() ? " (one-row streams)" : ""));
 }
 
+// Args: {work}: 0 a batch-1 int8 decode step (context 128), 1 the 48
+// GPT-2-small linears of one input row (int8, streamed from memory). One-row
+// int8 linears through the float32-x kernels against AVX512_VNNI's integer
+// dot products with x as int16 (SetInt8VnniOneRow 0 / 1), side by side.
+// Counters: ms of each and vnni_speedup. Where the CPU lacks AVX512_VNNI or
+// AVX-512 is not active both are the float32-x kernels (label says so).
+void BM_Int8VnniPaired(benchmark::State& state) {
+  std::unique_ptr<DecodeSteps> steps;
+  std::vector<LinearWeight> weights;
+  std::vector<at::Tensor> biases;
+  at::manual_seed(1);
+  if (state.range(0) == 0) {
+    steps = std::make_unique<DecodeSteps>(Model(at::kChar), at::kChar, 1, 128);
+  } else {
+    const int64_t shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+    for (int layer = 0; layer < 12; ++layer) {
+      for (const auto& s : shapes) {
+        weights.push_back(QuantizeInt8(at::randn({s[1], s[0]}) * 0.02));
+        biases.push_back(at::randn({s[1]}) * 0.02);
+      }
+    }
+  }
+  const at::Tensor x768 = at::randn({1, 768}), x3072 = at::randn({1, 3072});
+  const auto run = [&] {
+    if (steps != nullptr) return steps->Run();
+    for (size_t j = 0; j < weights.size(); ++j) {
+      const at::Tensor& x = weights[j].in_features() == 768 ? x768 : x3072;
+      benchmark::DoNotOptimize(Int8Linear(x, weights[j], biases[j]).data_ptr());
+    }
+  };
+  SetInt8VnniOneRow(1);
+  const bool vnni = Int8VnniOneRowActive();
+  RunPaired(
+      state,
+      [&] {
+        SetInt8VnniOneRow(0);
+        run();
+      },
+      [&] {
+        SetInt8VnniOneRow(1);
+        run();
+      },
+      "float_x_ms", "vnni_ms", "vnni_speedup");
+  SetInt8VnniOneRow(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())) + (vnni ? "" : " (no AVX512_VNNI: same code)"));
+}
+
 // Args: {rows, threads}. GeluTanh (layers.h: x * sigmoid(2u) in five
 // vectorized operators) against LibTorch's at::gelu(x, "tanh") on [rows,
 // 3072] (GPT-2 small's feed-forward width) with LibTorch on that many
@@ -1253,6 +1300,13 @@ BENCHMARK(BM_HugePagesPaired)
 BENCHMARK(BM_Int8OneRowScalesPaired)
     ->ArgNames({"dtype"})
     ->Arg(3)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(3.0)
+    ->UseRealTime();
+BENCHMARK(BM_Int8VnniPaired)
+    ->ArgNames({"work"})
+    ->Arg(0)
+    ->Arg(1)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(3.0)
     ->UseRealTime();

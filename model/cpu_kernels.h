@@ -185,6 +185,21 @@ std::string DescribeOneRowSpread();
 // both can be tested and measured side by side in one process.
 void SetBf16DotProducts(int mode);
 
+// True where int8 linears of one input row (a batch-1 decode step) take
+// AVX512_VNNI's integer dot products with x rounded to int16 per group of
+// 32 inputs (cpu_kernels_avx512_vnni.cc): the active ISA is AVX-512, the
+// CPU has AVX512_VNNI, and SetInt8VnniOneRow has turned them on or left the
+// choice to the CPU (on Intel's, where measured faster; not on AMD's until
+// measured). Within the int16 rounding bound of the float32-x kernels
+// (int8_linear_test), not the same bits: such a row alone differs slightly
+// from the same row in a step of several, as bfloat16's one-row dot
+// products do.
+bool Int8VnniOneRowActive();
+// For tests and benchmarks: 0 runs one-row int8 linears through the
+// float32-x kernels, 1 through the VNNI kernel wherever the CPU has
+// AVX512_VNNI and AVX-512 is active, -1 (the default) as the CPU's choice.
+void SetInt8VnniOneRow(int mode);
+
 // Most output rows per task of a linear of at most kSmallBatchMaxRows rows,
 // in units of 24 (fewer where a thread would otherwise get fewer than 2
 // tasks): long runs of W for the hardware prefetcher.

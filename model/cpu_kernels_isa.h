@@ -153,6 +153,18 @@ struct Bf16DotKernels {
   LinearBf16DotFn linear;
 };
 
+// int8 weights times x quantized to int16 with AVX512_VNNI's dot product
+// (cpu_kernels_avx512_vnni.cc), one input row. quantize: QuantizeXInt16Fn's
+// contract (the same bits as the AVX2 table's). one_row: Int8RowsFn's
+// contract for one row of x as xq [in], xs [groups].
+using LinearInt8OneRowFn = void (*)(const int16_t* xq, const float* xs, const int8_t* w,
+                                    const float* scales, const float* b, float* y, int64_t in,
+                                    int64_t groups, int64_t o0, int64_t o1);
+struct Int8VnniKernels {
+  QuantizeXInt16Fn quantize;
+  LinearInt8OneRowFn one_row;
+};
+
 // Input rows per row block of the kernels that run several row blocks over a
 // task's slice of W (0: each ISA's own); set by SetRowBlockRows (cpu_kernels.h).
 int64_t RowBlockRowsOverride();
@@ -246,6 +258,9 @@ bool PrefetchToL2(int64_t rows, int lo, int hi);
 
 // The AVX512_BF16 kernels, or null on a CPU without those instructions.
 const Bf16DotKernels* Avx512Bf16DotKernels();
+
+// The AVX512_VNNI int8 kernels, or null on a CPU without those instructions.
+const Int8VnniKernels* Avx512VnniInt8Kernels();
 
 // The tables, one per ISA. Calling a table's functions on a CPU without its
 // ISA is undefined (SIGILL): use Kernels().

@@ -84,6 +84,10 @@ std::string DescribeCpuKernels() {
   } else if (model::ActiveIsa() == model::CpuIsa::kAvx512 && model::Avx512InHalves()) {
     bf16 = "; 512-bit operations in halves on this CPU: bfloat16 linears by widening";
   }
+  // Int8VnniOneRowActive (model/cpu_kernels.h): Intel's AVX-512 CPUs.
+  const char* int8 = model::Int8VnniOneRowActive()
+                         ? "; one-row int8 linears with avx512_vnni dot products (x as int16)"
+                         : "";
   // PrefetchToL2 (model/cpu_kernels_isa.h): on these CPUs, whatever the ISA.
   const char* prefetch =
       model::Avx512InHalves() ? "; weights prefetched into L2 at decode sizes" : "";
@@ -99,7 +103,7 @@ std::string DescribeCpuKernels() {
                                : "up to " + std::to_string(limits.float32);
   const std::string routes =
       "; float32 linears of " + rows + " rows on these kernels, the rest on the BLAS";
-  return "CPU kernels: " + model::DescribeIsa() + bf16 + prefetch + spread + routes;
+  return "CPU kernels: " + model::DescribeIsa() + bf16 + int8 + prefetch + spread + routes;
 }
 
 void TuneAllocator() {

@@ -12,6 +12,12 @@
 #include "gtest/gtest.h"
 #include "integration_harness.h"
 
+namespace dikkat::model {
+// model/cpu_kernels.h, declared here to keep LibTorch's headers out of this
+// test (it links the model through dikkat::server).
+void SetInt8VnniOneRow(int mode);
+}  // namespace dikkat::model
+
 namespace dikkat::integration {
 namespace {
 
@@ -142,8 +148,13 @@ TEST(ConcurrentGenerateTest, PreemptedStreamsStillMatchTheirSoloRuns) {
 
 // --dtype int8: the engine's batches (row blocks of the int8 kernel, prefill
 // chunks next to decodes) give every stream the tokens of its solo run, and
-// the model describes itself as int8.
+// the model describes itself as int8. The solo runs' one-row steps go
+// through the float32-x kernel as the batches' rows do
+// (SetInt8VnniOneRow(0)): by default on Intel CPUs with AVX512_VNNI a
+// one-row step takes the int16-x dot products, within ~1e-5 of these
+// logits but not their bits (model/cpu_kernels.h).
 TEST(ConcurrentGenerateTest, Int8WeightsStreamsMatchTheirSoloRuns) {
+  model::SetInt8VnniOneRow(0);
   server::EngineOptions options = SmallEngineOptions();
   options.dtype = "int8";
   options.max_batch_tokens = 48;
@@ -160,6 +171,7 @@ TEST(ConcurrentGenerateTest, Int8WeightsStreamsMatchTheirSoloRuns) {
   ExpectSameAsSolo(solo, Concurrent(*c, requests), requests);
   EXPECT_GE(server->listener("tiny-lm")->max_batch(), 4);
   EXPECT_EQ(server->WaitUntilIdle(), "");
+  model::SetInt8VnniOneRow(-1);
 }
 
 // The dikkat-server binary: --dtype int8 loads, logs and serves; an unknown

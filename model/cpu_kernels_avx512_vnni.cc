@@ -1,0 +1,174 @@
+// int8 weights at one input row with AVX512_VNNI's integer dot product
+// (vpdpwssd: 32 int16 products summed pairwise into 16 int32 lanes, one
+// instruction; Intel Cascade Lake and later, AMD Zen 4 and later). x is
+// quantized to int16 per group of 32 inputs (the weights' groups), as the
+// AVX2 kernels do (QuantizeXInt16, cpu_kernels_body.inc: the same xq and
+// xs); each group's exact int32 sum is scaled by x's and the weight's
+// scales. Per 32 weights of a row: a widening load, the dot product, a
+// conversion and two float operations, where the float32-x kernel
+// (Int8Block) widens, converts, scales and multiplies 16 at a time, eight.
+// The int16 rounding of x adds at most absmax_g(x) / 65534 per input to each
+// product's error, ~1/256 of the weights' own rounding (int8_linear_test
+// bounds it).
+//
+// Only for CPUs whose CPUID says AVX512_VNNI (Avx512VnniInt8Kernels); the
+// functions carry that target, nothing else in the binary does.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "model/cpu_kernels_isa.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (GCC bug
+// 105593; see cpu_kernels_avx512.cc).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#define DIKKAT_VNNI_KERNEL \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define DIKKAT_VNNI_INLINE                                                               \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"), always_inline)) \
+  inline
+
+namespace dikkat::model::kernels {
+namespace {
+
+// Output rows per register block: R accumulators, x's group and scale, and
+// the temporaries of R rows in the 32 zmm registers.
+constexpr int kBlockRows = 8;
+
+// x [rows, in] -> xq, xs as QuantizeXInt16Fn says; the same bits as
+// cpu_kernels_body.inc's scalar QuantizeXInt16 (x * (32767 / absmax)
+// rounded to nearest even, then held to +-32767).
+DIKKAT_VNNI_KERNEL void QuantizeX(const float* x, int16_t* xq, float* xs, int64_t rows,
+                                  int64_t in, int64_t groups) {
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512 hi = _mm512_set1_ps(32767.0f), lo = _mm512_set1_ps(-32767.0f);
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* xm = x + m * in;
+    int16_t* qm = xq + m * in;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t i0 = g * 32;
+      const int64_t n = std::min<int64_t>(32, in - i0);
+      const __mmask16 m0 = n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
+      const __mmask16 m1 =
+          n >= 32 ? __mmask16{0xffff}
+                  : (n > 16 ? static_cast<__mmask16>((1u << (n - 16)) - 1) : __mmask16{0});
+      const __m512 v0 = _mm512_maskz_loadu_ps(m0, xm + i0);
+      const __m512 v1 = _mm512_maskz_loadu_ps(m1, xm + i0 + 16);
+      const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+      // Finite: every lane's |x| < infinity (false for NaN).
+      const bool finite = (_mm512_cmp_ps_mask(a0, inf, _CMP_LT_OQ) & m0) == m0 &&
+                          (_mm512_cmp_ps_mask(a1, inf, _CMP_LT_OQ) & m1) == m1;
+      const float absmax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+      const float inv = finite && absmax > 0.0f ? 32767.0f / absmax : 0.0f;
+      xs[m * groups + g] = finite ? absmax / 32767.0f : std::numeric_limits<float>::quiet_NaN();
+      const __m512 iv = _mm512_set1_ps(inv);
+      // The clamp, then rounding (the same as the scalar's rounding first:
+      // the bounds are integers). max_ps gives its second operand for a NaN
+      // (x * 0 of a non-finite group), -32767 as std::max(-32767, NaN) does.
+      const __m512 q0 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, iv), lo), hi);
+      const __m512 q1 = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, iv), lo), hi);
+      _mm256_mask_storeu_epi16(qm + i0, m0, _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(q0)));
+      _mm256_mask_storeu_epi16(qm + i0 + 16, m1, _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(q1)));
+    }
+  }
+}
+
+// acc[r] += xs_g * ws[r, g] * (the int32 sum of xq[g] * W[r, g]) for the
+// group at input i: the first n inputs of it when kTail (n < 32).
+template <int R, bool kTail>
+DIKKAT_VNNI_INLINE void GroupStep(const int16_t* xq, const float* xs, const int8_t* wo,
+                                  const float* so, int64_t in, int64_t groups, int64_t g,
+                                  int n, __m512 (&acc)[R]) {
+  const int64_t i = g * 32;
+  const __mmask32 mask = kTail ? static_cast<__mmask32>((1ull << n) - 1) : ~__mmask32{0};
+  const __m512i xv = kTail ? _mm512_maskz_loadu_epi16(mask, xq + i)
+                           : _mm512_loadu_si512(xq + i);
+  const __m512 xsv = _mm512_set1_ps(xs[g]);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const int8_t* wr = wo + r * in + i;
+    const __m256i w8 = kTail ? _mm256_maskz_loadu_epi8(mask, wr)
+                             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr));
+    const __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_cvtepi8_epi16(w8), xv);
+    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(sum), xsv),
+                             _mm512_set1_ps(so[r * groups + g]), acc[r]);
+  }
+}
+
+// y[o + r] = sum over groups of the scaled group sums + b[o + r], r < R.
+template <int R>
+DIKKAT_VNNI_KERNEL void Block(const int16_t* xq, const float* xs, const int8_t* w,
+                              const float* scales, const float* b, float* y, int64_t in,
+                              int64_t groups, int64_t o) {
+  __m512 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const int8_t* wo = w + o * in;
+  const float* so = scales + o * groups;
+  const int64_t whole = in / 32;
+  for (int64_t g = 0; g < whole; ++g) {
+    // The next block's rows and scales, a cache line each per 64 weights
+    // (Int8Block's prefetch).
+    if (g % 2 == 0) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(wo + (R + r) * in + g * 32), _MM_HINT_T0);
+      }
+      _mm_prefetch(reinterpret_cast<const char*>(so + R * groups + g * R), _MM_HINT_T0);
+    }
+    GroupStep<R, false>(xq, xs, wo, so, in, groups, g, 0, acc);
+  }
+  if (whole * 32 < in) {
+    GroupStep<R, true>(xq, xs, wo, so, in, groups, whole, static_cast<int>(in - whole * 32),
+                       acc);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const float bias = b != nullptr ? b[o + r] : 0.0f;
+    y[o + r] = _mm512_reduce_add_ps(acc[r]) + bias;
+  }
+}
+
+// Output rows [o0, o1) of one input row.
+DIKKAT_VNNI_KERNEL void OneRow(const int16_t* xq, const float* xs, const int8_t* w,
+                               const float* scales, const float* b, float* y, int64_t in,
+                               int64_t groups, int64_t o0, int64_t o1) {
+  int64_t o = o0;
+  for (; o + kBlockRows <= o1; o += kBlockRows) {
+    Block<kBlockRows>(xq, xs, w, scales, b, y, in, groups, o);
+  }
+  for (; o < o1; ++o) Block<1>(xq, xs, w, scales, b, y, in, groups, o);
+}
+
+// CPUID leaf 7 sub-leaf 0, ECX bit 11.
+bool HasAvx512Vnni() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 11)) != 0;
+}
+
+const Int8VnniKernels kVnni = {&QuantizeX, &OneRow};
+
+}  // namespace
+
+const Int8VnniKernels* Avx512VnniInt8Kernels() {
+  static const bool supported = HasAvx512Vnni();
+  return supported ? &kVnni : nullptr;
+}
+
+}  // namespace dikkat::model::kernels
+
+#else  // not x86-64
+
+namespace dikkat::model::kernels {
+const Int8VnniKernels* Avx512VnniInt8Kernels() { return nullptr; }
+}  // namespace dikkat::model::kernels
+
+#endif
