@@ -148,7 +148,7 @@ const kernels::Bf16DotKernels* ActiveBf16Dot() {
 // them, the active ISA is AVX-512 and SetInt8VnniOneRow has turned them on
 // or left the choice to the CPU: on Intel's (IntelCpu). On an Intel Xeon
 // (Sapphire / Granite Rapids class) they ran the 48 GPT-2-small linears
-// 1.32x and the batch-1 int8 decode step 1.1-1.2x faster than the
+// 1.28-1.29x and the batch-1 int8 decode step 1.14x faster than the
 // float32-x blocks (BM_Int8VnniPaired, session 28). AMD's CPUs keep the
 // float32-x kernels until measured there: Zen 4 runs one row as a stream
 // (OneRowStreams) and 512-bit operations in halves; Zen 5 was not measured.

@@ -592,8 +592,12 @@ TEST(CpuIsaTest, VendorAndHalvesAgreeWithProcCpuinfo) {
   const bool intel = info.find("vendor_id\t: GenuineIntel") != std::string::npos;
   const bool amd = info.find("vendor_id\t: AuthenticAMD") != std::string::npos;
   EXPECT_EQ(IntelCpu(), intel);
-  if (!amd) EXPECT_FALSE(Avx512InHalves());
-  if (Avx512InHalves()) EXPECT_TRUE(IsaSupported(CpuIsa::kAvx512));
+  if (!amd) {
+    EXPECT_FALSE(Avx512InHalves());
+  }
+  if (Avx512InHalves()) {
+    EXPECT_TRUE(IsaSupported(CpuIsa::kAvx512));
+  }
 }
 
 TEST(CpuIsaTest, DikkatIsaSelectsTheKernelsThisSuiteRuns) {
