@@ -239,8 +239,9 @@ void BM_DecodeRowBlocksPaired(benchmark::State& state) {
   state.counters["blocks_speedup"] = gemm / blocks;
 }
 
-// Args: {batch, prompt}. int8 weights: x as int16 (the AVX2 kernel) against
-// x as float32 (each weight widened; SetInt8Int16Activations), side by
+// Args: {batch, prompt}. int8 weights: x as int16 (the AVX2 kernel; one row
+// on Intel's AVX-512, SetInt8OneRowInt16X) against x as float32 (each weight
+// widened; SetInt8Int16Activations), side by
 // side: each iteration runs one decode step of `batch` sequences at context
 // 128 with each, or with prompt > 0 a prefill of that many tokens (batch
 // ignored). Counters: ms of each (float_x_ms, int16_x_ms) and int16_speedup =
@@ -459,11 +460,11 @@ void BM_Int8OneRowScalesPaired(benchmark::State& state) {
 
 // Args: {work}: 0 a batch-1 int8 decode step (context 128), 1 the 48
 // GPT-2-small linears of one input row (int8, streamed from memory). One-row
-// int8 linears through the float32-x kernels against AVX512_VNNI's integer
-// dot products with x as int16 (SetInt8VnniOneRow 0 / 1), side by side.
-// Counters: ms of each and vnni_speedup. Where the CPU lacks AVX512_VNNI or
-// AVX-512 is not active both are the float32-x kernels (label says so).
-void BM_Int8VnniPaired(benchmark::State& state) {
+// int8 linears through the float32-x kernels against x as int16 with 512-bit
+// integer multiply-adds (SetInt8OneRowInt16X 0 / 1), side by side. Counters:
+// ms of each and int16_speedup. Where AVX-512 is not active both are the
+// float32-x kernels (the label says so).
+void BM_Int8OneRowInt16XPaired(benchmark::State& state) {
   std::unique_ptr<DecodeSteps> steps;
   std::vector<LinearWeight> weights;
   std::vector<at::Tensor> biases;
@@ -487,21 +488,21 @@ void BM_Int8VnniPaired(benchmark::State& state) {
       benchmark::DoNotOptimize(Int8Linear(x, weights[j], biases[j]).data_ptr());
     }
   };
-  SetInt8VnniOneRow(1);
-  const bool vnni = Int8VnniOneRowActive();
+  SetInt8OneRowInt16X(1);
+  const bool int16 = Int8OneRowInt16XActive();
   RunPaired(
       state,
       [&] {
-        SetInt8VnniOneRow(0);
+        SetInt8OneRowInt16X(0);
         run();
       },
       [&] {
-        SetInt8VnniOneRow(1);
+        SetInt8OneRowInt16X(1);
         run();
       },
-      "float_x_ms", "vnni_ms", "vnni_speedup");
-  SetInt8VnniOneRow(-1);
-  state.SetLabel(std::string(IsaName(ActiveIsa())) + (vnni ? "" : " (no AVX512_VNNI: same code)"));
+      "float_x_ms", "int16_x_ms", "int16_speedup");
+  SetInt8OneRowInt16X(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())) + (int16 ? "" : " (not AVX-512: same code)"));
 }
 
 // Args: {rows, threads}. GeluTanh (layers.h: x * sigmoid(2u) in five
@@ -1303,7 +1304,7 @@ BENCHMARK(BM_Int8OneRowScalesPaired)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(3.0)
     ->UseRealTime();
-BENCHMARK(BM_Int8VnniPaired)
+BENCHMARK(BM_Int8OneRowInt16XPaired)
     ->ArgNames({"work"})
     ->Arg(0)
     ->Arg(1)

@@ -26,7 +26,7 @@ std::atomic<int> int8_one_row_scale_per_group{-1};  // SetInt8OneRowScalePerGrou
 std::atomic<int> tile_prefetch_shares{-1};  // SetTilePrefetchShares
 std::atomic<int> prefetch_to_l2{-1};        // SetPrefetchToL2
 std::atomic<int> bf16_dot{-1};          // SetBf16DotProducts
-std::atomic<int> int8_vnni{-1};         // SetInt8VnniOneRow
+std::atomic<int> int8_row_int16{-1};    // SetInt8OneRowInt16X
 
 void SetOverride(std::atomic<int>& flag, int mode) {
   flag.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
@@ -144,17 +144,18 @@ const kernels::Bf16DotKernels* ActiveBf16Dot() {
   return ActiveIsa() == CpuIsa::kAvx512 && wanted ? kernels::Avx512Bf16DotKernels() : nullptr;
 }
 
-// The AVX512_VNNI int8 kernels (one input row, x as int16) where the CPU has
-// them, the active ISA is AVX-512 and SetInt8VnniOneRow has turned them on
+// The one-row int8 kernels with x as int16 (512-bit integer multiply-adds)
+// where the active ISA is AVX-512 and SetInt8OneRowInt16X has turned them on
 // or left the choice to the CPU: on Intel's (IntelCpu). On an Intel Xeon
 // (Sapphire / Granite Rapids class) they ran the 48 GPT-2-small linears
-// 1.28-1.29x and the batch-1 int8 decode step 1.14x faster than the
-// float32-x blocks (BM_Int8VnniPaired, session 28). AMD's CPUs keep the
-// float32-x kernels until measured there: Zen 4 runs one row as a stream
-// (OneRowStreams) and 512-bit operations in halves; Zen 5 was not measured.
-const kernels::Int8VnniKernels* ActiveInt8Vnni() {
-  const bool wanted = kernels::OverrideOr(kernels::int8_vnni, IntelCpu());
-  return ActiveIsa() == CpuIsa::kAvx512 && wanted ? kernels::Avx512VnniInt8Kernels() : nullptr;
+// 1.28-1.30x and the batch-1 int8 decode step 1.14x faster than the
+// float32-x blocks (BM_Int8OneRowInt16XPaired, session 28). AMD's CPUs keep
+// the float32-x kernels until measured there: Zen 4 runs one row as a stream
+// (OneRowStreams) with 512-bit operations in halves; Zen 5 was not measured.
+const kernels::Int8RowInt16Kernels* ActiveInt8OneRowInt16X() {
+  const bool wanted = kernels::OverrideOr(kernels::int8_row_int16, IntelCpu());
+  return ActiveIsa() == CpuIsa::kAvx512 && wanted ? kernels::Avx512Int8RowInt16Kernels()
+                                                  : nullptr;
 }
 
 // The most input rows the dot products take: all they can (1-4) where
@@ -283,9 +284,9 @@ void SetBf16DotProducts(int mode) {
 
 bool Bf16DotProductsActive() { return ActiveBf16Dot() != nullptr; }
 
-void SetInt8VnniOneRow(int mode) { kernels::SetOverride(kernels::int8_vnni, mode); }
+void SetInt8OneRowInt16X(int mode) { kernels::SetOverride(kernels::int8_row_int16, mode); }
 
-bool Int8VnniOneRowActive() { return ActiveInt8Vnni() != nullptr; }
+bool Int8OneRowInt16XActive() { return ActiveInt8OneRowInt16X() != nullptr; }
 
 std::string DescribeOneRowSpread() {
   const int streams = kernels::OneRowSpread(false);
@@ -444,15 +445,17 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   const float* sp = w.scales.data_ptr<float>();
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  // One row on AVX512_VNNI CPUs (ActiveInt8Vnni): x as int16, the integer
-  // dot products.
-  const kernels::Int8VnniKernels* vnni = rows == 1 ? ActiveInt8Vnni() : nullptr;
-  if (vnni != nullptr) {
+  // One row on Intel's AVX-512 (ActiveInt8OneRowInt16X): x as int16, integer
+  // multiply-adds (unless SetInt8Int16Activations(false) asks for float32 x).
+  const kernels::Int8RowInt16Kernels* row_int16 =
+      rows == 1 && int8_int16_x.load(std::memory_order_relaxed) ? ActiveInt8OneRowInt16X()
+                                                                 : nullptr;
+  if (row_int16 != nullptr) {
     std::vector<int16_t> xq(in);
     std::vector<float> xs(groups);
-    vnni->quantize(xp, xq.data(), xs.data(), 1, in, groups);
+    row_int16->quantize(xp, xq.data(), xs.data(), 1, in, groups);
     ForEachOutputTask(out, 1, false, [&](int64_t o0, int64_t o1) {
-      vnni->one_row(xq.data(), xs.data(), wp, sp, bp, yp, in, groups, o0, o1);
+      row_int16->one_row(xq.data(), xs.data(), wp, sp, bp, yp, in, groups, o0, o1);
     });
     return y.view(out_shape);
   }

@@ -185,20 +185,20 @@ std::string DescribeOneRowSpread();
 // both can be tested and measured side by side in one process.
 void SetBf16DotProducts(int mode);
 
-// True where int8 linears of one input row (a batch-1 decode step) take
-// AVX512_VNNI's integer dot products with x rounded to int16 per group of
-// 32 inputs (cpu_kernels_avx512_vnni.cc): the active ISA is AVX-512, the
-// CPU has AVX512_VNNI, and SetInt8VnniOneRow has turned them on or left the
-// choice to the CPU (on Intel's, where measured faster; not on AMD's until
+// True where int8 linears of one input row (a batch-1 decode step) round x
+// to int16 per group of 32 inputs and sum each group's products as integers
+// with 512-bit multiply-adds (cpu_kernels_avx512_int8_row.cc): the active
+// ISA is AVX-512 and SetInt8OneRowInt16X has turned it on or left the choice
+// to the CPU (on Intel's, where measured faster; not on AMD's until
 // measured). Within the int16 rounding bound of the float32-x kernels
 // (int8_linear_test), not the same bits: such a row alone differs slightly
 // from the same row in a step of several, as bfloat16's one-row dot
 // products do.
-bool Int8VnniOneRowActive();
+bool Int8OneRowInt16XActive();
 // For tests and benchmarks: 0 runs one-row int8 linears through the
-// float32-x kernels, 1 through the VNNI kernel wherever the CPU has
-// AVX512_VNNI and AVX-512 is active, -1 (the default) as the CPU's choice.
-void SetInt8VnniOneRow(int mode);
+// float32-x kernels, 1 through the int16-x kernel wherever AVX-512 is active,
+// -1 (the default) as the CPU's choice.
+void SetInt8OneRowInt16X(int mode);
 
 // Most output rows per task of a linear of at most kSmallBatchMaxRows rows,
 // in units of 24 (fewer where a thread would otherwise get fewer than 2
@@ -263,8 +263,9 @@ void SetInt8GemmMinRows(int64_t rows);
 
 // For benchmarks: false makes Int8Linear's row kernels take x as float32
 // (each weight widened to float32) on every ISA, instead of int16 per row
-// and group of 32 where the ISA has that kernel (AVX2), so that both can be
-// measured side by side in one process. Default true.
+// and group of 32 where the ISA has that kernel (AVX2; one row on Intel's
+// AVX-512, Int8OneRowInt16XActive), so that both can be measured side by
+// side in one process. Default true.
 void SetInt8Int16Activations(bool enabled);
 
 // x [..., in] (any float dtype), w int8 with scales (QuantizeInt8), b [out] or
@@ -272,10 +273,12 @@ void SetInt8Int16Activations(bool enabled);
 // below Int8GemmMinRows(), blocks of up to kSmallBatchMaxRows rows reuse each
 // task's slice of the matrix from the cache (the int8 matrix is read from
 // memory once); from it, tiles of W dequantized into a cache-sized float32
-// buffer go through LibTorch's GEMM. Below Int8GemmMinRows() on AVX2, x is
-// rounded to int16 per row and group of 32 (absmax / 32767 steps: about
-// 1/256 of the weights' own rounding) and each group's products are summed
-// as integers; every row is computed as if it were alone.
+// buffer go through LibTorch's GEMM. Below Int8GemmMinRows() on AVX2 (and
+// for one row where Int8OneRowInt16XActive), x is rounded to int16 per row
+// and group of 32 (absmax / 32767 steps: about 1/256 of the weights' own
+// rounding) and each group's products are summed as integers. Every row is
+// computed as if it were alone, except that one row alone takes the int16-x
+// kernel where Int8OneRowInt16XActive and the float32-x blocks among others.
 at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b);
 
 // Rows `ids` of int8 w (CPU, contiguous) dequantized -> [ids, in] float32:

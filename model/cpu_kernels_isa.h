@@ -153,14 +153,14 @@ struct Bf16DotKernels {
   LinearBf16DotFn linear;
 };
 
-// int8 weights times x quantized to int16 with AVX512_VNNI's dot product
-// (cpu_kernels_avx512_vnni.cc), one input row. quantize: QuantizeXInt16Fn's
-// contract (the same bits as the AVX2 table's). one_row: Int8RowsFn's
-// contract for one row of x as xq [in], xs [groups].
+// int8 weights times x quantized to int16, one input row, with 512-bit
+// integer multiply-adds (cpu_kernels_avx512_int8_row.cc; AVX-512 only).
+// quantize: QuantizeXInt16Fn's contract (the same bits as the AVX2 table's).
+// one_row: Int8RowsFn's contract for one row of x as xq [in], xs [groups].
 using LinearInt8OneRowFn = void (*)(const int16_t* xq, const float* xs, const int8_t* w,
                                     const float* scales, const float* b, float* y, int64_t in,
                                     int64_t groups, int64_t o0, int64_t o1);
-struct Int8VnniKernels {
+struct Int8RowInt16Kernels {
   QuantizeXInt16Fn quantize;
   LinearInt8OneRowFn one_row;
 };
@@ -259,8 +259,9 @@ bool PrefetchToL2(int64_t rows, int lo, int hi);
 // The AVX512_BF16 kernels, or null on a CPU without those instructions.
 const Bf16DotKernels* Avx512Bf16DotKernels();
 
-// The AVX512_VNNI int8 kernels, or null on a CPU without those instructions.
-const Int8VnniKernels* Avx512VnniInt8Kernels();
+// The one-row int8 kernels with int16 x (null where not built: not x86-64).
+// Calling them on a CPU without AVX-512 is undefined (SIGILL).
+const Int8RowInt16Kernels* Avx512Int8RowInt16Kernels();
 
 // The tables, one per ISA. Calling a table's functions on a CPU without its
 // ISA is undefined (SIGILL): use Kernels().

@@ -15,7 +15,7 @@
 namespace dikkat::model {
 // model/cpu_kernels.h, declared here to keep LibTorch's headers out of this
 // test (it links the model through dikkat::server).
-void SetInt8VnniOneRow(int mode);
+void SetInt8OneRowInt16X(int mode);
 }  // namespace dikkat::model
 
 namespace dikkat::integration {
@@ -150,11 +150,14 @@ TEST(ConcurrentGenerateTest, PreemptedStreamsStillMatchTheirSoloRuns) {
 // chunks next to decodes) give every stream the tokens of its solo run, and
 // the model describes itself as int8. The solo runs' one-row steps go
 // through the float32-x kernel as the batches' rows do
-// (SetInt8VnniOneRow(0)): by default on Intel CPUs with AVX512_VNNI a
-// one-row step takes the int16-x dot products, within ~1e-5 of these
-// logits but not their bits (model/cpu_kernels.h).
+// (SetInt8OneRowInt16X(0)): by default on Intel's AVX-512 a one-row step
+// rounds x to int16, within the int16 rounding bound of these logits but
+// not their bits (model/cpu_kernels.h).
 TEST(ConcurrentGenerateTest, Int8WeightsStreamsMatchTheirSoloRuns) {
-  model::SetInt8VnniOneRow(0);
+  struct FloatXOneRow {  // restored however the test ends
+    FloatXOneRow() { model::SetInt8OneRowInt16X(0); }
+    ~FloatXOneRow() { model::SetInt8OneRowInt16X(-1); }
+  } float_x_one_row;
   server::EngineOptions options = SmallEngineOptions();
   options.dtype = "int8";
   options.max_batch_tokens = 48;
@@ -171,7 +174,6 @@ TEST(ConcurrentGenerateTest, Int8WeightsStreamsMatchTheirSoloRuns) {
   ExpectSameAsSolo(solo, Concurrent(*c, requests), requests);
   EXPECT_GE(server->listener("tiny-lm")->max_batch(), 4);
   EXPECT_EQ(server->WaitUntilIdle(), "");
-  model::SetInt8VnniOneRow(-1);
 }
 
 // The dikkat-server binary: --dtype int8 loads, logs and serves; an unknown

@@ -43,7 +43,7 @@ constexpr double kRelativeToMagnitude = 1e-5;
 
 // Where the ISA's int8 kernel takes x as int16 per row and group of 32
 // (cpu_kernels_isa.h, quantize_x_int16; and one row where
-// Int8VnniOneRowActive), each input is off by at most half
+// Int8OneRowInt16XActive), each input is off by at most half
 // its group's step absmax_g / 32767, so an output by at most
 // sum over groups g of absmax_g / 65534 * sum_{i in g} |W[o, i]|: that bound
 // is allowed on top of the float32 one ([M, out], double; zero elsewhere).
@@ -51,8 +51,8 @@ constexpr double kRelativeToMagnitude = 1e-5;
 // magnitudes differ by 10^4 between groups, RandomInput).
 at::Tensor XRoundingBound(const at::Tensor& xd, const at::Tensor& wd) {
   at::Tensor bound = at::zeros({xd.size(0), wd.size(0)}, xd.options());
-  const bool vnni = xd.size(0) == 1 && Int8VnniOneRowActive();
-  if (!vnni &&
+  const bool row_int16 = xd.size(0) == 1 && Int8OneRowInt16XActive();
+  if (!row_int16 &&
       (kernels::Kernels().quantize_x_int16 == nullptr || xd.size(0) >= Int8GemmMinRows())) {
     return bound;  // x stays float32 (from Int8GemmMinRows() rows: GEMM)
   }
@@ -150,10 +150,10 @@ TEST(Int8LinearTest, RowKernelsAndDequantizedGemmBothMatchTheReference) {
 TEST(Int8LinearTest, EachRowIsComputedAsIfAlone) {
   // The engine's batching tests compare a sequence's tokens in a batch with
   // its solo run: a row's result must not depend on the other rows. One row
-  // alone through the float32-x kernels (SetInt8VnniOneRow(0)); where the
-  // VNNI kernel takes it by default it is held to the reference instead
-  // (OneRowThroughVnniDotProductsMatchesTheReference).
-  SetInt8VnniOneRow(0);
+  // alone through the float32-x kernels (SetInt8OneRowInt16X(0)); where the
+  // int16-x kernel takes it by default it is held to the reference instead
+  // (OneRowWithInt16XOnAvx512MatchesTheReference).
+  SetInt8OneRowInt16X(0);
   at::manual_seed(13);
   LinearWeight w = QuantizeInt8(RandomWeights(77, 768));
   at::Tensor x = at::randn({21, 768});
@@ -162,7 +162,7 @@ TEST(Int8LinearTest, EachRowIsComputedAsIfAlone) {
     EXPECT_TRUE(Int8Linear(x.narrow(0, m, 1), w, at::Tensor()).equal(all.narrow(0, m, 1)))
         << "row " << m;
   }
-  SetInt8VnniOneRow(-1);
+  SetInt8OneRowInt16X(-1);
 }
 
 TEST(Int8LinearTest, RowBlockSizeAndOrderChangeNoBits) {
@@ -196,8 +196,8 @@ TEST(Int8LinearTest, OneRowAsAStreamOrInBlocksGivesTheSameBits) {
   // others (the engine's batches rely on it). Both are run on every CPU:
   // a full-width CPU would otherwise never run the stream. Elsewhere both
   // modes are the same code. (One row through the float32-x kernels:
-  // SetInt8VnniOneRow(0).)
-  SetInt8VnniOneRow(0);
+  // SetInt8OneRowInt16X(0).)
+  SetInt8OneRowInt16X(0);
   at::manual_seed(31);
   for (int64_t out : {77, 2304}) {
     for (int64_t in : {200, 768}) {
@@ -225,14 +225,14 @@ TEST(Int8LinearTest, OneRowAsAStreamOrInBlocksGivesTheSameBits) {
       SetOneRowStreams(-1);
     }
   }
-  SetInt8VnniOneRow(-1);
+  SetInt8OneRowInt16X(-1);
 }
 
 TEST(Int8LinearTest, PrefetchingIntoL1OrL2GivesTheSameBits) {
   // SetPrefetchToL2: on Zen 4, by default, 2-3 rows (AVX-512) prefetch W into
   // L2 only, others into L1; every row count either way gives the rows' own
   // sums, on every CPU (one row through the float32-x kernels).
-  SetInt8VnniOneRow(0);
+  SetInt8OneRowInt16X(0);
   at::manual_seed(37);
   LinearWeight w = QuantizeInt8(RandomWeights(77, 768));
   at::Tensor x = at::randn({8, 768});
@@ -245,14 +245,14 @@ TEST(Int8LinearTest, PrefetchingIntoL1OrL2GivesTheSameBits) {
     }
   }
   SetPrefetchToL2(-1);
-  SetInt8VnniOneRow(-1);
+  SetInt8OneRowInt16X(-1);
 }
 
 TEST(Int8LinearTest, NonFiniteInputsGiveNonFiniteOutputsAndLeaveOtherRowsAlone) {
   // As in a float32 product: a NaN or infinity in x is not rounded away
   // (where x goes to the kernel as int16, its group's scale becomes NaN),
   // in a step of several rows and in one alone, through either one-row
-  // kernel (SetInt8VnniOneRow).
+  // kernel (SetInt8OneRowInt16X).
   at::manual_seed(15);
   LinearWeight w = QuantizeInt8(RandomWeights(29, 100));
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
@@ -261,70 +261,15 @@ TEST(Int8LinearTest, NonFiniteInputsGiveNonFiniteOutputsAndLeaveOtherRowsAlone) 
     at::Tensor got = Int8Linear(x, w, at::Tensor());
     EXPECT_FALSE(at::isfinite(got[1]).any().item<bool>()) << bad;
     EXPECT_TRUE(at::isfinite(got[0]).all().item<bool>()) << bad;
-    for (int vnni : {0, 1}) {
-      SetInt8VnniOneRow(vnni);
+    for (int row_int16 : {0, 1}) {
+      SetInt8OneRowInt16X(row_int16);
       EXPECT_FALSE(at::isfinite(Int8Linear(x.narrow(0, 1, 1), w, at::Tensor())).any().item<bool>())
-          << bad << ", vnni " << vnni;
-      if (vnni == 0) {
+          << bad << ", int16 x " << row_int16;
+      if (row_int16 == 0) {
         EXPECT_TRUE(got[2].equal(Int8Linear(x.narrow(0, 2, 1), w, at::Tensor())[0])) << bad;
       }
     }
-    SetInt8VnniOneRow(-1);
-  }
-}
-
-// One input row through AVX512_VNNI's integer dot products with x as int16
-// (SetInt8VnniOneRow(1); on by default on Intel CPUs), wherever the CPU has
-// them and AVX-512 is active: every odd size of kShapes and GPT-2-small's
-// within the float32 and x-rounding bounds of the reference, non-finite
-// inputs kept, and not the float32-x kernel's bits (so the test sees the
-// VNNI kernel run). Elsewhere the setting changes nothing and says so.
-TEST(Int8LinearTest, OneRowThroughVnniDotProductsMatchesTheReference) {
-  const bool can = ActiveIsa() == CpuIsa::kAvx512 && kernels::Avx512VnniInt8Kernels() != nullptr;
-  EXPECT_EQ(Int8VnniOneRowActive(), can && IntelCpu());
-  SetInt8VnniOneRow(0);
-  EXPECT_FALSE(Int8VnniOneRowActive());
-  SetInt8VnniOneRow(1);
-  EXPECT_EQ(Int8VnniOneRowActive(), can);
-  at::manual_seed(41);
-  for (const Shape& s : kShapes) {
-    for (bool with_bias : {false, true}) ExpectMatchesReference(1, s, with_bias);
-  }
-  for (const Shape& s : {Shape{768, 2304}, Shape{3072, 768}}) ExpectMatchesReference(1, s, true);
-  LinearWeight w = QuantizeInt8(RandomWeights(77, 768));
-  const at::Tensor x = RandomInput(1, 768);
-  const at::Tensor vnni = Int8Linear(x, w, at::Tensor());
-  SetInt8VnniOneRow(0);
-  const at::Tensor float_x = Int8Linear(x, w, at::Tensor());
-  EXPECT_EQ(vnni.equal(float_x), !can) << "the VNNI kernel ran where it can";
-  SetInt8VnniOneRow(-1);
-}
-
-// The VNNI kernel's x quantizer gives the AVX2 table's bits (the scalar
-// QuantizeXInt16): rows with short last groups, an all-zero group (scale 0)
-// and non-finite groups (scale NaN).
-TEST(Int8LinearTest, VnniQuantizerGivesTheScalarQuantizersBits) {
-  const kernels::Int8VnniKernels* vnni = kernels::Avx512VnniInt8Kernels();
-  if (vnni == nullptr || !IsaSupported(CpuIsa::kAvx2)) {
-    GTEST_SKIP() << "no AVX512_VNNI on this CPU";
-  }
-  at::manual_seed(43);
-  for (int64_t in : {5, 37, 53, 768}) {
-    const int64_t groups = (in + kInt8GroupSize - 1) / kInt8GroupSize;
-    at::Tensor x = RandomInput(3, in) * 100;
-    x[1].narrow(0, 0, std::min<int64_t>(in, 32)).zero_();
-    if (in > 40) x[2][40] = std::numeric_limits<float>::quiet_NaN();
-    x[2][in - 1] = -std::numeric_limits<float>::infinity();
-    std::vector<int16_t> q(3 * in), want_q(3 * in);
-    std::vector<float> qs(3 * groups), want_qs(3 * groups);
-    vnni->quantize(x.data_ptr<float>(), q.data(), qs.data(), 3, in, groups);
-    kernels::Avx2Kernels().quantize_x_int16(x.data_ptr<float>(), want_q.data(), want_qs.data(), 3,
-                                            in, groups);
-    EXPECT_EQ(q, want_q) << "in " << in;
-    for (int64_t g = 0; g < 3 * groups; ++g) {
-      EXPECT_TRUE(qs[g] == want_qs[g] || (std::isnan(qs[g]) && std::isnan(want_qs[g])))
-          << "in " << in << ", group " << g << ": " << qs[g] << " vs " << want_qs[g];
-    }
+    SetInt8OneRowInt16X(-1);
   }
 }
 
@@ -339,6 +284,74 @@ TEST(Int8LinearTest, KeepsLeadingDimensionsAndLinearDispatchesToIt) {
   at::Tensor want = at::matmul(xd, wd.t()) + b.to(at::kDouble);
   at::Tensor allowed = XRoundingBound(xd.reshape({6, 64}), wd).reshape({2, 3, 24}) + 1e-4;
   EXPECT_LE(((got.to(at::kDouble) - want).abs() - allowed).max().item<double>(), 0.0);
+}
+
+// One input row with x as int16 and 512-bit integer multiply-adds
+// (SetInt8OneRowInt16X(1); on by default on Intel CPUs), wherever AVX-512 is
+// active: every odd size of kShapes and GPT-2-small's within the float32 and
+// x-rounding bounds of the reference, and not the float32-x kernel's bits
+// (so the test sees the int16-x kernel run). Elsewhere (another ISA forced
+// or detected) only that the setting turns nothing on.
+TEST(Int8LinearTest, OneRowWithInt16XOnAvx512MatchesTheReference) {
+  const bool can = ActiveIsa() == CpuIsa::kAvx512 && kernels::Avx512Int8RowInt16Kernels() != nullptr;
+  EXPECT_EQ(Int8OneRowInt16XActive(), can && IntelCpu());
+  SetInt8OneRowInt16X(0);
+  EXPECT_FALSE(Int8OneRowInt16XActive());
+  SetInt8OneRowInt16X(1);
+  EXPECT_EQ(Int8OneRowInt16XActive(), can);
+  if (!can) {
+    SetInt8OneRowInt16X(-1);
+    GTEST_SKIP() << "AVX-512 is not the active ISA";
+  }
+  at::manual_seed(41);
+  for (const Shape& s : kShapes) {
+    for (bool with_bias : {false, true}) ExpectMatchesReference(1, s, with_bias);
+  }
+  for (const Shape& s : {Shape{768, 2304}, Shape{3072, 768}}) ExpectMatchesReference(1, s, true);
+  LinearWeight w = QuantizeInt8(RandomWeights(77, 768));
+  const at::Tensor x = RandomInput(1, 768);
+  const at::Tensor int16_x = Int8Linear(x, w, at::Tensor());
+  SetInt8OneRowInt16X(0);
+  EXPECT_FALSE(int16_x.equal(Int8Linear(x, w, at::Tensor()))) << "the int16-x kernel ran";
+  SetInt8Int16Activations(false);  // float32 x asked for: not the int16-x kernel
+  SetInt8OneRowInt16X(1);
+  EXPECT_FALSE(int16_x.equal(Int8Linear(x, w, at::Tensor())));
+  SetInt8Int16Activations(true);
+  SetInt8OneRowInt16X(-1);
+}
+
+// The AVX-512 one-row kernel's x quantizer gives the AVX2 table's bits (the
+// scalar QuantizeXInt16): rows with short last groups (5, 16, 37, 48, 53),
+// whole groups only (32, 768), an all-zero group (scale 0), a group of
+// values too small for 32767 / absmax (rounds to 0) and non-finite groups
+// (scale NaN).
+TEST(Int8LinearTest, Avx512QuantizerGivesTheScalarQuantizersBits) {
+  const kernels::Int8RowInt16Kernels* row = kernels::Avx512Int8RowInt16Kernels();
+  if (row == nullptr || !IsaSupported(CpuIsa::kAvx512) || !IsaSupported(CpuIsa::kAvx2)) {
+    GTEST_SKIP() << "no AVX-512 on this CPU";
+  }
+  at::manual_seed(43);
+  for (int64_t in : {5, 16, 32, 37, 48, 53, 768}) {
+    const int64_t groups = (in + kInt8GroupSize - 1) / kInt8GroupSize;
+    at::Tensor x = RandomInput(4, in) * 100;
+    x[1].narrow(0, 0, std::min<int64_t>(in, 32)).zero_();
+    if (in > 40) x[2][40] = std::numeric_limits<float>::quiet_NaN();
+    x[2][in - 1] = -std::numeric_limits<float>::infinity();
+    x[3].narrow(0, 0, std::min<int64_t>(in, 32)).mul_(1e-37f);
+    std::vector<int16_t> q(4 * in), want_q(4 * in);
+    std::vector<float> qs(4 * groups), want_qs(4 * groups);
+    row->quantize(x.data_ptr<float>(), q.data(), qs.data(), 4, in, groups);
+    kernels::Avx2Kernels().quantize_x_int16(x.data_ptr<float>(), want_q.data(), want_qs.data(), 4,
+                                            in, groups);
+    EXPECT_EQ(q, want_q) << "in " << in;
+    for (int64_t i = 0; i < std::min<int64_t>(in, 32); ++i) {
+      EXPECT_EQ(q[3 * in + i], 0) << "in " << in << ": a group of tiny values rounds to 0";
+    }
+    for (int64_t g = 0; g < 4 * groups; ++g) {
+      EXPECT_TRUE(qs[g] == want_qs[g] || (std::isnan(qs[g]) && std::isnan(want_qs[g])))
+          << "in " << in << ", group " << g << ": " << qs[g] << " vs " << want_qs[g];
+    }
+  }
 }
 
 TEST(QuantizeInt8Test, SymmetricAbsmaxPerRowAndGroupOf32) {

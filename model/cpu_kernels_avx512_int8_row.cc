@@ -1,27 +1,29 @@
-// int8 weights at one input row with AVX512_VNNI's integer dot product
-// (vpdpwssd: 32 int16 products summed pairwise into 16 int32 lanes, one
-// instruction; Intel Cascade Lake and later, AMD Zen 4 and later). x is
-// quantized to int16 per group of 32 inputs (the weights' groups), as the
-// AVX2 kernels do (QuantizeXInt16, cpu_kernels_body.inc: the same xq and
-// xs); each group's exact int32 sum is scaled by the weight's scale times
-// x's. Per 32 weights of a row: a widening load, the dot product, a
-// conversion and an FMA, where the float32-x kernel (Int8Block) widens,
-// converts, scales and multiplies 16 at a time, eight. On an Intel Xeon the
-// 48 GPT-2-small linears ran 1.28-1.29x faster (BM_Int8VnniPaired).
-// The int16 rounding of x adds at most absmax_g(x) / 65534 per input to each
+// int8 weights at one input row with x rounded to int16 per group of 32
+// inputs (the weights' groups) and 512-bit integer multiply-adds (vpmaddwd:
+// 32 int16 products summed pairwise into 16 exact int32 lanes, one
+// instruction; AVX512BW). x is quantized as the AVX2 kernels do
+// (QuantizeXInt16, cpu_kernels_body.inc: the same xq and xs); each group's
+// 16 lane sums are converted to float32 and multiplied by the weight's
+// scale times x's in one FMA, and the lanes are added at the end. Per 32
+// weights of a row: a widening load, the multiply-add, a conversion and an
+// FMA, where the float32-x kernel (Int8Block) widens, converts, scales and
+// multiplies 16 at a time, eight. On an Intel Xeon the 48 GPT-2-small
+// linears ran 1.28-1.30x faster (BM_Int8OneRowInt16XPaired). The int16
+// rounding of x adds at most absmax_g(x) / 65534 per input to each
 // product's error, ~1/256 of the weights' own rounding (int8_linear_test
 // bounds it).
 //
-// Only for CPUs whose CPUID says AVX512_VNNI (Avx512VnniInt8Kernels); the
-// functions carry that target, nothing else in the binary does.
+// Compiled for AVX-512 (avx512f, avx512bw, avx512vl) in its own file so
+// that only these functions carry that target here; callers check that
+// AVX-512 is active (cpu_kernels.cc) or supported (the tests).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
 #include "model/cpu_kernels_isa.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (GCC bug
@@ -31,23 +33,22 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#define DIKKAT_VNNI_KERNEL \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
-#define DIKKAT_VNNI_INLINE                                                               \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"), always_inline)) \
-  inline
+#define DIKKAT_ROW_KERNEL __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#define DIKKAT_ROW_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"), always_inline)) inline
 
 namespace dikkat::model::kernels {
 namespace {
 
-// Output rows per register block: R accumulators, x's group and scale, and
-// the temporaries of R rows in the 32 zmm registers.
+// Output rows per register block: R accumulators, x's group and the
+// temporaries of R rows in the 32 zmm registers. 4 and 6 measured level
+// with 8, 12 and 16 slower (docs/performance.md).
 constexpr int kBlockRows = 8;
 
 // x [rows, in] -> xq, xs as QuantizeXInt16Fn says; the same bits as
 // cpu_kernels_body.inc's scalar QuantizeXInt16 (x * (32767 / absmax)
 // rounded to nearest even, then held to +-32767).
-DIKKAT_VNNI_KERNEL void QuantizeX(const float* x, int16_t* xq, float* xs, int64_t rows,
+DIKKAT_ROW_KERNEL void QuantizeX(const float* x, int16_t* xq, float* xs, int64_t rows,
                                   int64_t in, int64_t groups) {
   const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const __m512 hi = _mm512_set1_ps(32767.0f), lo = _mm512_set1_ps(-32767.0f);
@@ -68,7 +69,10 @@ DIKKAT_VNNI_KERNEL void QuantizeX(const float* x, int16_t* xq, float* xs, int64_
       const bool finite = (_mm512_cmp_ps_mask(a0, inf, _CMP_LT_OQ) & m0) == m0 &&
                           (_mm512_cmp_ps_mask(a1, inf, _CMP_LT_OQ) & m1) == m1;
       const float absmax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-      const float inv = finite && absmax > 0.0f ? 32767.0f / absmax : 0.0f;
+      // 0 where absmax is so small (< ~1e-34) that 32767 / absmax overflows:
+      // the group rounds to 0.
+      float inv = finite && absmax > 0.0f ? 32767.0f / absmax : 0.0f;
+      if (!std::isfinite(inv)) inv = 0.0f;
       xs[m * groups + g] = finite ? absmax / 32767.0f : std::numeric_limits<float>::quiet_NaN();
       const __m512 iv = _mm512_set1_ps(inv);
       // The clamp, then rounding (the same as the scalar's rounding first:
@@ -86,11 +90,11 @@ DIKKAT_VNNI_KERNEL void QuantizeX(const float* x, int16_t* xq, float* xs, int64_
 // floats on the stack).
 constexpr int64_t kScaleChunk = 64;
 
-// acc[r] += c[r] * (the int32 sum of xq[g] * W[r, g]) for the group at
-// input i, c[r] = ws[r, g] * xs_g at c + r * ldc: the first n inputs of it
-// when kTail (n < 32).
+// acc[r] += c[r] * (the 16 int32 lane sums of xq[g] * W[r, g], pairs of
+// products each) for the group at input i, c[r] = ws[r, g] * xs_g at
+// c + r * ldc: the first n inputs of it when kTail (n < 32).
 template <int R, bool kTail>
-DIKKAT_VNNI_INLINE void GroupStep(const int16_t* xq, const int8_t* wo, const float* c,
+DIKKAT_ROW_INLINE void GroupStep(const int16_t* xq, const int8_t* wo, const float* c,
                                   int64_t ldc, int64_t in, int64_t g, int n,
                                   __m512 (&acc)[R]) {
   const int64_t i = g * 32;
@@ -102,14 +106,14 @@ DIKKAT_VNNI_INLINE void GroupStep(const int16_t* xq, const int8_t* wo, const flo
     const int8_t* wr = wo + r * in + i;
     const __m256i w8 = kTail ? _mm256_maskz_loadu_epi8(mask, wr)
                              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr));
-    const __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_cvtepi8_epi16(w8), xv);
+    const __m512i sum = _mm512_madd_epi16(_mm512_cvtepi8_epi16(w8), xv);
     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(c[r * ldc]), acc[r]);
   }
 }
 
 // c[r][j] = ws[r, g0 + j] * xs[g0 + j] for j < n <= kScaleChunk, r < R.
 template <int R>
-DIKKAT_VNNI_INLINE void CombinedScales(const float* so, const float* xs, int64_t groups,
+DIKKAT_ROW_INLINE void CombinedScales(const float* so, const float* xs, int64_t groups,
                                        int64_t g0, int64_t n, float (&c)[R][kScaleChunk]) {
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? __mmask16{0xffff}
@@ -128,7 +132,7 @@ DIKKAT_VNNI_INLINE void CombinedScales(const float* so, const float* xs, int64_t
 // scales of kScaleChunk groups at once): 4 vector operations a group and
 // row.
 template <int R>
-DIKKAT_VNNI_KERNEL void Block(const int16_t* xq, const float* xs, const int8_t* w,
+DIKKAT_ROW_KERNEL void Block(const int16_t* xq, const float* xs, const int8_t* w,
                               const float* scales, const float* b, float* y, int64_t in,
                               int64_t groups, int64_t o) {
   __m512 acc[R];
@@ -169,7 +173,7 @@ DIKKAT_VNNI_KERNEL void Block(const int16_t* xq, const float* xs, const int8_t* 
 }
 
 // Output rows [o0, o1) of one input row.
-DIKKAT_VNNI_KERNEL void OneRow(const int16_t* xq, const float* xs, const int8_t* w,
+DIKKAT_ROW_KERNEL void OneRow(const int16_t* xq, const float* xs, const int8_t* w,
                                const float* scales, const float* b, float* y, int64_t in,
                                int64_t groups, int64_t o0, int64_t o1) {
   int64_t o = o0;
@@ -179,27 +183,18 @@ DIKKAT_VNNI_KERNEL void OneRow(const int16_t* xq, const float* xs, const int8_t*
   for (; o < o1; ++o) Block<1>(xq, xs, w, scales, b, y, in, groups, o);
 }
 
-// CPUID leaf 7 sub-leaf 0, ECX bit 11.
-bool HasAvx512Vnni() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 11)) != 0;
-}
-
-const Int8VnniKernels kVnni = {&QuantizeX, &OneRow};
+const Int8RowInt16Kernels kRow = {&QuantizeX, &OneRow};
 
 }  // namespace
 
-const Int8VnniKernels* Avx512VnniInt8Kernels() {
-  static const bool supported = HasAvx512Vnni();
-  return supported ? &kVnni : nullptr;
-}
+const Int8RowInt16Kernels* Avx512Int8RowInt16Kernels() { return &kRow; }
 
 }  // namespace dikkat::model::kernels
 
 #else  // not x86-64
 
 namespace dikkat::model::kernels {
-const Int8VnniKernels* Avx512VnniInt8Kernels() { return nullptr; }
+const Int8RowInt16Kernels* Avx512Int8RowInt16Kernels() { return nullptr; }
 }  // namespace dikkat::model::kernels
 
 #endif
