@@ -1,5 +1,6 @@
 #include "model/cpu_elementwise.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/empty_like.h>
 
 #include <algorithm>
@@ -48,6 +49,19 @@ at::Tensor CpuGelu(const at::Tensor& x, bool tanh) {
   float* yp = y.data_ptr<float>();
   Split(x.numel(), 1, [&](int64_t i0, int64_t i1) { k.gelu(xp + i0, yp + i0, i1 - i0, tanh); });
   return y;
+}
+
+at::Tensor CpuResidualAdd(const at::Tensor& x, at::Tensor s) {
+  if (!CpuElementwiseApplies(s, {x}) || s.sizes() != x.sizes() || s.use_count() != 1 ||
+      s.storage().use_count() != 1 || s.storage_offset() != 0 || s.is_same(x)) {
+    return x + s;
+  }
+  const float* xp = x.data_ptr<float>();
+  float* sp = s.data_ptr<float>();
+  Split(s.numel(), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) sp[i] += xp[i];
+  });
+  return s;
 }
 
 at::Tensor CpuSiluMul(const at::Tensor& gate, const at::Tensor& up) {

@@ -29,6 +29,14 @@ at::Tensor CpuSiluMul(const at::Tensor& gate, const at::Tensor& up);
 at::Tensor CpuNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                    double eps, bool rms);
 
+// x + s for a residual connection (same shapes). Where both fit (as above)
+// and s is uniquely owned (a sublayer's fresh output: no other tensor or
+// view shares its storage), s is added to in place and returned, without
+// LibTorch's operator (~4 us a call at decode sizes, 24 a GPT-2-small step);
+// else LibTorch's x + s. The same bits either way (float addition is
+// commutative).
+at::Tensor CpuResidualAdd(const at::Tensor& x, at::Tensor s);
+
 // y[i] = e^((x[i] - shift) / divisor) for i < n, on the calling thread
 // (the sampler's softmax weights; e^-inf = 0), and their sum (float lanes
 // over runs of 256, the runs added in double: within 2e-6 relative). y may

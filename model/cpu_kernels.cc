@@ -437,7 +437,10 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   out_shape.back() = out;
   at::Tensor xf = ContiguousFloat(x.reshape({-1, in}));  // [M, in]
   const int64_t rows = xf.size(0);
-  if (rows >= Int8GemmMinRows()) return Int8LinearGemm(xf, w, b).view(out_shape);
+  if (rows >= Int8GemmMinRows()) {
+    at::Tensor y = Int8LinearGemm(xf, w, b);
+    return x.dim() == 2 ? y : y.view(out_shape);
+  }
   at::Tensor bf = b.defined() ? ContiguousFloat(b) : at::Tensor();
   at::Tensor y = at::empty({rows, out}, xf.options());
   const float* xp = xf.data_ptr<float>();
@@ -457,7 +460,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
     ForEachOutputTask(out, 1, false, [&](int64_t o0, int64_t o1) {
       row_int16->one_row(xq.data(), xs.data(), wp, sp, bp, yp, in, groups, o0, o1);
     });
-    return y.view(out_shape);
+    return x.dim() == 2 ? y : y.view(out_shape);
   }
   const KernelTable& k = kernels::Kernels();
   // x as int16 per row and group, once for every task (where the ISA's kernel
@@ -482,7 +485,9 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
       fn(x0, xq0, xs0, wp, sp, bp, y0, n, in, groups, out, o0, o1);
     });
   });
-  return y.view(out_shape);
+  // x [M, in]: y itself, not a view of it (a view keeps its base, and
+  // CpuResidualAdd adds in place only into storage nothing else shares).
+  return x.dim() == 2 ? y : y.view(out_shape);
 }
 
 at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/attention.h"
+#include "model/cpu_elementwise.h"
 #include "model/layers.h"
 #include "model/model_weights.h"
 #include "model/weight_binder.h"
@@ -33,8 +34,10 @@ struct Transformer::Impl {
   // Residual block with the configured norm placement.
   template <typename F>
   at::Tensor Residual(const at::Tensor& x, const Norm& norm, F&& sublayer) const {
-    if (config.pre_norm) return x + sublayer(norm(x));
-    return norm(x + sublayer(x));
+    // x + s in place into the sublayer's fresh output where it can
+    // (CpuResidualAdd: the same bits as x + s).
+    if (config.pre_norm) return CpuResidualAdd(x, sublayer(norm(x)));
+    return norm(CpuResidualAdd(x, sublayer(x)));
   }
 
   // Rows of each chunk's last token, or of all its tokens for a chunk that

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "model/cpu_isa.h"
@@ -90,6 +91,40 @@ TEST_F(CpuElementwiseTest, AppliesToContiguousFloat32CpuTensorsOnly) {
   EXPECT_FALSE(CpuElementwiseApplies(x, {at::randn({8}).to(at::kBFloat16)}));
   SetCpuElementwise(false);
   EXPECT_FALSE(CpuElementwiseApplies(x));
+}
+
+TEST_F(CpuElementwiseTest, ResidualAddIsInPlaceOnlyIntoStorageNothingElseShares) {
+  // A decode step's row and a prefill's rows (split over the work team).
+  for (int64_t rows : {int64_t{1}, int64_t{600}}) {
+    const at::Tensor x = at::randn({rows, 768});
+    const at::Tensor x_before = x.clone();
+    at::Tensor s = at::randn({rows, 768});
+    const at::Tensor want = x + s;  // LibTorch's operator: the bits to match
+    const void* sp = s.data_ptr();
+    at::Tensor got = CpuResidualAdd(x, std::move(s));
+    EXPECT_TRUE(got.equal(want)) << rows;
+    EXPECT_EQ(got.data_ptr(), sp) << rows << ": a fresh sublayer output is added to in place";
+    EXPECT_TRUE(x.equal(x_before));
+  }
+  const at::Tensor x = at::randn({3, 64});
+  // s shared with another tensor (a view of it, or x itself), another dtype,
+  // another shape, or the kernels turned off: LibTorch's x + s, nothing
+  // changed in place.
+  const at::Tensor base = at::randn({3, 64});
+  const at::Tensor base_before = base.clone();
+  at::Tensor got = CpuResidualAdd(x, base.view({3, 64}));
+  EXPECT_TRUE(got.equal(x + base_before));
+  EXPECT_TRUE(base.equal(base_before));
+  const at::Tensor x_before = x.clone();
+  EXPECT_TRUE(CpuResidualAdd(x, x).equal(x_before + x_before));
+  EXPECT_TRUE(x.equal(x_before));
+  EXPECT_TRUE(CpuResidualAdd(x, at::randn({1, 64})).sizes() == x.sizes());  // broadcast
+  const at::Tensor d = at::randn({3, 64}, at::kDouble);
+  EXPECT_EQ(CpuResidualAdd(x, d.clone()).scalar_type(), at::kDouble);
+  SetCpuElementwise(false);
+  at::Tensor s = at::randn({3, 64});
+  const void* sp = s.data_ptr();
+  EXPECT_NE(CpuResidualAdd(x, std::move(s)).data_ptr(), sp);
 }
 
 TEST_F(CpuElementwiseTest, GeluMatchesFloat64Reference) {
