@@ -52,7 +52,8 @@ at::Tensor CpuGelu(const at::Tensor& x, bool tanh) {
 }
 
 at::Tensor CpuResidualAdd(const at::Tensor& x, at::Tensor s) {
-  if (!CpuElementwiseApplies(s, {x}) || s.sizes() != x.sizes() || s.use_count() != 1 ||
+  if (!CpuElementwiseApplies(s, {x}) || s.sizes() != x.sizes() || s.requires_grad() ||
+      s.use_count() != 1 ||
       s.storage().use_count() != 1 || s.storage_offset() != 0 || s.is_same(x)) {
     return x + s;
   }

@@ -33,8 +33,9 @@ at::Tensor CpuNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tens
 // and s is uniquely owned (a sublayer's fresh output: no other tensor or
 // view shares its storage), s is added to in place and returned, without
 // LibTorch's operator (~4 us a call at decode sizes, 24 a GPT-2-small step);
-// else LibTorch's x + s. The same bits either way (float addition is
-// commutative).
+// else LibTorch's x + s. The same values either way (float addition is
+// commutative; of two NaNs either payload may come out). s must not be
+// memory its producer keeps (every sublayer's Linear output is fresh).
 at::Tensor CpuResidualAdd(const at::Tensor& x, at::Tensor s);
 
 // y[i] = e^((x[i] - shift) / divisor) for i < n, on the calling thread

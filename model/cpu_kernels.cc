@@ -144,16 +144,21 @@ const kernels::Bf16DotKernels* ActiveBf16Dot() {
   return ActiveIsa() == CpuIsa::kAvx512 && wanted ? kernels::Avx512Bf16DotKernels() : nullptr;
 }
 
+std::atomic<bool> int8_int16_x{true};  // SetInt8Int16Activations
+
 // The one-row int8 kernels with x as int16 (512-bit integer multiply-adds)
 // where the active ISA is AVX-512 and SetInt8OneRowInt16X has turned them on
 // or left the choice to the CPU: on Intel's (IntelCpu). On an Intel Xeon
 // (Sapphire / Granite Rapids class) they ran the 48 GPT-2-small linears
-// 1.28-1.30x and the batch-1 int8 decode step 1.14x faster than the
-// float32-x blocks (BM_Int8OneRowInt16XPaired, session 28). AMD's CPUs keep
+// 1.28-1.32x and the batch-1 int8 decode step 1.14-1.15x faster than the
+// float32-x blocks (BM_Int8OneRowInt16XPaired, session 28; other Intel
+// AVX-512 CPUs, Skylake-SP and Ice Lake, not measured). AMD's CPUs keep
 // the float32-x kernels until measured there: Zen 4 runs one row as a stream
 // (OneRowStreams) with 512-bit operations in halves; Zen 5 was not measured.
+// Not where SetInt8Int16Activations(false) asks for float32 x.
 const kernels::Int8RowInt16Kernels* ActiveInt8OneRowInt16X() {
-  const bool wanted = kernels::OverrideOr(kernels::int8_row_int16, IntelCpu());
+  const bool wanted = kernels::OverrideOr(kernels::int8_row_int16, IntelCpu()) &&
+                      int8_int16_x.load(std::memory_order_relaxed);
   return ActiveIsa() == CpuIsa::kAvx512 && wanted ? kernels::Avx512Int8RowInt16Kernels()
                                                   : nullptr;
 }
@@ -254,7 +259,6 @@ at::Tensor Int8LinearGemm(const at::Tensor& x /*[M, in] float32*/, const LinearW
 }
 
 std::atomic<bool> row_blocks{true};     // SetSmallBatchLinearRowBlocks
-std::atomic<bool> int8_int16_x{true};  // SetInt8Int16Activations
 std::atomic<int64_t> int8_gemm_from{0};  // SetInt8GemmMinRows
 
 }  // namespace
@@ -449,10 +453,8 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   // One row on Intel's AVX-512 (ActiveInt8OneRowInt16X): x as int16, integer
-  // multiply-adds (unless SetInt8Int16Activations(false) asks for float32 x).
-  const kernels::Int8RowInt16Kernels* row_int16 =
-      rows == 1 && int8_int16_x.load(std::memory_order_relaxed) ? ActiveInt8OneRowInt16X()
-                                                                 : nullptr;
+  // multiply-adds.
+  const kernels::Int8RowInt16Kernels* row_int16 = rows == 1 ? ActiveInt8OneRowInt16X() : nullptr;
   if (row_int16 != nullptr) {
     std::vector<int16_t> xq(in);
     std::vector<float> xs(groups);

@@ -188,9 +188,9 @@ void SetBf16DotProducts(int mode);
 // True where int8 linears of one input row (a batch-1 decode step) round x
 // to int16 per group of 32 inputs and sum each group's products as integers
 // with 512-bit multiply-adds (cpu_kernels_avx512_int8_row.cc): the active
-// ISA is AVX-512 and SetInt8OneRowInt16X has turned it on or left the choice
-// to the CPU (on Intel's, where measured faster; not on AMD's until
-// measured). Within the int16 rounding bound of the float32-x kernels
+// ISA is AVX-512, SetInt8Int16Activations has not asked for float32 x, and
+// SetInt8OneRowInt16X has turned it on or left the choice to the CPU (on
+// Intel's, where measured faster; not on AMD's until measured). Within the int16 rounding bound of the float32-x kernels
 // (int8_linear_test), not the same bits: such a row alone differs slightly
 // from the same row in a step of several, as bfloat16's one-row dot
 // products do.
@@ -276,9 +276,10 @@ void SetInt8Int16Activations(bool enabled);
 // buffer go through LibTorch's GEMM. Below Int8GemmMinRows() on AVX2 (and
 // for one row where Int8OneRowInt16XActive), x is rounded to int16 per row
 // and group of 32 (absmax / 32767 steps: about 1/256 of the weights' own
-// rounding) and each group's products are summed as integers. Every row is
-// computed as if it were alone, except that one row alone takes the int16-x
-// kernel where Int8OneRowInt16XActive and the float32-x blocks among others.
+// rounding) and each group's products are summed as integers. Below
+// Int8GemmMinRows() every row is computed as if it were alone, except that
+// one row alone takes the int16-x kernel where Int8OneRowInt16XActive and the
+// float32-x blocks among others.
 at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& b);
 
 // Rows `ids` of int8 w (CPU, contiguous) dequantized -> [ids, in] float32:

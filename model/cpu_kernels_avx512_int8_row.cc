@@ -8,7 +8,7 @@
 // weights of a row: a widening load, the multiply-add, a conversion and an
 // FMA, where the float32-x kernel (Int8Block) widens, converts, scales and
 // multiplies 16 at a time, eight. On an Intel Xeon the 48 GPT-2-small
-// linears ran 1.28-1.30x faster (BM_Int8OneRowInt16XPaired). The int16
+// linears ran 1.28-1.32x faster (BM_Int8OneRowInt16XPaired). The int16
 // rounding of x adds at most absmax_g(x) / 65534 per input to each
 // product's error, ~1/256 of the weights' own rounding (int8_linear_test
 // bounds it).

@@ -41,7 +41,8 @@ using Int8RowsFn = void (*)(const float* x, const int16_t* xq, const float* xs, 
 // x [rows, in] float32 -> xq [rows, in] int16 and xs [rows, groups] float32,
 // per row and group of 32 inputs (the weights' groups; the last may be
 // shorter): xs = absmax / 32767 (0 for an all-zero group), xq = x / xs
-// rounded to nearest, ties to even.
+// rounded to nearest, ties to even (0 where 32767 / absmax overflows, absmax
+// below ~1e-34; NaN xs for a group with a NaN or infinity).
 using QuantizeXInt16Fn = void (*)(const float* x, int16_t* xq, float* xs, int64_t rows,
                                   int64_t in, int64_t groups);
 

@@ -34,8 +34,9 @@ struct Transformer::Impl {
   // Residual block with the configured norm placement.
   template <typename F>
   at::Tensor Residual(const at::Tensor& x, const Norm& norm, F&& sublayer) const {
-    // x + s in place into the sublayer's fresh output where it can
-    // (CpuResidualAdd: the same bits as x + s).
+    // x + s in place into the sublayer's output where nothing else shares it
+    // (CpuResidualAdd: the values of x + s). A sublayer must return memory
+    // it does not keep.
     if (config.pre_norm) return CpuResidualAdd(x, sublayer(norm(x)));
     return norm(CpuResidualAdd(x, sublayer(x)));
   }

@@ -117,6 +117,14 @@ void ExpectMatchesReference(int64_t m, const Shape& s, bool with_bias) {
       << name;
 }
 
+// Puts the int8 kernel overrides back however a test ends.
+struct ResetInt8Overrides {
+  ~ResetInt8Overrides() {
+    SetInt8OneRowInt16X(-1);
+    SetInt8Int16Activations(true);
+  }
+};
+
 TEST(Int8LinearTest, MatchesFloat64ProductOfDequantizedWeightsForEveryRowCountAndOddSize) {
   at::manual_seed(11);
   for (int64_t m = 1; m <= kSmallBatchMaxRows; ++m) {
@@ -148,6 +156,7 @@ TEST(Int8LinearTest, RowKernelsAndDequantizedGemmBothMatchTheReference) {
 }
 
 TEST(Int8LinearTest, EachRowIsComputedAsIfAlone) {
+  const ResetInt8Overrides reset;
   // The engine's batching tests compare a sequence's tokens in a batch with
   // its solo run: a row's result must not depend on the other rows. One row
   // alone through the float32-x kernels (SetInt8OneRowInt16X(0)); where the
@@ -190,6 +199,7 @@ TEST(Int8LinearTest, RowBlockSizeAndOrderChangeNoBits) {
 }
 
 TEST(Int8LinearTest, OneRowAsAStreamOrInBlocksGivesTheSameBits) {
+  const ResetInt8Overrides reset;
   // One input row on AVX-512 (SetOneRowStreams: by default where the CPU
   // runs 512-bit operations in halves): output rows one after another or
   // interleaved in blocks, the same sums, and the same as the row among
@@ -229,6 +239,7 @@ TEST(Int8LinearTest, OneRowAsAStreamOrInBlocksGivesTheSameBits) {
 }
 
 TEST(Int8LinearTest, PrefetchingIntoL1OrL2GivesTheSameBits) {
+  const ResetInt8Overrides reset;
   // SetPrefetchToL2: on Zen 4, by default, 2-3 rows (AVX-512) prefetch W into
   // L2 only, others into L1; every row count either way gives the rows' own
   // sums, on every CPU (one row through the float32-x kernels).
@@ -249,6 +260,7 @@ TEST(Int8LinearTest, PrefetchingIntoL1OrL2GivesTheSameBits) {
 }
 
 TEST(Int8LinearTest, NonFiniteInputsGiveNonFiniteOutputsAndLeaveOtherRowsAlone) {
+  const ResetInt8Overrides reset;
   // As in a float32 product: a NaN or infinity in x is not rounded away
   // (where x goes to the kernel as int16, its group's scale becomes NaN),
   // in a step of several rows and in one alone, through either one-row
@@ -293,6 +305,7 @@ TEST(Int8LinearTest, KeepsLeadingDimensionsAndLinearDispatchesToIt) {
 // (so the test sees the int16-x kernel run). Elsewhere (another ISA forced
 // or detected) only that the setting turns nothing on.
 TEST(Int8LinearTest, OneRowWithInt16XOnAvx512MatchesTheReference) {
+  const ResetInt8Overrides reset;
   const bool can = ActiveIsa() == CpuIsa::kAvx512 && kernels::Avx512Int8RowInt16Kernels() != nullptr;
   EXPECT_EQ(Int8OneRowInt16XActive(), can && IntelCpu());
   SetInt8OneRowInt16X(0);
@@ -312,10 +325,12 @@ TEST(Int8LinearTest, OneRowWithInt16XOnAvx512MatchesTheReference) {
   const at::Tensor x = RandomInput(1, 768);
   const at::Tensor int16_x = Int8Linear(x, w, at::Tensor());
   SetInt8OneRowInt16X(0);
-  EXPECT_FALSE(int16_x.equal(Int8Linear(x, w, at::Tensor()))) << "the int16-x kernel ran";
+  const at::Tensor float_x = Int8Linear(x, w, at::Tensor());
+  EXPECT_FALSE(int16_x.equal(float_x)) << "the int16-x kernel ran";
   SetInt8Int16Activations(false);  // float32 x asked for: not the int16-x kernel
   SetInt8OneRowInt16X(1);
-  EXPECT_FALSE(int16_x.equal(Int8Linear(x, w, at::Tensor())));
+  EXPECT_FALSE(Int8OneRowInt16XActive());
+  EXPECT_TRUE(Int8Linear(x, w, at::Tensor()).equal(float_x));
   SetInt8Int16Activations(true);
   SetInt8OneRowInt16X(-1);
 }
