@@ -441,10 +441,10 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   out_shape.back() = out;
   at::Tensor xf = ContiguousFloat(x.reshape({-1, in}));  // [M, in]
   const int64_t rows = xf.size(0);
-  if (rows >= Int8GemmMinRows()) {
-    at::Tensor y = Int8LinearGemm(xf, w, b);
-    return x.dim() == 2 ? y : y.view(out_shape);
-  }
+  // x [M, in]: y itself, not a view of it (a view keeps its base, and
+  // CpuResidualAdd adds in place only into storage nothing else shares).
+  const auto shaped = [&](const at::Tensor& y) { return x.dim() == 2 ? y : y.view(out_shape); };
+  if (rows >= Int8GemmMinRows()) return shaped(Int8LinearGemm(xf, w, b));
   at::Tensor bf = b.defined() ? ContiguousFloat(b) : at::Tensor();
   at::Tensor y = at::empty({rows, out}, xf.options());
   const float* xp = xf.data_ptr<float>();
@@ -452,29 +452,26 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   const float* sp = w.scales.data_ptr<float>();
   const float* bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  // One row on Intel's AVX-512 (ActiveInt8OneRowInt16X): x as int16, integer
-  // multiply-adds.
-  const kernels::Int8RowInt16Kernels* row_int16 = rows == 1 ? ActiveInt8OneRowInt16X() : nullptr;
-  if (row_int16 != nullptr) {
-    std::vector<int16_t> xq(in);
-    std::vector<float> xs(groups);
-    row_int16->quantize(xp, xq.data(), xs.data(), 1, in, groups);
-    ForEachOutputTask(out, 1, false, [&](int64_t o0, int64_t o1) {
-      row_int16->one_row(xq.data(), xs.data(), wp, sp, bp, yp, in, groups, o0, o1);
-    });
-    return x.dim() == 2 ? y : y.view(out_shape);
-  }
   const KernelTable& k = kernels::Kernels();
-  // x as int16 per row and group, once for every task (where the ISA's kernel
-  // multiplies int8 by int16).
+  // x as int16 per row and group, once for every task, where the kernel
+  // multiplies int8 by int16: the ISA's (AVX2), or for one row on Intel's
+  // AVX-512 the one-row kernel (ActiveInt8OneRowInt16X).
   std::vector<int16_t> xq;
   std::vector<float> xs;
   kernels::Int8RowsFn fn = k.int8_rows_float_x;
-  if (k.quantize_x_int16 != nullptr && int8_int16_x.load(std::memory_order_relaxed)) {
+  kernels::QuantizeXInt16Fn quantize = nullptr;
+  const kernels::Int8RowInt16Kernels* row_int16 = rows == 1 ? ActiveInt8OneRowInt16X() : nullptr;
+  if (row_int16 != nullptr) {
+    quantize = row_int16->quantize;
+    fn = row_int16->one_row;
+  } else if (k.quantize_x_int16 != nullptr && int8_int16_x.load(std::memory_order_relaxed)) {
+    quantize = k.quantize_x_int16;
+    fn = k.int8_rows;
+  }
+  if (quantize != nullptr) {
     xq.resize(rows * in);
     xs.resize(rows * groups);
-    k.quantize_x_int16(xp, xq.data(), xs.data(), rows, in, groups);
-    fn = k.int8_rows;
+    quantize(xp, xq.data(), xs.data(), rows, in, groups);
   }
   // The float32-x kernel goes tile by tile where the float ones do.
   const bool tiled = xq.empty() && TiledRowBlocks(k);
@@ -487,9 +484,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
       fn(x0, xq0, xs0, wp, sp, bp, y0, n, in, groups, out, o0, o1);
     });
   });
-  // x [M, in]: y itself, not a view of it (a view keeps its base, and
-  // CpuResidualAdd adds in place only into storage nothing else shares).
-  return x.dim() == 2 ? y : y.view(out_shape);
+  return shaped(y);
 }
 
 at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,

@@ -172,10 +172,12 @@ DIKKAT_ROW_KERNEL void Block(const int16_t* xq, const float* xs, const int8_t* w
   }
 }
 
-// Output rows [o0, o1) of one input row.
-DIKKAT_ROW_KERNEL void OneRow(const int16_t* xq, const float* xs, const int8_t* w,
-                               const float* scales, const float* b, float* y, int64_t in,
-                               int64_t groups, int64_t o0, int64_t o1) {
+// Output rows [o0, o1) of one input row (Int8RowsFn; rows is 1, x and ldy
+// unused).
+DIKKAT_ROW_KERNEL void OneRow(const float* /*x*/, const int16_t* xq, const float* xs,
+                               const int8_t* w, const float* scales, const float* b, float* y,
+                               int64_t /*rows*/, int64_t in, int64_t groups, int64_t /*ldy*/,
+                               int64_t o0, int64_t o1) {
   int64_t o = o0;
   for (; o + kBlockRows <= o1; o += kBlockRows) {
     Block<kBlockRows>(xq, xs, w, scales, b, y, in, groups, o);

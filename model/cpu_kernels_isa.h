@@ -157,13 +157,10 @@ struct Bf16DotKernels {
 // int8 weights times x quantized to int16, one input row, with 512-bit
 // integer multiply-adds (cpu_kernels_avx512_int8_row.cc; AVX-512 only).
 // quantize: QuantizeXInt16Fn's contract (the same bits as the AVX2 table's).
-// one_row: Int8RowsFn's contract for one row of x as xq [in], xs [groups].
-using LinearInt8OneRowFn = void (*)(const int16_t* xq, const float* xs, const int8_t* w,
-                                    const float* scales, const float* b, float* y, int64_t in,
-                                    int64_t groups, int64_t o0, int64_t o1);
+// one_row: Int8RowsFn's contract for rows == 1 (x itself unused).
 struct Int8RowInt16Kernels {
   QuantizeXInt16Fn quantize;
-  LinearInt8OneRowFn one_row;
+  Int8RowsFn one_row;
 };
 
 // Input rows per row block of the kernels that run several row blocks over a
