@@ -350,9 +350,10 @@ void BM_AtenOpsPerStep(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
-// Args: {dtype}. A batch-1 decode step (context 128) with the AVX-512
-// (or AVX2) kernels running one input row as a stream of output rows against
-// interleaved output rows (SetOneRowStreams 1 / 0), side by side; bfloat16
+// Args: {dtype, spread}. A batch-1 decode step (context 128) with the AVX-512
+// (or AVX2) kernels running one input row as a stream of output rows (with
+// spread > 0: as that many far-apart streams, SetOneRowSpread; 0: the CPU's
+// default) against interleaved output rows (SetOneRowStreams 1 / 0), side by side; bfloat16
 // with the AVX512_BF16 dot products off (they take one row where on). Same
 // sums either way. Counters: ms of each (blocks_ms, streams_ms) and
 // streams_speedup = blocks / streams. float32 streams in the AVX2 table too;
@@ -361,6 +362,7 @@ void BM_OneRowStreamsPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   DecodeSteps steps(Model(dtype), dtype, 1, 128);
   SetBf16DotProducts(0);
+  SetOneRowSpread(static_cast<int>(state.range(1)));
   RunPaired(
       state,
       [&] {
@@ -373,6 +375,7 @@ void BM_OneRowStreamsPaired(benchmark::State& state) {
       },
       "blocks_ms", "streams_ms", "streams_speedup");
   SetOneRowStreams(-1);
+  SetOneRowSpread(0);
   SetBf16DotProducts(-1);
   state.SetLabel(std::string(IsaName(ActiveIsa())) + (Avx512InHalves() ? " (512-bit in halves)" : ""));
 }
@@ -1284,10 +1287,11 @@ BENCHMARK(BM_OneRowSpreadPaired)
     ->MinTime(2.0)
     ->UseRealTime();
 BENCHMARK(BM_OneRowStreamsPaired)
-    ->ArgNames({"dtype"})
-    ->Arg(0)
-    ->Arg(1)
-    ->Arg(3)
+    ->ArgNames({"dtype", "spread"})
+    ->Args({0, 0})
+    ->Args({1, 0})
+    ->Args({3, 0})
+    ->ArgsProduct({{0, 1, 3}, {4, 8}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

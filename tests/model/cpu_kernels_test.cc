@@ -263,6 +263,29 @@ TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
   SetBf16DotProducts(-1);
 }
 
+TEST(SmallBatchLinearTest, Float32FarApartStreamsAreTheCpusChoice) {
+  // Where 512-bit operations run in halves (Zen 4) 1-3 float32 rows take
+  // OneRowSpread's streams; on Intel 1-2 rows take 8 (measured there) and 3
+  // the blocks; elsewhere the blocks. SetOneRowStreams(0) always asks for the
+  // blocks, and SetOneRowSpread's count replaces the default.
+  ASSERT_FALSE(kernels::OneRowStreams() && !Avx512InHalves());
+  for (int64_t rows = 1; rows <= 3; ++rows) {
+    int expected = 0;
+    if (Avx512InHalves()) {
+      expected = kernels::OneRowSpread(false);
+    } else if (IntelCpu() && rows <= 2) {
+      expected = 8;
+    }
+    EXPECT_EQ(kernels::F32RowsSpread(rows), expected) << rows << " rows";
+  }
+  SetOneRowStreams(0);
+  EXPECT_EQ(kernels::F32RowsSpread(1), 0);
+  SetOneRowStreams(-1);
+  SetOneRowSpread(4);
+  EXPECT_EQ(kernels::F32RowsSpread(1), Avx512InHalves() || IntelCpu() ? 4 : 0);
+  SetOneRowSpread(0);
+}
+
 TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
   // Each output is the same sum in the same order whatever block of input
   // rows it is computed in and whichever order the blocks run in: tile by
@@ -605,7 +628,7 @@ TEST(CpuIsaTest, DikkatIsaSelectsTheKernelsThisSuiteRuns) {
   // the machine supports with DIKKAT_ISA set: make sure the variable took
   // effect, or the matrix would test the same kernels three times.
   const char* env = std::getenv("DIKKAT_ISA");
-  if (env == nullptr) {
+  if (env == nullptr || *env == '\0') {  // empty: as unset (cpu_isa.cc)
     EXPECT_EQ(ActiveIsa(), DetectedIsa());
     return;
   }
