@@ -577,7 +577,9 @@ void BM_CpuElementwisePaired(benchmark::State& state) {
 // the ISA table's linear_f32 called directly (no tensors, no threads) on a
 // W of out x in and M rows of x small enough to stay in the L1/L2 cache,
 // again and again (out 2400: W of 7 MiB from the L3 cache; 24000: 70 MiB
-// from memory, one core's stream). items_per_second = FLOP/s.
+// from memory or a large L3 cache, one core's stream; 200000: 614 MB, from
+// memory on the machines we have had, at 1 and 6 rows: whether the stream
+// hides the FMAs). items_per_second = FLOP/s.
 void BM_LinearKernelResident(benchmark::State& state) {
   const int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
   // 64-byte aligned, as LibTorch's tensors are.
@@ -811,6 +813,14 @@ void RunOverridePaired(benchmark::State& state, void (*set)(int), const char* of
 // against block after block over each task's slice of W (SetTiledRowBlocks).
 void BM_TiledRowBlocksPaired(benchmark::State& state) {
   RunOverridePaired(state, SetTiledRowBlocks, "blocks_ms", "tiled_ms", "tiled_speedup");
+}
+
+// float32 W's rows through the far-apart tiles with a prefetch a fixed
+// distance ahead (LinearRowsF32SpreadTiled) against the routing without them
+// (SetF32SpreadTiles 1 / 0): decode steps of `rows` sequences or prefills of
+// `rows` tokens. Same sums.
+void BM_F32SpreadTilesPaired(benchmark::State& state) {
+  RunOverridePaired(state, SetF32SpreadTiles, "tiles_ms", "spread_ms", "spread_speedup");
 }
 
 // The tiled row blocks (LinearRowsTiled) with each block prefetching all of
@@ -1233,6 +1243,13 @@ BENCHMARK(BM_TilePrefetchSharesPaired)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
+BENCHMARK(BM_F32SpreadTilesPaired)
+    ->ArgNames({"dtype", "rows", "prompt"})
+    ->ArgsProduct({{0}, {1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, {0}})
+    ->ArgsProduct({{0}, {8, 16, 32}, {1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
 BENCHMARK(BM_PrefetchToL2Paired)
     ->ArgNames({"dtype", "rows", "prompt"})
     ->ArgsProduct({{0, 1, 2, 3}, {1, 2, 3, 4, 6, 8, 16, 32}, {0}})
@@ -1325,6 +1342,7 @@ BENCHMARK(BM_LinearKernelResident)
     ->ArgNames({"M", "in", "out"})
     ->Args({16, 128, 24})->Args({16, 768, 24})->Args({16, 768, 240})->Args({4, 768, 24})
     ->Args({1, 768, 24})->Args({16, 3072, 24})->Args({16, 768, 2400})->Args({16, 768, 24000})
+    ->Args({1, 768, 200000})->Args({6, 768, 200000})
     ->Unit(benchmark::kMicrosecond)
     ->MinTime(0.5);
 BENCHMARK(BM_PagedAttentionPaired)

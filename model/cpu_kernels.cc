@@ -27,11 +27,7 @@ std::atomic<int> tile_prefetch_shares{-1};  // SetTilePrefetchShares
 std::atomic<int> prefetch_to_l2{-1};        // SetPrefetchToL2
 std::atomic<int> bf16_dot{-1};          // SetBf16DotProducts
 std::atomic<int> int8_row_int16{-1};    // SetInt8OneRowInt16X
-
-// Far-apart streams of float32 W for 1-2 input rows on Intel's AVX-512 and
-// AVX2 (F32RowsSpread): measured there against the 8- / 6-row blocks
-// (docs/performance.md, session 29).
-constexpr int kIntelF32OneRowSpread = 8;
+std::atomic<int> f32_spread_tiles{-1};  // SetF32SpreadTiles
 
 void SetOverride(std::atomic<int>& flag, int mode) {
   flag.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
@@ -55,14 +51,10 @@ int OneRowSpread(bool int8) {
   return int8 ? 2 : 4;
 }
 
-int F32RowsSpread(int64_t rows) {
-  if (OneRowStreams()) return OneRowSpread(false);
-  // Blocks where SetOneRowStreams(0) asks for them, where the far-apart
-  // streams were not measured faster, and at 3 rows on Intel (level with
-  // AVX-512, 0.97x with AVX2).
-  if (one_row_streams.load(std::memory_order_relaxed) == 0 || !IntelCpu() || rows >= 3) return 0;
-  const int streams = one_row_spread.load(std::memory_order_relaxed);
-  return streams > 0 ? streams : kIntelF32OneRowSpread;
+bool F32SpreadTiles(int64_t rows) {
+  const int mode = f32_spread_tiles.load(std::memory_order_relaxed);
+  if (mode >= 0) return mode > 0;
+  return IntelCpu() && rows >= kIntelF32SpreadTileRows[0] && rows <= kIntelF32SpreadTileRows[1];
 }
 
 bool Int8OneRowScalePerGroup() { return OverrideOr(int8_one_row_scale_per_group, true); }
@@ -310,12 +302,12 @@ bool Int8OneRowInt16XActive() { return ActiveInt8OneRowInt16X() != nullptr; }
 std::string DescribeOneRowSpread() {
   const int streams = kernels::OneRowSpread(false);
   if (streams <= 1) {
-    // F32RowsSpread without OneRowStreams: Intel's float32 at 1-2 rows.
-    const int f32 = ActiveIsa() == CpuIsa::kGeneric ? 0 : kernels::F32RowsSpread(1);
-    if (f32 <= 1) return "";
-    const char* up_to = ActiveIsa() == CpuIsa::kAvx512 ? "" : "up to ";
-    return "float32 at 1-2 input rows as " + std::string(up_to) + std::to_string(f32) +
-           " far-apart streams of W a task";
+    // F32SpreadTiles (Intel): float32's rows in far-apart tiles instead.
+    const int64_t tile = kernels::Kernels().f32_spread_tile_streams;
+    if (tile == 0 || !kernels::F32SpreadTiles(1)) return "";
+    return "float32 at " + std::to_string(kernels::kIntelF32SpreadTileRows[0]) + "-" +
+           std::to_string(kernels::kIntelF32SpreadTileRows[1]) + " input rows as " +
+           std::to_string(tile) + " far-apart streams of W a task, tile by tile";
   }
   // LinearRows and Int8Rows (cpu_kernels_body.inc): AVX2 holds fewer streams
   // at 2-3 rows; int8 with float32 x (AVX-512) takes 3 rows as 4 streams and
@@ -356,6 +348,8 @@ void SetTilePrefetchShares(int mode) {
 }
 
 void SetPrefetchToL2(int mode) { kernels::SetOverride(kernels::prefetch_to_l2, mode); }
+
+void SetF32SpreadTiles(int mode) { kernels::SetOverride(kernels::f32_spread_tiles, mode); }
 
 void SetTiledRowBlocks(int mode) {
   kernels::SetOverride(kernels::tiled_row_blocks, mode);

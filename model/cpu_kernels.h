@@ -175,8 +175,8 @@ bool Bf16DotProductsActive();
 // For the server's log: which input rows read W as several far-apart
 // streams a task (OneRowSpread, cpu_kernels_isa.h), e.g. "1-3 input rows as
 // 4 far-apart streams of W a task (int8: 1 row as 2, 3 rows as 4)" or, on
-// Intel, "float32 at 1-2 input rows as 8 far-apart streams of W a task"
-// (F32RowsSpread); empty where each task reads one stream.
+// Intel, "float32 at 1-8 input rows as 4 far-apart streams of W a task,
+// tile by tile" (F32SpreadTiles); empty where each task reads one stream.
 std::string DescribeOneRowSpread();
 
 // For tests and benchmarks: 0 runs bfloat16 linears of up to 4 rows through
@@ -221,6 +221,10 @@ void SetRowBlockRows(int64_t rows);
 // rows through every block, 0 block after block over a task's slice of W,
 // -1 the ISA's own choice. Each output is the same sum either way.
 void SetTiledRowBlocks(int mode);
+// For benchmarks and tests: whether float32 W goes through the far-apart
+// tiles (F32SpreadTiles, cpu_kernels_isa.h; AVX-512 and AVX2 tables): 1 on at
+// any number of rows, 0 off, -1 the CPU's own choice. Same sums.
+void SetF32SpreadTiles(int mode);
 // For benchmarks: whether the row blocks of a tile share the prefetching
 // of the next tile's weights (1), or each block prefetches all of them (0,
 // the order before); -1 the default (shared, except at the rows whose
@@ -237,9 +241,8 @@ void SetPrefetchToL2(int mode);
 // -1 the CPU's own choice (OneRowStreams, cpu_kernels_isa.h). Same sums.
 void SetOneRowStreams(int mode);
 // For benchmarks: how many far-apart streams of W a task reads at once
-// where one input row streams (and float32's 1-2 rows on Intel,
-// F32RowsSpread), and float 2-3 rows where above 1 (1, 2, 4 or 8; 0 the
-// default). OneRowSpread, cpu_kernels_isa.h. Same sums for
+// where one input row streams, and float 2-3 rows where above 1 (1, 2, 4
+// or 8; 0 the default). OneRowSpread, cpu_kernels_isa.h. Same sums for
 // float32 and int8; bfloat16 in 2-8 streams sums as its 2-4-row blocks do,
 // in one stream in four parts.
 void SetOneRowSpread(int streams);

@@ -98,6 +98,9 @@ struct KernelTable {
   // More rows than one block go tile by tile of W's rows through every block
   // (only a tile is reused from the cache, not the task's whole slice of W).
   bool tiled_row_blocks;
+  // Far-apart streams of W a task in LinearRowsF32SpreadTiled (0: not in
+  // this table; F32SpreadTiles says where it runs).
+  int64_t f32_spread_tile_streams;
   // Up to this many rows, bfloat16 linears read x reordered by
   // split_even_odd (0: never).
   int64_t bf16_pair_max_rows;
@@ -178,9 +181,8 @@ int64_t RowBlockRowsOverride();
 // streaming variant of the bfloat16 dot kernel measured 0.91-0.98x of the
 // blocks. Each row's sums are the same either way. SetOneRowStreams
 // (cpu_kernels.h) overrides it for benchmarks. AVX2 always streams bfloat16
-// and int8; float32 where this is true (measured on Zen 4) and on Intel
-// (F32RowsSpread); its 6-row blocks elsewhere until measured on an AVX2-only
-// CPU.
+// and int8; float32 where this is true (measured on Zen 4 only; its 6-row
+// blocks elsewhere until measured on an AVX2-only CPU).
 bool OneRowStreams();
 // How many far-apart streams of W a task reads at once where one input row
 // streams (float32 and bfloat16 where OneRowStreams, AVX2's bfloat16 and
@@ -207,16 +209,16 @@ bool OneRowStreams();
 // (float32, int8) or LinearBlockBf16Pairs' (bfloat16). SetOneRowSpread
 // (cpu_kernels.h) overrides it.
 int OneRowSpread(bool int8);
-// How many far-apart streams of W `rows` (1-3) input rows of float32
-// weights take (LinearRowsF32Spread; at 2-3 rows only where above 1), 0 for
-// the row blocks: OneRowSpread's where OneRowStreams; on Intel CPUs (whose
-// AVX-512 runs at full width) 8 for 1-2 rows (SetOneRowSpread's count where
-// set), the blocks at 3, though the other kinds of weights keep their
-// interleaved blocks there. Paired on an Intel Xeon (BM_OneRowStreamsPaired,
-// BM_OneRowSpreadPaired), the decode step: one row 1.04-1.05x (AVX2 forced
-// 1.04-1.06x), 2 rows 1.03-1.04x (AVX2 1.02-1.03x), 3 rows level (AVX2
-// 0.97x). The blocks elsewhere and where SetOneRowStreams(0) asks for them.
-int F32RowsSpread(int64_t rows);
+// Whether `rows` input rows of float32 W go through LinearRowsF32SpreadTiled
+// (far-apart streams tile by tile, with a software prefetch a fixed distance
+// ahead in each; AVX-512 and AVX2): on Intel CPUs at 1-8 rows
+// (kIntelF32SpreadTileRows). Paired there (BM_F32SpreadTilesPaired, against
+// the row blocks and tiles), the fp32 decode step: see docs/performance.md,
+// session 29. Elsewhere not until measured there (Zen 4 streams one row its
+// own way, OneRowStreams). SetF32SpreadTiles (cpu_kernels.h) forces it on (at
+// any number of rows) or off.
+bool F32SpreadTiles(int64_t rows);
+inline constexpr int64_t kIntelF32SpreadTileRows[2] = {1, 8};
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
 // group (fewer instructions, the same products) rather than once per vector;
 // true unless SetInt8OneRowScalePerGroup (cpu_kernels.h) says otherwise.

@@ -263,27 +263,44 @@ TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
   SetBf16DotProducts(-1);
 }
 
-TEST(SmallBatchLinearTest, Float32FarApartStreamsAreTheCpusChoice) {
-  // Where 512-bit operations run in halves (Zen 4) 1-3 float32 rows take
-  // OneRowSpread's streams; on Intel 1-2 rows take 8 (measured there) and 3
-  // the blocks; elsewhere the blocks. SetOneRowStreams(0) always asks for the
-  // blocks, and SetOneRowSpread's count replaces the default.
-  ASSERT_FALSE(kernels::OneRowStreams() && !Avx512InHalves());
-  for (int64_t rows = 1; rows <= 3; ++rows) {
-    int expected = 0;
-    if (Avx512InHalves()) {
-      expected = kernels::OneRowSpread(false);
-    } else if (IntelCpu() && rows <= 2) {
-      expected = 8;
+TEST(SmallBatchLinearTest, Float32FarApartTilesChangeNoBits) {
+  // float32 W through the far-apart tiles (SetF32SpreadTiles(1): every CPU
+  // runs them here; by default Intel's at 1-8 rows) gives each output the
+  // sum of the row blocks and tiles (SetF32SpreadTiles(0)): the batching
+  // tests rely on a row's sums not depending on the rows beside it. Outputs
+  // 77 and 2304 (tasks whose rows split into the 4 / 3 parts with and
+  // without a remainder), inputs 200 and 768 (with and without a tail), 1-9,
+  // 13 and 16 rows (one block of input rows and more than one).
+  at::manual_seed(43);
+  for (int64_t out : {77, 2304}) {
+    for (int64_t in : {200, 768}) {
+      const at::Tensor w = at::randn({out, in}), b = at::randn({out});
+      for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16}) {
+        const at::Tensor x = at::randn({rows, in});
+        SetF32SpreadTiles(0);
+        const at::Tensor blocks = SmallBatchLinear(x, w, b);
+        SetF32SpreadTiles(1);
+        EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(blocks))
+            << "out " << out << " in " << in << ", " << rows << " rows";
+      }
     }
-    EXPECT_EQ(kernels::F32RowsSpread(rows), expected) << rows << " rows";
   }
-  SetOneRowStreams(0);
-  EXPECT_EQ(kernels::F32RowsSpread(1), 0);
-  SetOneRowStreams(-1);
-  SetOneRowSpread(4);
-  EXPECT_EQ(kernels::F32RowsSpread(1), Avx512InHalves() || IntelCpu() ? 4 : 0);
-  SetOneRowSpread(0);
+  SetF32SpreadTiles(-1);
+}
+
+TEST(SmallBatchLinearTest, Float32FarApartTilesAreTheCpusChoice) {
+  // On Intel CPUs (measured there) 1-8 rows of float32 W, not 9; elsewhere
+  // none until measured. The kernel tables with it say how many streams.
+  for (int64_t rows : {1, 4, 8, 9}) {
+    EXPECT_EQ(kernels::F32SpreadTiles(rows), IntelCpu() && rows <= 8) << rows << " rows";
+  }
+  EXPECT_EQ(kernels::Kernels().f32_spread_tile_streams,
+            ActiveIsa() == CpuIsa::kAvx512 ? 4 : (ActiveIsa() == CpuIsa::kAvx2 ? 3 : 0));
+  SetF32SpreadTiles(0);
+  EXPECT_FALSE(kernels::F32SpreadTiles(1));
+  SetF32SpreadTiles(1);
+  EXPECT_TRUE(kernels::F32SpreadTiles(64));
+  SetF32SpreadTiles(-1);
 }
 
 TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
