@@ -214,7 +214,8 @@ void SetDecodeTaskUnits(int64_t units);
 // For benchmarks: input rows per row block where a kernel runs several row
 // blocks over a task's slice of W, block after block (where not tiled,
 // SetTiledRowBlocks) (at most the ISA's register-block limit; 0: the
-// ISA's own choice).
+// ISA's own choice); in float32's far-apart tiles (F32SpreadTiles) 4 or 8
+// (5 / 3 streams on AVX-512; 4 on AVX2 as its own), else the ISA's own.
 void SetRowBlockRows(int64_t rows);
 // For benchmarks: the order in which the float kernels (and int8 with
 // float32 x) run more input rows than one row block: 1 tile by tile of W's
