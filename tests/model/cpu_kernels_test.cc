@@ -280,8 +280,13 @@ TEST(SmallBatchLinearTest, Float32FarApartTilesChangeNoBits) {
         SetF32SpreadTiles(0);
         const at::Tensor blocks = SmallBatchLinear(x, w, b);
         SetF32SpreadTiles(1);
-        EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(blocks))
-            << "out " << out << " in " << in << ", " << rows << " rows";
+        // The ISA's row blocks, and those of 4 and 8 (SetRowBlockRows).
+        for (int64_t block : {0, 4, 8}) {
+          SetRowBlockRows(block);
+          EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(blocks))
+              << "out " << out << " in " << in << ", " << rows << " rows, blocks of " << block;
+        }
+        SetRowBlockRows(0);
       }
     }
   }
