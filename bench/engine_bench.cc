@@ -766,7 +766,7 @@ void BM_DecodeTaskUnitsPaired(benchmark::State& state) {
 // rows (SetRowBlockRows) against the ISA's own, alternating: a decode step
 // of `rows` sequences at context 128, or with prompt 1 a prefill of `rows`
 // tokens. Counters: own_ms, set_ms, set_speedup = own / set. float32's rows
-// where the far-apart tiles take them (F32SpreadTiles: Intel, 1-8 rows)
+// where the far-apart tiles take them (SpreadTiles: Intel, 1-8 rows)
 // stay in those, in blocks of 4 or 8 rows; elsewhere block after block
 // (SetTiledRowBlocks(0)).
 void BM_RowBlockRowsPaired(benchmark::State& state) {
@@ -818,12 +818,13 @@ void BM_TiledRowBlocksPaired(benchmark::State& state) {
   RunOverridePaired(state, SetTiledRowBlocks, "blocks_ms", "tiled_ms", "tiled_speedup");
 }
 
-// float32 W's rows through the far-apart tiles with a prefetch a fixed
-// distance ahead (LinearRowsF32SpreadTiled) against the routing without them
-// (SetF32SpreadTiles 1 / 0): decode steps of `rows` sequences or prefills of
-// `rows` tokens. Same sums.
-void BM_F32SpreadTilesPaired(benchmark::State& state) {
-  RunOverridePaired(state, SetF32SpreadTiles, "tiles_ms", "spread_ms", "spread_speedup");
+// Float W's rows (float32, bfloat16 widened, float16) through the far-apart
+// tiles with a prefetch a fixed distance ahead (LinearRowsSpreadTiled)
+// against the routing without them (SetSpreadTiles 1 / 0): decode steps of
+// `rows` sequences or prefills of `rows` tokens. Same sums (but bfloat16's
+// 2-4 rows, whose pairs sum in another order).
+void BM_SpreadTilesPaired(benchmark::State& state) {
+  RunOverridePaired(state, SetSpreadTiles, "tiles_ms", "spread_ms", "spread_speedup");
 }
 
 // The tiled row blocks (LinearRowsTiled) with each block prefetching all of
@@ -1246,10 +1247,11 @@ BENCHMARK(BM_TilePrefetchSharesPaired)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
-BENCHMARK(BM_F32SpreadTilesPaired)
+BENCHMARK(BM_SpreadTilesPaired)
     ->ArgNames({"dtype", "rows", "prompt"})
     ->ArgsProduct({{0}, {1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, {0}})
     ->ArgsProduct({{0}, {8, 16, 32}, {1}})
+    ->ArgsProduct({{1, 2}, {1, 2, 3, 4, 5, 8, 16}, {0}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -27,7 +27,7 @@ std::atomic<int> tile_prefetch_shares{-1};  // SetTilePrefetchShares
 std::atomic<int> prefetch_to_l2{-1};        // SetPrefetchToL2
 std::atomic<int> bf16_dot{-1};          // SetBf16DotProducts
 std::atomic<int> int8_row_int16{-1};    // SetInt8OneRowInt16X
-std::atomic<int> f32_spread_tiles{-1};  // SetF32SpreadTiles
+std::atomic<int> spread_tiles{-1};  // SetSpreadTiles
 
 void SetOverride(std::atomic<int>& flag, int mode) {
   flag.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
@@ -51,10 +51,10 @@ int OneRowSpread(bool int8) {
   return int8 ? 2 : 4;
 }
 
-bool F32SpreadTiles(int64_t rows) {
-  const int mode = f32_spread_tiles.load(std::memory_order_relaxed);
+bool SpreadTiles(int64_t rows) {
+  const int mode = spread_tiles.load(std::memory_order_relaxed);
   if (mode >= 0) return mode > 0;
-  return IntelCpu() && rows >= kIntelF32SpreadTileRows[0] && rows <= kIntelF32SpreadTileRows[1];
+  return IntelCpu() && rows >= kIntelSpreadTileRows[0] && rows <= kIntelSpreadTileRows[1];
 }
 
 bool Int8OneRowScalePerGroup() { return OverrideOr(int8_one_row_scale_per_group, true); }
@@ -302,11 +302,12 @@ bool Int8OneRowInt16XActive() { return ActiveInt8OneRowInt16X() != nullptr; }
 std::string DescribeOneRowSpread() {
   const int streams = kernels::OneRowSpread(false);
   if (streams <= 1) {
-    // F32SpreadTiles (Intel): float32's rows in far-apart tiles instead.
-    const int64_t tile = kernels::Kernels().f32_spread_tile_streams;
-    if (tile == 0 || !kernels::F32SpreadTiles(1)) return "";
-    return "float32 at " + std::to_string(kernels::kIntelF32SpreadTileRows[0]) + "-" +
-           std::to_string(kernels::kIntelF32SpreadTileRows[1]) + " input rows as " +
+    // SpreadTiles (Intel): the float weights' rows in far-apart tiles.
+    const int64_t tile = kernels::Kernels().spread_tile_streams;
+    if (tile == 0 || !kernels::SpreadTiles(1)) return "";
+    return "float32 / bfloat16 / float16 linears of " +
+           std::to_string(kernels::kIntelSpreadTileRows[0]) + "-" +
+           std::to_string(kernels::kIntelSpreadTileRows[1]) + " input rows as " +
            std::to_string(tile) + " far-apart streams of W a task, tile by tile";
   }
   // LinearRows and Int8Rows (cpu_kernels_body.inc): AVX2 holds fewer streams
@@ -349,7 +350,7 @@ void SetTilePrefetchShares(int mode) {
 
 void SetPrefetchToL2(int mode) { kernels::SetOverride(kernels::prefetch_to_l2, mode); }
 
-void SetF32SpreadTiles(int mode) { kernels::SetOverride(kernels::f32_spread_tiles, mode); }
+void SetSpreadTiles(int mode) { kernels::SetOverride(kernels::spread_tiles, mode); }
 
 void SetTiledRowBlocks(int mode) {
   kernels::SetOverride(kernels::tiled_row_blocks, mode);

@@ -175,8 +175,9 @@ bool Bf16DotProductsActive();
 // For the server's log: which input rows read W as several far-apart
 // streams a task (OneRowSpread, cpu_kernels_isa.h), e.g. "1-3 input rows as
 // 4 far-apart streams of W a task (int8: 1 row as 2, 3 rows as 4)" or, on
-// Intel, "float32 at 1-8 input rows as 4 far-apart streams of W a task,
-// tile by tile" (F32SpreadTiles); empty where each task reads one stream.
+// Intel, "float32 / bfloat16 / float16 linears of 1-8 input rows as 4
+// far-apart streams of W a task, tile by tile" (SpreadTiles); empty where
+// each task reads one stream.
 std::string DescribeOneRowSpread();
 
 // For tests and benchmarks: 0 runs bfloat16 linears of up to 4 rows through
@@ -214,7 +215,7 @@ void SetDecodeTaskUnits(int64_t units);
 // For benchmarks: input rows per row block where a kernel runs several row
 // blocks over a task's slice of W, block after block (where not tiled,
 // SetTiledRowBlocks) (at most the ISA's register-block limit; 0: the
-// ISA's own choice); in float32's far-apart tiles (F32SpreadTiles) 4 or 8
+// ISA's own choice); in the far-apart tiles (SpreadTiles) 4 or 8
 // (5 / 3 streams on AVX-512; 4 on AVX2 as its own), else the ISA's own.
 void SetRowBlockRows(int64_t rows);
 // For benchmarks: the order in which the float kernels (and int8 with
@@ -222,10 +223,13 @@ void SetRowBlockRows(int64_t rows);
 // rows through every block, 0 block after block over a task's slice of W,
 // -1 the ISA's own choice. Each output is the same sum either way.
 void SetTiledRowBlocks(int mode);
-// For benchmarks and tests: whether float32 W goes through the far-apart
-// tiles (F32SpreadTiles, cpu_kernels_isa.h; AVX-512 and AVX2 tables): 1 on at
-// any number of rows, 0 off, -1 the CPU's own choice. Same sums.
-void SetF32SpreadTiles(int mode);
+// For benchmarks and tests: whether float32, bfloat16 (where its dot
+// products do not take the rows) and float16 W go through the far-apart
+// tiles (SpreadTiles, cpu_kernels_isa.h; AVX-512 and AVX2 tables): 1 on at
+// any number of rows, 0 off, -1 the CPU's own choice. Same sums, but for
+// bfloat16's 1-4 rows, whose pairs (LinearBlockBf16Pairs) or AVX2 stream
+// sum in another order.
+void SetSpreadTiles(int mode);
 // For benchmarks: whether the row blocks of a tile share the prefetching
 // of the next tile's weights (1), or each block prefetches all of them (0,
 // the order before); -1 the default (shared, except at the rows whose

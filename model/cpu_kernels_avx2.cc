@@ -49,9 +49,9 @@ struct Ops {
   // (LinearRowsTiled; 1.04-1.16x at 8-16 rows on a Zen 3 EPYC).
   static constexpr bool kTiledRowBlocks = true;
   // Floats ahead of each stream that the first row block of
-  // LinearRowsF32SpreadTiled prefetches: 2 KiB, as AVX-512's (not tuned
+  // LinearRowsSpreadTiled prefetches: 2 KiB, as AVX-512's (not tuned
   // apart).
-  static constexpr int64_t kSpreadTilePrefetchFloats = 512;
+  static constexpr int64_t kSpreadTilePrefetchBytes = 2048;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 16.
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 4, 3, 2, 2};

@@ -60,11 +60,11 @@ struct Ops {
   // measured level or slower here.)
   static constexpr bool kTiledRowBlocks = true;
   // Floats ahead of each stream that the first row block of
-  // LinearRowsF32SpreadTiled prefetches: 2 KiB. Paired on an Intel Xeon
-  // (BM_F32SpreadTilesPaired, the decode step at 1 / 4 / 8 rows against the
+  // LinearRowsSpreadTiled prefetches: 2 KiB. Paired on an Intel Xeon
+  // (BM_SpreadTilesPaired, the decode step at 1 / 4 / 8 rows against the
   // blocks): 256 0.98x / 1.11-1.12x / 1.10-1.11x, 512 1.03x / 1.10-1.12x /
   // 1.10x, 768 1.02-1.03x / 1.11-1.12x / 1.07-1.08x of the routing before.
-  static constexpr int64_t kSpreadTilePrefetchFloats = 512;
+  static constexpr int64_t kSpreadTilePrefetchBytes = 2048;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 32.
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 8, 6, 5, 4};

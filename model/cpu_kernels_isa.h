@@ -98,9 +98,9 @@ struct KernelTable {
   // More rows than one block go tile by tile of W's rows through every block
   // (only a tile is reused from the cache, not the task's whole slice of W).
   bool tiled_row_blocks;
-  // Far-apart streams of W a task in LinearRowsF32SpreadTiled (0: not in
-  // this table; F32SpreadTiles says where it runs).
-  int64_t f32_spread_tile_streams;
+  // Far-apart streams of W a task in LinearRowsSpreadTiled (0: not in
+  // this table; SpreadTiles says where it runs).
+  int64_t spread_tile_streams;
   // Up to this many rows, bfloat16 linears read x reordered by
   // split_even_odd (0: never).
   int64_t bf16_pair_max_rows;
@@ -209,16 +209,17 @@ bool OneRowStreams();
 // (float32, int8) or LinearBlockBf16Pairs' (bfloat16). SetOneRowSpread
 // (cpu_kernels.h) overrides it.
 int OneRowSpread(bool int8);
-// Whether `rows` input rows of float32 W go through LinearRowsF32SpreadTiled
-// (far-apart streams tile by tile, with a software prefetch a fixed distance
-// ahead in each; AVX-512 and AVX2): on Intel CPUs at 1-8 rows
-// (kIntelF32SpreadTileRows). Paired there (BM_F32SpreadTilesPaired, against
-// the row blocks and tiles), the fp32 decode step: see docs/performance.md,
-// session 29. Elsewhere not until measured there (Zen 4 streams one row its
-// own way, OneRowStreams). SetF32SpreadTiles (cpu_kernels.h) forces it on (at
-// any number of rows) or off.
-bool F32SpreadTiles(int64_t rows);
-inline constexpr int64_t kIntelF32SpreadTileRows[2] = {1, 8};
+// Whether `rows` input rows of float weights (float32, and bfloat16 and
+// float16 widened; not bfloat16's dot products) go through
+// LinearRowsSpreadTiled (far-apart streams tile by tile, with a software
+// prefetch a fixed distance ahead in each; AVX-512 and AVX2): on Intel CPUs
+// at 1-8 rows (kIntelSpreadTileRows). Paired there (BM_SpreadTilesPaired,
+// against the row blocks, tiles and bfloat16 pairs), the decode step: see
+// docs/performance.md, session 29. Elsewhere not until measured there (Zen 4
+// streams one row its own way, OneRowStreams). SetSpreadTiles (cpu_kernels.h)
+// forces it on (at any number of rows) or off.
+bool SpreadTiles(int64_t rows);
+inline constexpr int64_t kIntelSpreadTileRows[2] = {1, 8};
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
 // group (fewer instructions, the same products) rather than once per vector;
 // true unless SetInt8OneRowScalePerGroup (cpu_kernels.h) says otherwise.

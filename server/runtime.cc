@@ -90,7 +90,7 @@ std::string DescribeCpuKernels() {
   // PrefetchToL2 (model/cpu_kernels_isa.h): on these CPUs, whatever the ISA.
   const char* prefetch =
       model::Avx512InHalves() ? "; weights prefetched into L2 at decode sizes" : "";
-  // OneRowSpread, F32SpreadTiles (model/cpu_kernels_isa.h): measured on
+  // OneRowSpread, SpreadTiles (model/cpu_kernels_isa.h): measured on
   // these CPUs only.
   std::string spread = model::DescribeOneRowSpread();
   if (!spread.empty()) spread = "; " + spread;

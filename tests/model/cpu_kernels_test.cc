@@ -263,49 +263,61 @@ TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
   SetBf16DotProducts(-1);
 }
 
-TEST(SmallBatchLinearTest, Float32FarApartTilesChangeNoBits) {
-  // float32 W through the far-apart tiles (SetF32SpreadTiles(1): every CPU
-  // runs them here; by default Intel's at 1-8 rows) gives each output the
-  // sum of the row blocks and tiles (SetF32SpreadTiles(0)): the batching
-  // tests rely on a row's sums not depending on the rows beside it. Outputs
-  // 77 and 2304 (tasks whose rows split into the 4 / 3 parts with and
-  // without a remainder), inputs 200 and 768 (with and without a tail), 1-9,
-  // 13 and 16 rows (one block of input rows and more than one).
+TEST(SmallBatchLinearTest, FarApartTilesChangeNoBits) {
+  // Float W through the far-apart tiles (SetSpreadTiles(1): every CPU runs
+  // them here; by default Intel's at 1-8 rows) gives each output the sum of
+  // the row blocks and tiles (SetSpreadTiles(0)): the batching tests rely on
+  // a row's sums not depending on the rows beside it. bfloat16 (widened: dot
+  // products off) at 1-4 rows sums in pairs or a stream without the tiles,
+  // so there the tiles' rows are held to the same rows among 8 instead. Outputs 77 and
+  // 2304 (tasks whose rows split into the 4 / 3 parts with and without a
+  // remainder), inputs 200 and 768 (with and without a tail), 1-9, 13 and 16
+  // rows (one block of input rows and more than one), in the ISA's row blocks
+  // and in blocks of 4 and 8 (SetRowBlockRows).
   at::manual_seed(43);
-  for (int64_t out : {77, 2304}) {
-    for (int64_t in : {200, 768}) {
-      const at::Tensor w = at::randn({out, in}), b = at::randn({out});
-      for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16}) {
-        const at::Tensor x = at::randn({rows, in});
-        SetF32SpreadTiles(0);
-        const at::Tensor blocks = SmallBatchLinear(x, w, b);
-        SetF32SpreadTiles(1);
-        // The ISA's row blocks, and those of 4 and 8 (SetRowBlockRows).
-        for (int64_t block : {0, 4, 8}) {
-          SetRowBlockRows(block);
-          EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(blocks))
-              << "out " << out << " in " << in << ", " << rows << " rows, blocks of " << block;
+  SetBf16DotProducts(0);
+  const bool tiles = kernels::Kernels().spread_tile_streams > 0;  // not generic
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (int64_t out : {77, 2304}) {
+      for (int64_t in : {200, 768}) {
+        const at::Tensor w = at::randn({out, in}).to(dtype), b = at::randn({out});
+        for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16}) {
+          const at::Tensor x = at::randn({rows, in});
+          SetSpreadTiles(0);
+          at::Tensor expected = SmallBatchLinear(x, w, b);
+          if (tiles && dtype == at::kBFloat16 && rows <= 4) {
+            const at::Tensor x8 = at::cat({x, at::randn({8 - rows, in})});
+            expected = SmallBatchLinear(x8, w, b).narrow(0, 0, rows);
+          }
+          SetSpreadTiles(1);
+          for (int64_t block : {0, 4, 8}) {
+            SetRowBlockRows(block);
+            EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(expected))
+                << c10::toString(dtype) << " out " << out << " in " << in << ", " << rows
+                << " rows, blocks of " << block;
+          }
+          SetRowBlockRows(0);
         }
-        SetRowBlockRows(0);
       }
     }
   }
-  SetF32SpreadTiles(-1);
+  SetSpreadTiles(-1);
+  SetBf16DotProducts(-1);
 }
 
-TEST(SmallBatchLinearTest, Float32FarApartTilesAreTheCpusChoice) {
-  // On Intel CPUs (measured there) 1-8 rows of float32 W, not 9; elsewhere
+TEST(SmallBatchLinearTest, FarApartTilesAreTheCpusChoice) {
+  // On Intel CPUs (measured there) 1-8 rows of float W, not 9; elsewhere
   // none until measured. The kernel tables with it say how many streams.
   for (int64_t rows : {1, 4, 8, 9}) {
-    EXPECT_EQ(kernels::F32SpreadTiles(rows), IntelCpu() && rows <= 8) << rows << " rows";
+    EXPECT_EQ(kernels::SpreadTiles(rows), IntelCpu() && rows <= 8) << rows << " rows";
   }
-  EXPECT_EQ(kernels::Kernels().f32_spread_tile_streams,
+  EXPECT_EQ(kernels::Kernels().spread_tile_streams,
             ActiveIsa() == CpuIsa::kAvx512 ? 4 : (ActiveIsa() == CpuIsa::kAvx2 ? 3 : 0));
-  SetF32SpreadTiles(0);
-  EXPECT_FALSE(kernels::F32SpreadTiles(1));
-  SetF32SpreadTiles(1);
-  EXPECT_TRUE(kernels::F32SpreadTiles(64));
-  SetF32SpreadTiles(-1);
+  SetSpreadTiles(0);
+  EXPECT_FALSE(kernels::SpreadTiles(1));
+  SetSpreadTiles(1);
+  EXPECT_TRUE(kernels::SpreadTiles(64));
+  SetSpreadTiles(-1);
 }
 
 TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
