@@ -766,7 +766,7 @@ void BM_DecodeTaskUnitsPaired(benchmark::State& state) {
 // rows (SetRowBlockRows) against the ISA's own, alternating: a decode step
 // of `rows` sequences at context 128, or with prompt 1 a prefill of `rows`
 // tokens. Counters: own_ms, set_ms, set_speedup = own / set. float32's rows
-// where the far-apart tiles take them (SpreadTiles: Intel, 1-8 rows)
+// where the far-apart tiles take them (SpreadTiles: Intel, 1-16 rows)
 // stay in those, in blocks of 4 or 8 rows; elsewhere block after block
 // (SetTiledRowBlocks(0)).
 void BM_RowBlockRowsPaired(benchmark::State& state) {
@@ -1249,9 +1249,10 @@ BENCHMARK(BM_TilePrefetchSharesPaired)
     ->UseRealTime();
 BENCHMARK(BM_SpreadTilesPaired)
     ->ArgNames({"dtype", "rows", "prompt"})
-    ->ArgsProduct({{0}, {1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, {0}})
-    ->ArgsProduct({{0}, {8, 16, 32}, {1}})
-    ->ArgsProduct({{1, 2}, {1, 2, 3, 4, 5, 8, 16}, {0}})
+    ->ArgsProduct({{0}, {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32}, {0}})
+    ->ArgsProduct({{0}, {8, 16, 32, 64}, {1}})
+    ->ArgsProduct({{1, 2}, {1, 2, 3, 4, 5, 8, 16, 32}, {0}})
+    ->ArgsProduct({{1, 2}, {16}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -213,13 +213,13 @@ int OneRowSpread(bool int8);
 // float16 widened; not bfloat16's dot products) go through
 // LinearRowsSpreadTiled (far-apart streams tile by tile, with a software
 // prefetch a fixed distance ahead in each; AVX-512 and AVX2): on Intel CPUs
-// at 1-8 rows (kIntelSpreadTileRows). Paired there (BM_SpreadTilesPaired,
+// at 1-16 rows (kIntelSpreadTileRows; 24 rows measured level, 32 slower). Paired there (BM_SpreadTilesPaired,
 // against the row blocks, tiles and bfloat16 pairs), the decode step: see
 // docs/performance.md, session 29. Elsewhere not until measured there (Zen 4
 // streams one row its own way, OneRowStreams). SetSpreadTiles (cpu_kernels.h)
 // forces it on (at any number of rows) or off.
 bool SpreadTiles(int64_t rows);
-inline constexpr int64_t kIntelSpreadTileRows[2] = {1, 8};
+inline constexpr int64_t kIntelSpreadTileRows[2] = {1, 16};
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
 // group (fewer instructions, the same products) rather than once per vector;
 // true unless SetInt8OneRowScalePerGroup (cpu_kernels.h) says otherwise.
