@@ -359,6 +359,7 @@ void BM_AtenOpsPerStep(benchmark::State& state) {
 // streams_speedup = blocks / streams. float32 streams in the AVX2 table too;
 // elsewhere (generic) both are the same code.
 void BM_OneRowStreamsPaired(benchmark::State& state) {
+  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
   const c10::ScalarType dtype = DType(state.range(0));
   DecodeSteps steps(Model(dtype), dtype, 1, 128);
   SetBf16DotProducts(0);
@@ -378,6 +379,7 @@ void BM_OneRowStreamsPaired(benchmark::State& state) {
   SetOneRowSpread(0);
   SetBf16DotProducts(-1);
   state.SetLabel(std::string(IsaName(ActiveIsa())) + (Avx512InHalves() ? " (512-bit in halves)" : ""));
+  SetSpreadTiles(-1);
 }
 
 // Args: {dtype, streams, batch}. A decode step (context 128) of `batch`
@@ -388,6 +390,7 @@ void BM_OneRowStreamsPaired(benchmark::State& state) {
 // (OneRowStreams). Same sums. Counters: ms of each (one_ms, spread_ms) and
 // spread_speedup = one / spread.
 void BM_OneRowSpreadPaired(benchmark::State& state) {
+  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
   const c10::ScalarType dtype = DType(state.range(0));
   const int streams = static_cast<int>(state.range(1));
   DecodeSteps steps(Model(dtype), dtype, state.range(2), 128);
@@ -405,6 +408,7 @@ void BM_OneRowSpreadPaired(benchmark::State& state) {
   SetOneRowSpread(0);
   state.SetLabel(std::string(IsaName(ActiveIsa())) +
                  (kernels::OneRowStreams() ? " (one-row streams)" : ""));
+  SetSpreadTiles(-1);
 }
 
 // Args: {dtype, rows, prefill}. The weights and the KV cache in ordinary
@@ -765,10 +769,11 @@ void BM_DecodeTaskUnitsPaired(benchmark::State& state) {
 // Args: {dtype, rows, block rows, prompt}. Row blocks of `block rows` input
 // rows (SetRowBlockRows) against the ISA's own, alternating: a decode step
 // of `rows` sequences at context 128, or with prompt 1 a prefill of `rows`
-// tokens. Counters: own_ms, set_ms, set_speedup = own / set. float32's rows
-// where the far-apart tiles take them (SpreadTiles: Intel, 1-16 rows)
-// stay in those, in blocks of 4 or 8 rows; elsewhere block after block
-// (SetTiledRowBlocks(0)).
+// tokens. Counters: own_ms, set_ms, set_speedup = own / set. Float rows
+// where the far-apart tiles take them (SpreadTiles: Intel, 1-16 rows) stay
+// in those, in blocks of 4 or 8 rows (at 9-16 rows in the 24-row tasks of
+// SetTiledRowBlocks(0), not the longer ones of the default); elsewhere block
+// after block (SetTiledRowBlocks(0)).
 void BM_RowBlockRowsPaired(benchmark::State& state) {
   const int64_t block = state.range(2);
   StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(3) == 1);
@@ -815,14 +820,16 @@ void RunOverridePaired(benchmark::State& state, void (*set)(int), const char* of
 // The float kernels' (and AVX-512's int8) row blocks tile by tile of W
 // against block after block over each task's slice of W (SetTiledRowBlocks).
 void BM_TiledRowBlocksPaired(benchmark::State& state) {
+  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
   RunOverridePaired(state, SetTiledRowBlocks, "blocks_ms", "tiled_ms", "tiled_speedup");
+  SetSpreadTiles(-1);
 }
 
 // Float W's rows (float32, bfloat16 widened, float16) through the far-apart
 // tiles with a prefetch a fixed distance ahead (LinearRowsSpreadTiled)
 // against the routing without them (SetSpreadTiles 1 / 0): decode steps of
 // `rows` sequences or prefills of `rows` tokens. Same sums (but bfloat16's
-// 2-4 rows, whose pairs sum in another order).
+// 1-4 rows, whose pairs or AVX2 stream sum in another order).
 void BM_SpreadTilesPaired(benchmark::State& state) {
   RunOverridePaired(state, SetSpreadTiles, "tiles_ms", "spread_ms", "spread_speedup");
 }
@@ -831,13 +838,17 @@ void BM_SpreadTilesPaired(benchmark::State& state) {
 // the next tile's rows of W, as before, and with the blocks sharing them in
 // proportion to their rows (SetTilePrefetchShares).
 void BM_TilePrefetchSharesPaired(benchmark::State& state) {
+  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
   RunOverridePaired(state, SetTilePrefetchShares, "all_ms", "shared_ms", "shared_speedup");
+  SetSpreadTiles(-1);
 }
 
 // The kernels' software prefetches of the weights into L1 (_MM_HINT_T0) and
 // into L2 only (_MM_HINT_T1) whatever the rows (SetPrefetchToL2).
 void BM_PrefetchToL2Paired(benchmark::State& state) {
+  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
   RunOverridePaired(state, SetPrefetchToL2, "l1_ms", "l2_ms", "l2_speedup");
+  SetSpreadTiles(-1);
 }
 
 // Args: {batch, linears (1: the linears alone, 0: decode steps)}. bfloat16

@@ -217,7 +217,9 @@ void LinearPass(const float* x, const W* w, const float* b, float* y, int64_t ro
   }
   // bfloat16 weights, few rows: the shuffle-free kernel on x reordered.
   std::vector<float> xp;
-  if (std::is_same_v<W, BFloat16Bits> && rows <= k.bf16_pair_max_rows && in >= 32) {
+  // (Not read by the far-apart tiles: SpreadTiles.)
+  if (std::is_same_v<W, BFloat16Bits> && rows <= k.bf16_pair_max_rows && in >= 32 &&
+      !(k.spread_tile_streams > 0 && kernels::SpreadTiles(rows))) {
     xp.resize(rows * in);
     k.split_even_odd(x, xp.data(), rows, in);
   }
@@ -305,6 +307,7 @@ std::string DescribeOneRowSpread() {
     // SpreadTiles (Intel): the float weights' rows in far-apart tiles.
     const int64_t tile = kernels::Kernels().spread_tile_streams;
     if (tile == 0 || !kernels::SpreadTiles(1)) return "";
+    // (bfloat16's one row takes the AVX512_BF16 dot products where active.)
     return "float32 / bfloat16 / float16 linears of " +
            std::to_string(kernels::kIntelSpreadTileRows[0]) + "-" +
            std::to_string(kernels::kIntelSpreadTileRows[1]) + " input rows as " +

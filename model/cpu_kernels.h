@@ -226,7 +226,11 @@ void SetTiledRowBlocks(int mode);
 // For benchmarks and tests: whether float32, bfloat16 (where its dot
 // products do not take the rows) and float16 W go through the far-apart
 // tiles (SpreadTiles, cpu_kernels_isa.h; AVX-512 and AVX2 tables): 1 on at
-// any number of rows, 0 off, -1 the CPU's own choice. Same sums, but for
+// any number of rows, 0 off, -1 the CPU's own choice. Where on they take
+// the rows before the kernels that SetOneRowStreams, SetOneRowSpread,
+// SetTiledRowBlocks, SetTilePrefetchShares and SetPrefetchToL2 choose
+// between (and prefetch into L1 whatever SetPrefetchToL2 says): benchmarks
+// and tests of those set it to 0. Same sums, but for
 // bfloat16's 1-4 rows, whose pairs (LinearBlockBf16Pairs) or AVX2 stream
 // sum in another order.
 void SetSpreadTiles(int mode);

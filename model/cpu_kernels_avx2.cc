@@ -6,7 +6,8 @@
 //   V, kLanes, kIsa; kMaxBlockRows, kRowBlockRows (input rows per row block, <=
 //   kMaxBlockRows) and kBlockRows[M] (output rows per
 //   register block for M input rows), kTiledRowBlocks (the loop order for
-//   more rows than one block), kBf16PairMaxRows and kBf16PairRows[M];
+//   more rows than one block), kSpreadTilePrefetchBytes (the far-apart
+//   tiles' prefetch distance), kBf16PairMaxRows and kBf16PairRows[M];
 //   kStreamPrefetchBytes (0: no one-row stream kernel for bfloat16),
 //   kInt8BlockRows[M], kInt8ScalePerGroup;
 //   Zero, Set1, Fma(a, b, c) = a * b + c, Add, Reduce (sum of lanes),
@@ -48,9 +49,8 @@ struct Ops {
   // More rows than one block: tiles of 3 output rows through every block
   // (LinearRowsTiled; 1.04-1.16x at 8-16 rows on a Zen 3 EPYC).
   static constexpr bool kTiledRowBlocks = true;
-  // Floats ahead of each stream that the first row block of
-  // LinearRowsSpreadTiled prefetches: 2 KiB, as AVX-512's (not tuned
-  // apart).
+  // How far ahead of each stream LinearRowsSpreadTiled's row blocks
+  // prefetch: 2 KiB, as AVX-512's (not tuned apart).
   static constexpr int64_t kSpreadTilePrefetchBytes = 2048;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 16.
   static constexpr int kBf16PairMaxRows = 4;

@@ -59,11 +59,12 @@ struct Ops {
   // 1.00-1.04x. (With blocks of 8, 3 output rows a register block, tiles
   // measured level or slower here.)
   static constexpr bool kTiledRowBlocks = true;
-  // Floats ahead of each stream that the first row block of
-  // LinearRowsSpreadTiled prefetches: 2 KiB. Paired on an Intel Xeon
-  // (BM_SpreadTilesPaired, the decode step at 1 / 4 / 8 rows against the
-  // blocks): 256 0.98x / 1.11-1.12x / 1.10-1.11x, 512 1.03x / 1.10-1.12x /
-  // 1.10x, 768 1.02-1.03x / 1.11-1.12x / 1.07-1.08x of the routing before.
+  // How far ahead of each stream LinearRowsSpreadTiled's row blocks
+  // prefetch (each its share): 2 KiB. Paired on an Intel Xeon
+  // (BM_SpreadTilesPaired, float32, the decode step at 1 / 4 / 8 rows
+  // against the routing before, with the first block prefetching alone): 1
+  // KiB 0.98x / 1.11-1.12x / 1.10-1.11x, 2 KiB 1.03x / 1.10-1.12x / 1.10x, 3
+  // KiB 1.02-1.03x / 1.11-1.12x / 1.07-1.08x.
   static constexpr int64_t kSpreadTilePrefetchBytes = 2048;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 32.
   static constexpr int kBf16PairMaxRows = 4;

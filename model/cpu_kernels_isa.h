@@ -182,7 +182,9 @@ int64_t RowBlockRowsOverride();
 // blocks. Each row's sums are the same either way. SetOneRowStreams
 // (cpu_kernels.h) overrides it for benchmarks. AVX2 always streams bfloat16
 // and int8; float32 where this is true (measured on Zen 4 only; its 6-row
-// blocks elsewhere until measured on an AVX2-only CPU).
+// blocks elsewhere until measured on an AVX2-only CPU). On Intel the
+// far-apart tiles take the float weights' rows before any of these
+// (SpreadTiles).
 bool OneRowStreams();
 // How many far-apart streams of W a task reads at once where one input row
 // streams (float32 and bfloat16 where OneRowStreams, AVX2's bfloat16 and
@@ -213,7 +215,11 @@ int OneRowSpread(bool int8);
 // float16 widened; not bfloat16's dot products) go through
 // LinearRowsSpreadTiled (far-apart streams tile by tile, with a software
 // prefetch a fixed distance ahead in each; AVX-512 and AVX2): on Intel CPUs
-// at 1-16 rows (kIntelSpreadTileRows; 24 rows measured level, 32 slower). Paired there (BM_SpreadTilesPaired,
+// at 1-16 rows (kIntelSpreadTileRows; 24 rows measured level, float32 at 32
+// slower). Measured on one Intel model (a Sapphire / Granite Rapids class
+// Xeon, 48 KiB of L1d a core): Intel CPUs with 32 KiB of L1d, where the
+// 3072-wide linear's 4 rows (48 KiB of float32) cannot stay in L1 for the
+// later row blocks, were not measured. Paired there (BM_SpreadTilesPaired,
 // against the row blocks, tiles and bfloat16 pairs), the decode step: see
 // docs/performance.md, session 29. Elsewhere not until measured there (Zen 4
 // streams one row its own way, OneRowStreams). SetSpreadTiles (cpu_kernels.h)

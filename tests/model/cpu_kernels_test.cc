@@ -123,16 +123,24 @@ TEST(SmallBatchLinearTest, Bf16DotProductsAndWideningBothMatchFloat64Reference) 
   // (cpu_kernels_avx512_bf16.cc), else the widening kernels; the test above
   // sees whichever is active. Here both
   // (where there is only one, twice), held to the same bound: the split
-  // keeps x to 2^-17 of |x|, below 1e-5 of the magnitudes summed.
+  // keeps x to 2^-17 of |x|, below 1e-5 of the magnitudes summed. Widened
+  // both in the far-apart tiles (SpreadTiles: Intel's default) and in the
+  // pairs and blocks.
   at::manual_seed(8);
   for (bool dot : {false, true}) {
     SetBf16DotProducts(dot);
-    for (int64_t m : {1, 2, 3, 4, 5}) {
-      for (const Shape& s : kShapes) {
-        ExpectBf16LinearMatchesReference(m, s, dot ? " dot products" : " widened");
+    for (int tiles : {0, 1}) {
+      if (dot && tiles == 1) continue;  // the dot products take their rows first
+      SetSpreadTiles(tiles);
+      for (int64_t m : {1, 2, 3, 4, 5}) {
+        for (const Shape& s : kShapes) {
+          ExpectBf16LinearMatchesReference(
+              m, s, dot ? " dot products" : (tiles ? " widened, tiles" : " widened"));
+        }
       }
     }
   }
+  SetSpreadTiles(-1);
   SetBf16DotProducts(-1);
 }
 
@@ -140,9 +148,11 @@ TEST(SmallBatchLinearTest, Bf16OneRowAsAStreamOrInBlocksBothMatchFloat64Referenc
   // One input row of bfloat16 weights, widened (dot products off), on
   // AVX-512 either as a stream of output rows or interleaved in blocks
   // (SetOneRowStreams; by default the stream only where 512-bit operations
-  // run in halves): both run here on every CPU, held to the same bound.
+  // run in halves): both run here on every CPU, held to the same bound (not
+  // the far-apart tiles, which take the row on Intel).
   at::manual_seed(12);
   SetBf16DotProducts(0);
+  SetSpreadTiles(0);
   for (int streams : {0, 1}) {
     SetOneRowStreams(streams);
     for (const Shape& s : kShapes) {
@@ -150,6 +160,7 @@ TEST(SmallBatchLinearTest, Bf16OneRowAsAStreamOrInBlocksBothMatchFloat64Referenc
     }
   }
   SetOneRowStreams(-1);
+  SetSpreadTiles(-1);
   SetBf16DotProducts(-1);
 }
 
@@ -235,6 +246,7 @@ TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
   // remainder; 200 and 768 inputs: with and without a tail.
   at::manual_seed(41);
   SetBf16DotProducts(0);
+  SetSpreadTiles(0);  // not the far-apart tiles, which Intel's rows take
   SetOneRowStreams(1);
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     for (int64_t out : {77, 2304}) {
@@ -260,6 +272,7 @@ TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
     }
   }
   SetOneRowStreams(-1);
+  SetSpreadTiles(-1);
   SetBf16DotProducts(-1);
 }
 
@@ -327,8 +340,12 @@ TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
   // row-block size (SetRowBlockRows, e.g. 8 as 6 + 2 on AVX-512) move no
   // bits, in any dtype; nor does how the blocks of a tile share prefetching
   // (SetTilePrefetchShares) or which cache the prefetches fill (SetPrefetchToL2). (The register blocks differ between the orders,
-  // and with them how many sums are reduced at once: Ops::Reduce4.)
+  // and with them how many sums are reduced at once: Ops::Reduce4.) The
+  // far-apart tiles, which take these rows on Intel (SpreadTiles), are off
+  // here so that these kernels run on every CPU (FarApartTilesChangeNoBits
+  // holds the tiles to their sums).
   at::manual_seed(23);
+  SetSpreadTiles(0);
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     at::Tensor w = at::randn({77, 200}).to(dtype), b = at::randn({77});
     for (int64_t rows : {5, 7, 8, 13, 16}) {
@@ -363,6 +380,7 @@ TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
       SetTiledRowBlocks(-1);
     }
   }
+  SetSpreadTiles(-1);
 }
 
 TEST(SmallBatchLinearTest, AppliesToDecodeRowCountsOfContiguousCpuWeights) {
