@@ -554,6 +554,31 @@ void BM_SerialAtenOpsPaired(benchmark::State& state) {
 }
 
 // Args: {dtype, batch, prompt}. A decode step of `batch` sequences (context
+// 128), or a prefill of `prompt` tokens, with the forward's LibTorch
+// operators under autograd's dispatch as before and under inference mode
+// (SetForwardInferenceMode 0 / 1, transformer.h), alternating. Counters: ms
+// of each (autograd_ms, inference_ms) and inference_speedup = autograd /
+// inference.
+void BM_InferenceModePaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t batch = state.range(1), prompt = state.range(2);
+  StepOrPrefill work(dtype, prompt > 0 ? prompt : batch, prompt > 0);
+  RunPaired(
+      state,
+      [&] {
+        SetForwardInferenceMode(false);
+        work.Run();
+      },
+      [&] {
+        SetForwardInferenceMode(true);
+        work.Run();
+      },
+      "autograd_ms", "inference_ms", "inference_speedup");
+  SetForwardInferenceMode(true);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
+// Args: {dtype, batch, prompt}. A decode step of `batch` sequences (context
 // 128), or a prefill of `prompt` tokens, with the norms and activations on
 // LibTorch's operators against the vector kernels (SetCpuElementwise 0 / 1,
 // cpu_elementwise.h), side by side. Counters: ms of each (aten_ms,
@@ -1289,6 +1314,13 @@ BENCHMARK(BM_Int8ActivationsPaired)
 BENCHMARK(BM_SerialAtenOpsPaired)
     ->ArgNames({"dtype", "batch", "prompt"})
     ->Args({0, 1, 0})->Args({3, 1, 0})->Args({0, 8, 0})->Args({0, 32, 0})->Args({0, 0, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_InferenceModePaired)
+    ->ArgNames({"dtype", "batch", "prompt"})
+    ->ArgsProduct({{0, 1, 3}, {1, 8, 32}, {0}})
+    ->ArgsProduct({{0, 3}, {0}, {16, 512}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -6,9 +6,12 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <utility>
 
 #include <ATen/TensorOperators.h>
+#include <c10/core/InferenceMode.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -19,6 +22,23 @@
 #include "model/weight_binder.h"
 
 namespace dikkat::model {
+
+namespace {
+std::atomic<bool> inference_mode{true};  // SetForwardInferenceMode
+
+// Inference mode for the scope of a forward, unless a benchmark turned it off.
+class ForwardMode {
+ public:
+  ForwardMode() {
+    if (inference_mode.load(std::memory_order_relaxed)) guard_.emplace();
+  }
+
+ private:
+  std::optional<c10::InferenceMode> guard_;
+};
+}  // namespace
+
+void SetForwardInferenceMode(bool on) { inference_mode.store(on, std::memory_order_relaxed); }
 
 struct Transformer::Impl {
   ModelConfig config;
@@ -80,6 +100,9 @@ struct Transformer::Impl {
 
   ForwardResult Run(const Stack& stack, const std::vector<SequenceChunk>& chunks, KvCache* cache,
                     const ForwardOptions& opts) const {
+    // ~250 LibTorch operators a decode step (views, narrows, empties): without
+    // autograd's dispatch and view metadata each costs less.
+    const ForwardMode mode;
     const bool use_cache = cache != nullptr && chunks.front().block_table != nullptr;
     CheckChunks(stack, chunks, cache, use_cache, opts);
     KvCache* kv = use_cache ? cache : nullptr;
@@ -230,6 +253,7 @@ ForwardResult Transformer::Encode(const std::vector<SequenceChunk>& chunks,
 }
 
 CrossAttentionCache Transformer::MakeCrossCache(const at::Tensor& memory) const {
+  const ForwardMode mode;
   const ModelConfig& c = impl_->config;
   CrossAttentionCache cache;
   cache.source_len = memory.size(0);

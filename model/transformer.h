@@ -84,6 +84,13 @@ struct ForwardResult {
   std::vector<at::Tensor> hidden;  // per chunk [n, d] (when asked)
 };
 
+// Forwards run under LibTorch's inference mode (c10::InferenceMode): no
+// autograd dispatch, views without autograd metadata, no version counters.
+// The tensors a forward returns are inference tensors (read them, do not
+// modify them in place outside inference mode). For benchmarks: false runs
+// the forwards as before. Default true.
+void SetForwardInferenceMode(bool on);
+
 class Transformer {
  public:
   // Binds every tensor the config calls for (dtype/device converted) and
