@@ -459,7 +459,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   TORCH_CHECK(x.size(-1) == in, "Int8Linear: x has ", x.size(-1), " columns, w ", in);
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = out;
-  at::Tensor xf = ContiguousFloat(x.reshape({-1, in}));  // [M, in]
+  at::Tensor xf = ContiguousFloat(x.dim() == 2 ? x : x.reshape({-1, in}));  // [M, in]
   const int64_t rows = xf.size(0);
   // x [M, in]: y itself, not a view of it (a view keeps its base, and
   // CpuResidualAdd adds in place only into storage nothing else shares).
