@@ -461,6 +461,33 @@ TEST(KvCacheDecodeTest, HugePagesChangeNoBits) {
   }
 }
 
+// Forwards under LibTorch's inference mode (the default) and under autograd's
+// dispatch (SetForwardInferenceMode(false)): only the operators' bookkeeping
+// differs, so the same bits through prefill and cached steps. The logits
+// come back as inference tensors; the cache the forwards write stays an
+// ordinary tensor.
+TEST(KvCacheDecodeTest, InferenceModeChangesNoBits) {
+  for (const Variant& v : Variants()) {
+    SCOPED_TRACE(v.name);
+    for (c10::ScalarType dtype : {at::kFloat, at::kChar}) {
+      std::unique_ptr<Transformer> model = LoadRandom(v.config, 23, dtype, v.fused_qkv, true);
+      ASSERT_NE(model, nullptr);
+      const std::vector<int32_t> tokens = RandomTokens(12, v.config.vocab_size, 24);
+      KvCache plain_cache = MakeCache(v.config, 12, 4, at::kFloat, false);
+      KvCache inference_cache = MakeCache(v.config, 12, 4, at::kFloat, false);
+      SetForwardInferenceMode(false);
+      const at::Tensor a = IncrementalLogits(*model, &plain_cache, tokens, 5);
+      SetForwardInferenceMode(true);
+      const at::Tensor b = IncrementalLogits(*model, &inference_cache, tokens, 5);
+      EXPECT_TRUE(at::equal(a, b)) << c10::toString(dtype) << ": max abs diff " << MaxAbsDiff(a, b);
+      SequenceChunk chunk;
+      chunk.tokens = absl::MakeConstSpan(tokens).subspan(0, 1);
+      EXPECT_TRUE(model->Decode({chunk}, nullptr, ForwardOptions()).logits.is_inference());
+      EXPECT_FALSE(inference_cache.keys(0).is_inference());
+    }
+  }
+}
+
 // ---- KvBlockAllocator ------------------------------------------------------
 
 TEST(KvBlockAllocatorTest, EnsureCapacityGrowsTablesAndFailsWithoutSideEffects) {
