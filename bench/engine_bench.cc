@@ -607,8 +607,8 @@ void BM_CpuElementwisePaired(benchmark::State& state) {
 // W of out x in and M rows of x small enough to stay in the L1/L2 cache,
 // again and again (out 2400: W of 7 MiB from the L3 cache; 24000: 70 MiB
 // from memory or a large L3 cache, one core's stream; 200000: 614 MB, from
-// memory on the machines we have had, at 1 and 6 rows: whether the stream
-// hides the FMAs). items_per_second = FLOP/s.
+// memory on the machines we have had, at 1, 6, 8, 12 and 16 rows: whether
+// the stream hides the FMAs). items_per_second = FLOP/s.
 void BM_LinearKernelResident(benchmark::State& state) {
   const int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
   // 64-byte aligned, as LibTorch's tensors are.
@@ -1391,7 +1391,8 @@ BENCHMARK(BM_LinearKernelResident)
     ->ArgNames({"M", "in", "out"})
     ->Args({16, 128, 24})->Args({16, 768, 24})->Args({16, 768, 240})->Args({4, 768, 24})
     ->Args({1, 768, 24})->Args({16, 3072, 24})->Args({16, 768, 2400})->Args({16, 768, 24000})
-    ->Args({1, 768, 200000})->Args({6, 768, 200000})
+    ->Args({1, 768, 200000})->Args({6, 768, 200000})->Args({8, 768, 200000})
+    ->Args({12, 768, 200000})->Args({16, 768, 200000})
     ->Unit(benchmark::kMicrosecond)
     ->MinTime(0.5);
 BENCHMARK(BM_PagedAttentionPaired)
