@@ -281,6 +281,11 @@ TEST(DemoModelsTest, NumbersModelLogitsMatchPyTorch) {
   dec.tokens = absl::MakeConstSpan(prefix);
   dec.cross = &cross;
   ForwardResult out = m.transformer->Decode({dec}, nullptr, ForwardOptions{});
+  // Encode, MakeCrossCache and Decode run under LibTorch's inference mode
+  // (transformer.h): what they return is made there.
+  EXPECT_TRUE(cross.keys[0].is_inference());
+  EXPECT_TRUE(cross.values[0].is_inference());
+  EXPECT_TRUE(out.logits.is_inference());
   const double err = MaxAbsDiff(ToVector(out.logits[0]), ref.at("last_logits"));
   std::cout << "  max |logit - PyTorch| = " << err << "\n";
   EXPECT_LT(err, 1e-3);

@@ -464,9 +464,10 @@ TEST(KvCacheDecodeTest, HugePagesChangeNoBits) {
 // Forwards under LibTorch's inference mode (the default) and under autograd's
 // dispatch (SetForwardInferenceMode(false)): only the operators' bookkeeping
 // differs, so the same bits through prefill and cached steps (the decoder-only
-// variants; MakeCrossCache's guard is not covered here). The logits come back
-// as inference tensors; the cache the forwards write stays an ordinary tensor
-// (a forward that replaced it with one of its own would fail this).
+// variants; DemoModelsTest.NumbersModelLogitsMatchPyTorch checks the
+// encoder-decoder's MakeCrossCache). The logits come back as inference
+// tensors; the cache the forwards write stays an ordinary tensor (a forward
+// that replaced it with one of its own would fail this).
 TEST(KvCacheDecodeTest, InferenceModeChangesNoBits) {
   // Inference mode back on whatever happens below (the other tests run with it).
   struct Restore {
