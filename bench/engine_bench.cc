@@ -527,79 +527,49 @@ void BM_GeluTanhPaired(benchmark::State& state) {
   at::set_num_threads(threads);
 }
 
-// Args: {dtype, batch, prompt}. LibTorch's operators on small tensors
-// (norms, activations, a short prompt's attention scores) on the engine
-// thread alone (SerialAtenOps, aten_threads.h) against on LibTorch's whole
-// OpenMP team, side by side: each iteration runs one decode step of `batch`
-// sequences at context 128 with each, or with prompt > 0 a prefill of that
-// many tokens (batch ignored). Counters: ms of each (team_ms, serial_ms) and
-// serial_speedup = team time / serial time.
+// Args: {dtype, batch, prompt}. A decode step of `batch` sequences at
+// context 128, or with prompt > 0 a prefill of that many tokens (batch
+// ignored), with a switch off and on, alternating (RunPaired). Counters: ms
+// of each (off_ms, on_ms names) and the speedup = off / on. The switch is
+// left at `after`.
+void SwitchPaired(benchmark::State& state, void (*set)(bool), bool after, const char* off_ms,
+                  const char* on_ms, const char* speedup) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t batch = state.range(1), prompt = state.range(2);
+  StepOrPrefill work(dtype, prompt > 0 ? prompt : batch, prompt > 0);
+  RunPaired(
+      state,
+      [&] {
+        set(false);
+        work.Run();
+      },
+      [&] {
+        set(true);
+        work.Run();
+      },
+      off_ms, on_ms, speedup);
+  set(after);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
+// LibTorch's operators on small tensors (norms, activations, a short
+// prompt's attention scores) on the engine thread alone (SerialAtenOps,
+// aten_threads.h) against on LibTorch's whole OpenMP team (SwitchPaired).
 void BM_SerialAtenOpsPaired(benchmark::State& state) {
-  const c10::ScalarType dtype = DType(state.range(0));
-  const int64_t batch = state.range(1), prompt = state.range(2);
-  StepOrPrefill work(dtype, prompt > 0 ? prompt : batch, prompt > 0);
-  const std::function<void()> run = [&] { work.Run(); };
-  RunPaired(
-      state,
-      [&] {
-        SetSerialAtenOps(false);
-        run();
-      },
-      [&] {
-        SetSerialAtenOps(true);
-        run();
-      },
-      "team_ms", "serial_ms", "serial_speedup");
-  state.SetLabel(std::string(IsaName(ActiveIsa())));
+  SwitchPaired(state, SetSerialAtenOps, true, "team_ms", "serial_ms", "serial_speedup");
 }
 
-// Args: {dtype, batch, prompt}. A decode step of `batch` sequences (context
-// 128), or a prefill of `prompt` tokens, with the forward's LibTorch
-// operators under autograd's dispatch as before and under inference mode
-// (SetForwardInferenceMode 0 / 1, transformer.h), alternating. Counters: ms
-// of each (autograd_ms, inference_ms) and inference_speedup = autograd /
-// inference.
+// The forward's LibTorch operators under autograd's dispatch as before and
+// under inference mode (SetForwardInferenceMode, transformer.h; SwitchPaired).
 void BM_InferenceModePaired(benchmark::State& state) {
-  const c10::ScalarType dtype = DType(state.range(0));
-  const int64_t batch = state.range(1), prompt = state.range(2);
-  StepOrPrefill work(dtype, prompt > 0 ? prompt : batch, prompt > 0);
-  RunPaired(
-      state,
-      [&] {
-        SetForwardInferenceMode(false);
-        work.Run();
-      },
-      [&] {
-        SetForwardInferenceMode(true);
-        work.Run();
-      },
-      "autograd_ms", "inference_ms", "inference_speedup");
-  SetForwardInferenceMode(true);
-  state.SetLabel(std::string(IsaName(ActiveIsa())));
+  SwitchPaired(state, SetForwardInferenceMode, true, "autograd_ms", "inference_ms",
+               "inference_speedup");
 }
 
-// Args: {dtype, batch, prompt}. A decode step of `batch` sequences (context
-// 128), or a prefill of `prompt` tokens, with the norms and activations on
-// LibTorch's operators against the vector kernels (SetCpuElementwise 0 / 1,
-// cpu_elementwise.h), side by side. Counters: ms of each (aten_ms,
-// kernels_ms) and kernels_speedup = aten / kernels.
+// The norms and activations on LibTorch's operators against the vector
+// kernels (SetCpuElementwise, cpu_elementwise.h; SwitchPaired).
 void BM_CpuElementwisePaired(benchmark::State& state) {
-  const c10::ScalarType dtype = DType(state.range(0));
-  const int64_t batch = state.range(1), prompt = state.range(2);
-  StepOrPrefill work(dtype, prompt > 0 ? prompt : batch, prompt > 0);
-  RunPaired(
-      state,
-      [&] {
-        SetCpuElementwise(false);
-        work.Run();
-      },
-      [&] {
-        SetCpuElementwise(true);
-        work.Run();
-      },
-      "aten_ms", "kernels_ms", "kernels_speedup");
-  SetCpuElementwise(true);
-  state.SetLabel(std::string(IsaName(ActiveIsa())));
+  SwitchPaired(state, SetCpuElementwise, true, "aten_ms", "kernels_ms", "kernels_speedup");
 }
 
 // Args: {M, in, out}. The float32 row kernel's compute roof on one core:
