@@ -16,15 +16,20 @@
 //   tiles      `rows` input rows in blocks of 6 through every tile, the stream
 //              from memory (the tiles' order and prefetch shares); `tiles-x6`
 //              the same with every block reading the first block's 6 rows of
-//              x (so x stays in L1: wrong sums, the same FMAs and W stream)
+//              x (wrong sums, the same FMAs and W stream): x then stays in L1
+//              for the 768-wide linears (18 KiB), not for the 3072-wide one
+//              (72 KiB)
 //   registers  the stream (one row) plus the FMAs of rows - 1 more rows on
 //              registers only, the next tile's weights prefetched evenly
-//              through them; `registers-nopf` with the stream's own prefetch
-//              (2 KiB ahead, as `stream`) instead
-// If `tiles` takes about `stream` + `compute`, the FMAs did not overlap the
-// stream; `registers` against `registers-nopf` shows whether they can when
-// the FMAs load nothing. docs/performance.md, session 31, has the Intel
-// Xeon's figures. Needs AVX-512F; prints why and exits 0 without it.
+//              through them; `registers-streampf` the same FMAs with only the
+//              stream's own prefetch (2 KiB ahead, as `stream`)
+// It prints timings to compare, not causes: if `tiles` takes about `stream`
+// + `compute`, the FMAs did not overlap the stream (`stream` also holds one
+// row's FMAs, ~1/rows of `compute`, counted twice in that sum); `registers`
+// against `registers-streampf` shows whether they can when the FMAs load
+// nothing. docs/performance.md, session 31, has the Intel Xeon's figures.
+// Needs AVX-512F; prints why and exits 0 without it. Run it on an idle
+// machine: both threads spin between linears.
 //
 // Usage: overlap_probe [rows (2-16, default 16)] [passes (default 30)]
 
@@ -126,7 +131,7 @@ PROBE_INLINE void BlockAnyM(int64_t m, const float* x, int64_t in, const float* 
   }
 }
 
-enum class Mode { kStream, kCompute, kTiles, kTilesX6, kRegisters, kRegistersNoPrefetch };
+enum class Mode { kStream, kCompute, kTiles, kTilesX6, kRegisters, kRegistersStreamPrefetch };
 
 // Output rows [o0, o1) of W [out, in] for `rows` input rows, as `mode` says.
 PROBE_TARGET void Task(Mode mode, const float* x, const float* w, float* y, int64_t rows,
@@ -153,12 +158,15 @@ PROBE_TARGET void Task(Mode mode, const float* x, const float* w, float* y, int6
       }
       return;
     case Mode::kRegisters:
-    case Mode::kRegistersNoPrefetch: {
+    case Mode::kRegistersStreamPrefetch: {
       const bool prefetch = mode == Mode::kRegisters;
       const int64_t lines = in / 16;  // of each of the 4 rows of the next tile
       // The FMAs of rows - 1 more rows: (rows - 1) * 4 * in / 16 of them, 12 a step.
       const int64_t steps = std::max<int64_t>(1, (rows - 1) * kStreams * in / 16 / 12);
+      // Every line of the next tile, evenly: one every `every` steps, or
+      // `per_step` a step where there are fewer steps than lines (2-3 rows).
       const int64_t every = std::max<int64_t>(1, steps / lines);
+      const int64_t per_step = (lines + steps - 1) / steps;
       __m512 a[12];
       for (int q = 0; q < 12; ++q) a[q] = _mm512_set1_ps(static_cast<float>(q));
       const __m512 b = _mm512_set1_ps(0.999f);
@@ -168,12 +176,14 @@ PROBE_TARGET void Task(Mode mode, const float* x, const float* w, float* y, int6
         const bool more = prefetch && j + 1 < part;
         int64_t line = 0;
         for (int64_t t = 0; t < steps; ++t) {
-          if (more && t % every == 0 && line < lines) {
+          if (more && t % every == 0) {
+            for (int64_t k = 0; k < per_step && line < lines; ++k, ++line) {
 #pragma GCC unroll 4
-            for (int r = 0; r < kStreams; ++r) {
-              _mm_prefetch(reinterpret_cast<const char*>(next + r * ldw + line * 16), _MM_HINT_T0);
+              for (int r = 0; r < kStreams; ++r) {
+                _mm_prefetch(reinterpret_cast<const char*>(next + r * ldw + line * 16),
+                             _MM_HINT_T0);
+              }
             }
-            ++line;
           }
 #pragma GCC unroll 12
           for (int q = 0; q < 12; ++q) a[q] = _mm512_fmadd_ps(a[q], b, b);
@@ -205,19 +215,28 @@ class Pair {
     const int64_t done = done_.load();
     go_.fetch_add(1);
     half(0);
-    while (done_.load() == done) _mm_pause();
+    for (int spins = 0; done_.load() == done; ++spins) Pause(spins);
   }
 
  private:
+  // Spins, yielding the core now and then (a loaded machine).
+  static void Pause(int spins) {
+    if (spins % 4096 == 4095) {
+      std::this_thread::yield();
+    } else {
+      _mm_pause();
+    }
+  }
   void Loop() {
     int64_t seen = 0;
-    while (!stop_.load()) {
+    for (int spins = 0; !stop_.load(); ++spins) {
       const int64_t g = go_.load();
       if (g == seen) {
-        _mm_pause();
+        Pause(spins);
         continue;
       }
       seen = g;
+      spins = 0;
       (*job_)(1);
       done_.fetch_add(1);
     }
@@ -271,7 +290,7 @@ int main(int argc, char** argv) {
   const double stream = median_ms(Mode::kStream), compute = median_ms(Mode::kCompute);
   const double tiles = median_ms(Mode::kTiles), tiles_x6 = median_ms(Mode::kTilesX6);
   const double regs = median_ms(Mode::kRegisters);
-  const double regs_nopf = median_ms(Mode::kRegistersNoPrefetch);
+  const double regs_streampf = median_ms(Mode::kRegistersStreamPrefetch);
   std::printf("overlap_probe: 48 GPT-2-small linears, %lld input rows, 2 threads, median of %d\n",
               static_cast<long long>(rows), passes);
   std::printf("  stream (1 row)          %7.2f ms\n", stream);
@@ -280,7 +299,8 @@ int main(int argc, char** argv) {
               tiles, stream + compute, std::max(stream, compute));
   std::printf("  tiles-x6                %7.2f ms\n", tiles_x6);
   std::printf("  registers               %7.2f ms\n", regs);
-  std::printf("  registers-nopf          %7.2f ms\n", regs_nopf);
+  std::printf("  registers-streampf      %7.2f ms\n", regs_streampf);
   std::printf("  checksum %g\n", static_cast<double>(y[0]));
+  for (float* w : weights) std::free(w);
   return 0;
 }
