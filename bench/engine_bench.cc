@@ -531,8 +531,8 @@ void BM_GeluTanhPaired(benchmark::State& state) {
 // context 128, or with prompt > 0 a prefill of that many tokens (batch
 // ignored), with a switch off and on, alternating (RunPaired). Counters: ms
 // of each (off_ms, on_ms names) and the speedup = off / on. The switch is
-// left at `after`.
-void SwitchPaired(benchmark::State& state, void (*set)(bool), bool after, const char* off_ms,
+// left on (every switch here is on by default).
+void SwitchPaired(benchmark::State& state, void (*set)(bool), const char* off_ms,
                   const char* on_ms, const char* speedup) {
   const c10::ScalarType dtype = DType(state.range(0));
   const int64_t batch = state.range(1), prompt = state.range(2);
@@ -548,7 +548,7 @@ void SwitchPaired(benchmark::State& state, void (*set)(bool), bool after, const 
         work.Run();
       },
       off_ms, on_ms, speedup);
-  set(after);
+  set(true);
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
@@ -556,20 +556,19 @@ void SwitchPaired(benchmark::State& state, void (*set)(bool), bool after, const 
 // prompt's attention scores) on the engine thread alone (SerialAtenOps,
 // aten_threads.h) against on LibTorch's whole OpenMP team (SwitchPaired).
 void BM_SerialAtenOpsPaired(benchmark::State& state) {
-  SwitchPaired(state, SetSerialAtenOps, true, "team_ms", "serial_ms", "serial_speedup");
+  SwitchPaired(state, SetSerialAtenOps, "team_ms", "serial_ms", "serial_speedup");
 }
 
 // The forward's LibTorch operators under autograd's dispatch as before and
 // under inference mode (SetForwardInferenceMode, transformer.h; SwitchPaired).
 void BM_InferenceModePaired(benchmark::State& state) {
-  SwitchPaired(state, SetForwardInferenceMode, true, "autograd_ms", "inference_ms",
-               "inference_speedup");
+  SwitchPaired(state, SetForwardInferenceMode, "autograd_ms", "inference_ms", "inference_speedup");
 }
 
 // The norms and activations on LibTorch's operators against the vector
 // kernels (SetCpuElementwise, cpu_elementwise.h; SwitchPaired).
 void BM_CpuElementwisePaired(benchmark::State& state) {
-  SwitchPaired(state, SetCpuElementwise, true, "aten_ms", "kernels_ms", "kernels_speedup");
+  SwitchPaired(state, SetCpuElementwise, "aten_ms", "kernels_ms", "kernels_speedup");
 }
 
 // Args: {M, in, out}. The float32 row kernel's compute roof on one core:
