@@ -934,6 +934,51 @@ void BM_PromptAttentionPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// Args: {prompt, whole}. PromptAttention's tasks as before (block of query
+// rows after block, the heads inside, the values read in place from the
+// rows) and head after head over the values copied per KV head
+// (SetPromptAttentionAsBefore), alternating pass by pass. whole 0: the
+// attention alone of 12 layers' causal prompts, GPT-2-small's shape (12
+// heads of 64; q, k and v in one [prompt, 2304] row per position, another
+// tensor per layer); whole 1: a float32 prefill of `prompt` tokens through
+// the benchmark model. Counters: ms per pass of each (before_ms, heads_ms)
+// and heads_speedup = before / heads.
+void BM_PromptAttentionOrderPaired(benchmark::State& state) {
+  const int64_t prompt = state.range(0);
+  std::function<void()> pass;
+  std::vector<at::Tensor> qkv;
+  std::unique_ptr<Prefill> prefill;
+  if (state.range(1) == 0) {
+    at::manual_seed(0);
+    for (int layer = 0; layer < 12; ++layer) qkv.push_back(at::randn({prompt, 3 * 768}));
+    pass = [&] {
+      for (const at::Tensor& t : qkv) {
+        at::Tensor out = PromptAttention(t.narrow(1, 0, 768).view({prompt, 12, 64}),
+                                         t.narrow(1, 768, 768).view({prompt, 12, 64}),
+                                         t.narrow(1, 1536, 768).view({prompt, 12, 64}), 0,
+                                         /*causal=*/true, 0);
+        benchmark::DoNotOptimize(out.data_ptr());
+      }
+    };
+  } else {
+    prefill = std::make_unique<Prefill>(at::kFloat, prompt);
+    pass = [&] { prefill->Run(); };
+  }
+  RunPaired(
+      state,
+      [&] {
+        SetPromptAttentionAsBefore(true);
+        pass();
+      },
+      [&] {
+        SetPromptAttentionAsBefore(false);
+        pass();
+      },
+      "before_ms", "heads_ms", "heads_speedup");
+  SetPromptAttentionAsBefore(false);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // Args: {dtype (0 fp32, 1 bf16), M, engine}. Tasks of up to 4 units of 24
 // output rows for the tiled row-block kernels against one unit per task
 // (SetSmallBatchLinearLongTiledTasks), alternating pass by pass. engine 0:
@@ -1206,6 +1251,13 @@ BENCHMARK(BM_PromptAttentionPaired)
     ->ArgNames({"dtype", "prompt"})
     ->ArgsProduct({{0}, {16, 128, 512, 1024}})
     ->Args({3, 16})->Args({3, 512})->Args({1, 512})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_PromptAttentionOrderPaired)
+    ->ArgNames({"prompt", "whole"})
+    ->ArgsProduct({{16, 128, 256, 512, 1024, 2048}, {0}})
+    ->Args({16, 1})->Args({512, 1})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

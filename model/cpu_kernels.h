@@ -341,6 +341,12 @@ at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 // For benchmarks and tests: false sends prompts through LibTorch's operators
 // (ScaledDotProductAttention) as before PromptAttention. Default true.
 void SetPromptAttention(bool on);
+
+// For benchmarks: true runs PromptAttention's tasks as before, block of query
+// rows after block with the heads inside, over the values where they lie in
+// v's rows; false (the default) head after head over the values copied per
+// KV head. The same bits either way.
+void SetPromptAttentionAsBefore(bool before);
 bool PromptAttentionOn();
 
 }  // namespace dikkat::model

@@ -81,8 +81,11 @@ struct PromptAttentionArgs {
   int64_t q_stride;
   const float* kt;   // [Hkv, D, ldk]: the keys transposed, zero from `total` on
   int64_t ldk;       // a multiple of prompt_key_chunk, >= total
-  const float* v;    // [total, Hkv, D] with v_stride floats from one key to the next
-  int64_t v_stride;
+  const float* v;    // KV head h's value of key c at v[h * v_head + c * v_stride]
+  int64_t v_stride, v_head;
+  // Task t: head t / blocks, its block of query rows blocks - 1 - t % blocks
+  // (false: block blocks - 1 - t / Hq, head t % Hq), blocks = ceil(len / rows).
+  bool heads_outer;
   float* out;        // [len, Hq, D], contiguous
   int64_t len, start, total, hq, hkv, d, window;
   bool causal;
