@@ -90,16 +90,16 @@ std::atomic<bool> long_tiled_tasks{true};  // SetSmallBatchLinearLongTiledTasks
 std::atomic<int64_t> decode_task_units{kDefaultDecodeTaskUnits};  // SetDecodeTaskUnits
 std::atomic<bool> paged_attention_before{false};  // SetPagedDecodeAttentionAsBefore
 std::atomic<bool> prompt_attention_on{true};      // SetPromptAttention
-std::atomic<bool> prompt_attention_before{false};  // SetPromptAttentionAsBefore
-
 // Keys past which PromptAttention runs head after head over values copied per
-// KV head. The attention alone of 12 GPT-2-small layers
-// (BM_PromptAttentionOrderPaired, both ways in one process, 2 threads, Intel
-// Xeon, AVX-512 / AVX2 forced): 16 keys 0.78x / 0.75x, 128 0.90x / 0.89x,
-// 256 0.97x / 1.00x, 512 1.24x / 1.33x, 1024 1.58x / 1.76x, 2048 1.91x /
-// 2.04x; at 256 the 12 heads' keys and values (1.5 MiB) still fit its 2 MiB
-// L2 cache either way.
+// KV head (SetPromptHeadsOuterAfter). The attention alone of 12 GPT-2-small
+// layers, that way at every length against as before
+// (BM_PromptAttentionOrderPaired, both in one process, 2 threads, Intel Xeon,
+// AVX-512 / AVX2 forced): 16 keys 0.78x / 0.75x, 128 0.90x / 0.89x, 256
+// 0.97x / 1.00x, 512 1.24x / 1.33x, 1024 1.58x / 1.76x, 2048 1.91x / 2.04x;
+// at 256 the 12 heads' keys and values (1.5 MiB) still fit its 2 MiB L2
+// cache either way.
 constexpr int64_t kPromptHeadsOuterAfter = 256;
+std::atomic<int64_t> prompt_heads_outer_after{kPromptHeadsOuterAfter};
 
 // Positions ahead that the per-head decode attention prefetches a head's
 // cache rows. Measured with per-head tasks at 1-32 sequences on a Zen 3 EPYC
@@ -583,8 +583,9 @@ at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
 
 void SetPromptAttention(bool on) { prompt_attention_on.store(on, std::memory_order_relaxed); }
 
-void SetPromptAttentionAsBefore(bool before) {
-  prompt_attention_before.store(before, std::memory_order_relaxed);
+void SetPromptHeadsOuterAfter(int64_t keys) {
+  prompt_heads_outer_after.store(keys < 0 ? kPromptHeadsOuterAfter : keys,
+                                 std::memory_order_relaxed);
 }
 
 bool PromptAttentionOn() { return prompt_attention_on.load(std::memory_order_relaxed); }
@@ -635,13 +636,16 @@ at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::T
       }
     });
   }
-  // More than kPromptHeadsOuterAfter keys: the values too, [Hkv, total, D],
-  // and the tasks head after head (below), so that a core's consecutive
-  // tasks read one head's keys and values (2 x 128 KiB at 512 keys of 64),
-  // which stay in its L2 cache, each as one block (in the rows of k and v a
-  // head's values are D floats of every row, as many pages as keys).
+  // More than kPromptHeadsOuterAfter keys (SetPromptHeadsOuterAfter) and
+  // more than one block of query rows: the values too, [Hkv, total, D], and
+  // the tasks head after head (below), so that a core's consecutive tasks
+  // read one head's keys and values (2 x 128 KiB at 512 keys of 64), which
+  // stay in its L2 cache, each as one block (in rows of 4 KiB or more, as the
+  // fused q, k, v rows of 9 KiB in GPT-2-small, a head's values are D floats
+  // of a page per key).
+  const int64_t blocks = (len + kt.prompt_rows - 1) / kt.prompt_rows;
   const bool heads_outer =
-      !prompt_attention_before.load(std::memory_order_relaxed) && total > kPromptHeadsOuterAfter;
+      blocks > 1 && total > prompt_heads_outer_after.load(std::memory_order_relaxed);
   at::Tensor values = v;
   int64_t v_stride = v.stride(0), v_head = d;
   if (heads_outer) {
@@ -658,17 +662,28 @@ at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     v_stride = d;
     v_head = total * d;
   }
-  const kernels::PromptAttentionArgs args{
-      q.data_ptr<float>(), q.stride(0), keys_t.data_ptr<float>(), ldk,
-      values.data_ptr<float>(), v_stride, v_head, heads_outer, out.data_ptr<float>(), len,
-      start,               total,       hq,                        hkv,
-      d,                   window,      causal,
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+  const kernels::PromptAttentionArgs args{q.data_ptr<float>(),
+                                          q.stride(0),
+                                          keys_t.data_ptr<float>(),
+                                          ldk,
+                                          values.data_ptr<float>(),
+                                          v_stride,
+                                          v_head,
+                                          heads_outer,
+                                          out.data_ptr<float>(),
+                                          len,
+                                          start,
+                                          total,
+                                          hq,
+                                          hkv,
+                                          d,
+                                          window,
+                                          causal,
+                                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
   // Tasks of one head and one block of query rows, the longest (the last
   // rows, causal) first so that the short ones fill in at the end: block
   // after block with the heads inside, or (heads_outer) head after head with
-  // its blocks inside.
-  const int64_t blocks = (len + kt.prompt_rows - 1) / kt.prompt_rows;
+  // its blocks inside, each head's longest first.
   TeamParallelFor(blocks * hq, 1,
                   [&](int64_t t0, int64_t t1) { kt.prompt_attention(args, t0, t1); });
   return out;

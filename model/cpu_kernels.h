@@ -342,11 +342,12 @@ at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::T
 // (ScaledDotProductAttention) as before PromptAttention. Default true.
 void SetPromptAttention(bool on);
 
-// For benchmarks: true runs PromptAttention's tasks as before, block of query
-// rows after block with the heads inside, over the values where they lie in
-// v's rows; false (the default) head after head over the values copied per
-// KV head. The same bits either way.
-void SetPromptAttentionAsBefore(bool before);
+// For benchmarks and tests: PromptAttention runs head after head over the
+// values copied per KV head for more than `keys` keys (and more than one block
+// of query rows), else block of query rows after block with the heads inside,
+// over the values where they lie in v's rows (as before: a very large `keys`).
+// The same bits either way. Negative: the default (256).
+void SetPromptHeadsOuterAfter(int64_t keys);
 bool PromptAttentionOn();
 
 }  // namespace dikkat::model

@@ -71,7 +71,8 @@ using DecodeAttentionFn = void (*)(const DecodeAttentionArgs& args, int64_t t0, 
 
 // A prompt's (or a chunk's) float32 attention with the keys in hand, for
 // the tasks t in [t0, t1): t = block * hq + head counted from the last block
-// of query rows (the longest, causal), blocks of prompt_rows queries. Query
+// of query rows (the longest, causal), blocks of prompt_rows queries (or head
+// after head: heads_outer below). Query
 // i (i < len) is at position start + i; causal, it sees the keys at
 // positions [max(0, p - window + 1) if window > 0 else 0, p]; otherwise all
 // `total` keys. Scores q . k / sqrt(d) (q scaled first, as LibTorch's path

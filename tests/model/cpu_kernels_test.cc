@@ -578,39 +578,45 @@ TEST(PromptAttentionTest, MatchesFloat64ReferenceForEveryLayoutMaskAndStride) {
   }
 }
 
-TEST(PromptAttentionTest, LongPromptsHeadAfterHeadGiveTheSameBitsAndMatchFloat64Reference) {
+TEST(PromptAttentionTest, HeadAfterHeadGivesTheSameBitsAndMatchesFloat64Reference) {
   if (!PromptAttentionApplies(at::zeros({1, 1, 16}), at::zeros({1, 1, 16}),
                               at::zeros({1, 1, 16}))) {
     GTEST_SKIP() << "no prompt attention kernel on " << IsaName(ActiveIsa());
   }
   at::manual_seed(23);
-  // More than 256 keys: the tasks head after head over the values copied per
-  // KV head; SetPromptAttentionAsBefore: block after block over the values
-  // in place. Each output is the same sum either way. 290 + 9 cached keys,
-  // a tail block of query rows; MHA and grouped-query; windows none, shorter
-  // than the keys, and not causal.
-  for (int64_t d : {20, 64}) {
-    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}}) {
-      for (int64_t start : {0, 9}) {
-        for (int64_t window : {-1, 0, 100}) {
-          const bool causal = window >= 0;
-          const int64_t len = 290, total = start + len;
-          at::Tensor qkv = at::randn({total, 2 * hq + 2 * hkv, d});
-          at::Tensor q = qkv.narrow(0, start, len).narrow(1, 0, hq);
-          at::Tensor k = qkv.narrow(1, hq, hkv);
-          at::Tensor v = qkv.narrow(1, hq + hkv, hkv);
-          const int64_t w = std::max<int64_t>(window, 0);
-          at::Tensor got = PromptAttention(q, k, v, start, causal, w);
-          SetPromptAttentionAsBefore(true);
-          at::Tensor before = PromptAttention(q, k, v, start, causal, w);
-          SetPromptAttentionAsBefore(false);
-          const std::string what = "d=" + std::to_string(d) + " hq=" + std::to_string(hq) +
-                                   " hkv=" + std::to_string(hkv) + " start=" +
-                                   std::to_string(start) + " window=" + std::to_string(window);
-          EXPECT_TRUE(got.equal(before)) << what;
-          // As in the test above: 1e-5 is ~100 ulps of the values' magnitude.
-          const at::Tensor want = ReferencePromptAttention(q, k, v, start, causal, w);
-          EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), 1e-5) << what;
+  // Head after head over the values copied per KV head (past 0 keys: every
+  // prompt of more than one block of query rows; past the default 256: the
+  // 290-key prompts) against block after block over the values in place (as
+  // before): each output is the same sum either way. 13 or 290 query rows
+  // (a tail block) after 0 or 9 cached keys; MHA and grouped-query; windows
+  // none, shorter than the keys, and not causal.
+  for (int64_t after : {int64_t{0}, int64_t{-1}}) {
+    for (int64_t len : {13, 290}) {
+      for (int64_t d : {20, 64}) {
+        for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}}) {
+          for (int64_t start : {0, 9}) {
+            for (int64_t window : {-1, 0, 100}) {
+              const bool causal = window >= 0;
+              const int64_t total = start + len;
+              at::Tensor qkv = at::randn({total, 2 * hq + 2 * hkv, d});
+              at::Tensor q = qkv.narrow(0, start, len).narrow(1, 0, hq);
+              at::Tensor k = qkv.narrow(1, hq, hkv);
+              at::Tensor v = qkv.narrow(1, hq + hkv, hkv);
+              const int64_t w = std::max<int64_t>(window, 0);
+              SetPromptHeadsOuterAfter(after);
+              at::Tensor got = PromptAttention(q, k, v, start, causal, w);
+              SetPromptHeadsOuterAfter(std::numeric_limits<int64_t>::max());
+              at::Tensor before = PromptAttention(q, k, v, start, causal, w);
+              SetPromptHeadsOuterAfter(-1);
+              const std::string what = absl::StrCat("after=", after, " len=", len, " d=", d,
+                                                    " hq=", hq, " hkv=", hkv, " start=", start,
+                                                    " window=", window);
+              EXPECT_TRUE(got.equal(before)) << what;
+              // As in the test above: 1e-5 is ~100 ulps of the values' magnitude.
+              const at::Tensor want = ReferencePromptAttention(q, k, v, start, causal, w);
+              EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), 1e-5) << what;
+            }
+          }
         }
       }
     }
