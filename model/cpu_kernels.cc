@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -457,6 +458,28 @@ at::Tensor Int8GatherRows(const LinearWeight& w, const at::Tensor& ids) {
   float* yp = y.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) {
     k.dequantize_rows(wp, sp, in, groups, ip[i], ip[i] + 1, yp + i * in);
+  }
+  return y;
+}
+
+at::Tensor GatherRows(const at::Tensor& table, const at::Tensor& ids) {
+  if (!table.is_cpu() || table.dim() != 2 || !table.is_contiguous() || !ids.is_cpu() ||
+      ids.dim() != 1) {
+    return table.index_select(0, ids);
+  }
+  const at::Tensor idx = (ids.scalar_type() == at::kLong ? ids : ids.to(at::kLong)).contiguous();
+  const int64_t n = idx.numel(), rows = table.size(0);
+  const int64_t row_bytes = table.size(1) * static_cast<int64_t>(table.element_size());
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK_INDEX(ip[i] >= 0 && ip[i] < rows, "index ", ip[i],
+                      " is out of bounds for a table of ", rows, " rows");
+  }
+  at::Tensor y = at::empty({n, table.size(1)}, table.options());
+  const char* src = static_cast<const char*>(table.data_ptr());
+  char* dst = static_cast<char*>(y.data_ptr());
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst + i * row_bytes, src + ip[i] * row_bytes, static_cast<size_t>(row_bytes));
   }
   return y;
 }

@@ -301,6 +301,12 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
 // (the bits of LinearWeight::Dequantize's rows). ids must lie in [0, out).
 at::Tensor Int8GatherRows(const LinearWeight& w, const at::Tensor& ids);
 
+// Rows `ids` (integers, on the CPU) of a 2-D table -> [ids, columns] in the
+// table's dtype: a copy per row where the table is a contiguous CPU tensor,
+// else index_select. ids must lie in [0, rows) (index_select's check and
+// error type); the same values as index_select.
+at::Tensor GatherRows(const at::Tensor& table, const at::Tensor& ids);
+
 // For benchmarks: true runs PagedDecodeAttention as before whole cache rows
 // (a task per sequence and KV head at every batch size, no software
 // prefetch), so that both can be measured side by side. Default false.

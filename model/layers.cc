@@ -17,6 +17,7 @@
 
 #include "model/aten_threads.h"
 #include "model/cpu_elementwise.h"
+#include "model/cpu_kernels.h"
 
 namespace dikkat::model {
 
@@ -93,10 +94,10 @@ at::Tensor Embeddings::operator()(const std::vector<SequenceChunk>& chunks, cons
   ids.reserve(index.total);
   for (const SequenceChunk& c : chunks) ids.insert(ids.end(), c.tokens.begin(), c.tokens.end());
   const at::Tensor ids_t = LongTensor(ids, device);
-  at::Tensor x = tokens.quantized() ? tokens.Gather(ids_t)                        // float32 [N, d]
-                                    : tokens.w.index_select(0, ids_t).to(dtype);  // [N, d]
+  at::Tensor x = tokens.quantized() ? tokens.Gather(ids_t)                  // float32 [N, d]
+                                    : GatherRows(tokens.w, ids_t).to(dtype);  // [N, d]
   if (scale != 1.0) x = x * scale;
-  if (positions.defined()) x = x + positions.index_select(0, index.positions).to(dtype);
+  if (positions.defined()) x = x + GatherRows(positions, index.positions).to(dtype);
   if (types.defined()) {
     std::vector<int64_t> type_ids;
     type_ids.reserve(index.total);
@@ -107,7 +108,7 @@ at::Tensor Embeddings::operator()(const std::vector<SequenceChunk>& chunks, cons
         type_ids.insert(type_ids.end(), c.type_ids.begin(), c.type_ids.end());
       }
     }
-    x = x + types.index_select(0, LongTensor(type_ids, device)).to(dtype);
+    x = x + GatherRows(types, LongTensor(type_ids, device)).to(dtype);
   }
   if (norm.defined()) x = norm(x);
   return x;

@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "model/attention.h"
 #include "model/cpu_elementwise.h"
+#include "model/cpu_kernels.h"
 #include "model/layers.h"
 #include "model/model_weights.h"
 #include "model/weight_binder.h"
@@ -71,7 +72,7 @@ struct Transformer::Impl {
       const int64_t first = chunks[i].all_logits ? index.offsets[i] : index.offsets[i] + index.lens[i] - 1;
       for (int64_t r = first; r < index.offsets[i] + index.lens[i]; ++r) rows.push_back(r);
     }
-    return x.index_select(0, LongTensor(rows, options.device));
+    return GatherRows(x, LongTensor(rows, options.device));
   }
 
   void CheckChunks(const Stack& stack, const std::vector<SequenceChunk>& chunks, KvCache* cache,

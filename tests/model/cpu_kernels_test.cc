@@ -623,6 +623,28 @@ TEST(PromptAttentionTest, HeadAfterHeadGivesTheSameBitsAndMatchesFloat64Referenc
   }
 }
 
+TEST(GatherRowsTest, GivesIndexSelectsRowsAndRefusesRowsOutsideTheTable) {
+  at::manual_seed(24);
+  const at::Tensor ids = at::tensor(std::vector<int64_t>{3, 0, 6, 3, 1});
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kLong}) {
+    const at::Tensor table = (at::randn({7, 37}) * 100).to(dtype);
+    const std::string what = c10::toString(dtype);
+    // Contiguous (copies per row), a column slice and a transpose (index_select).
+    for (const at::Tensor& t : {table, table.narrow(1, 2, 30), table.t().contiguous().t()}) {
+      const at::Tensor got = GatherRows(t, ids);
+      EXPECT_EQ(got.scalar_type(), dtype) << what;
+      EXPECT_TRUE(got.equal(t.index_select(0, ids))) << what;
+    }
+    EXPECT_TRUE(GatherRows(table, ids.to(at::kInt)).equal(table.index_select(0, ids))) << what;
+    EXPECT_EQ(GatherRows(table, at::tensor(std::vector<int64_t>{})).sizes(),
+              (std::vector<int64_t>{0, 37}));
+    EXPECT_THROW(GatherRows(table, at::tensor(std::vector<int64_t>{1, 7})), c10::IndexError)
+        << what;
+    EXPECT_THROW(GatherRows(table, at::tensor(std::vector<int64_t>{-1})), c10::IndexError)
+        << what;
+  }
+}
+
 TEST(PromptAttentionTest, RunsOnTheKernelsThatHaveItAndRefusesBadShapes) {
   at::Tensor x = at::randn({4, 2, 16});
   const bool has = kernels::Kernels().prompt_attention != nullptr;
