@@ -685,6 +685,7 @@ at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::T
     v_stride = d;
     v_head = total * d;
   }
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   const kernels::PromptAttentionArgs args{q.data_ptr<float>(),
                                           q.stride(0),
                                           keys_t.data_ptr<float>(),
@@ -702,7 +703,7 @@ at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::T
                                           d,
                                           window,
                                           causal,
-                                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)))};
+                                          scale};
   // Tasks of one head and one block of query rows, the longest (the last
   // rows, causal) first so that the short ones fill in at the end: block
   // after block with the heads inside, or (heads_outer) head after head with
