@@ -937,7 +937,8 @@ void BM_PromptAttentionPaired(benchmark::State& state) {
 // Args: {prompt, whole}. PromptAttention's tasks as before (block of query
 // rows after block, the heads inside, the values read in place from the rows)
 // and head after head over the values copied per KV head, at every length
-// (SetPromptHeadsOuterAfter: the default takes the second past 256 keys),
+// (SetPromptHeadsOuterAfter: the default takes the second once the keys
+// and values of every head outgrow one core's L2 cache),
 // alternating pass by pass. whole 0: the attention alone of 12 layers' causal
 // prompts, GPT-2-small's shape (12 heads of 64; q, k and v in one [prompt,
 // 2304] row per position, another tensor per layer); whole 1: a float32
@@ -1256,8 +1257,8 @@ BENCHMARK(BM_PromptAttentionPaired)
     ->UseRealTime();
 BENCHMARK(BM_PromptAttentionOrderPaired)
     ->ArgNames({"prompt", "whole"})
-    ->ArgsProduct({{16, 128, 256, 512, 1024, 2048}, {0}})
-    ->Args({512, 1})
+    ->ArgsProduct({{16, 64, 96, 128, 256, 512, 1024, 2048}, {0}})
+    ->Args({128, 1})->Args({512, 1})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <unistd.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -133,6 +135,17 @@ bool Avx512InHalves() {
 bool IntelCpu() {
   static const bool intel = CpuVendor() == "GenuineIntel";
   return intel;
+}
+
+int64_t L2CacheBytes() {
+  static const int64_t bytes = [] {
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 > 0) return static_cast<int64_t>(l2);
+#endif
+    return int64_t{1} << 20;
+  }();
+  return bytes;
 }
 
 std::string DescribeIsa() {

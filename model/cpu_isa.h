@@ -22,6 +22,7 @@
 #ifndef DIKKAT_MODEL_CPU_ISA_H_
 #define DIKKAT_MODEL_CPU_ISA_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,6 +63,10 @@ bool Avx512InHalves();
 // active there, longer linears go to OpenBLAS's GEMM sooner than on AMD
 // (SmallBatchLinearLimitsFor, cpu_kernels.h: measured on an Intel Xeon).
 bool IntelCpu();
+
+// One core's L2 cache in bytes (sysconf's _SC_LEVEL2_CACHE_SIZE, which glibc
+// reads from CPUID on x86), or 1 MiB where the system does not say. Read once.
+int64_t L2CacheBytes();
 
 // One line for logs and ModelInfo, e.g. "avx2 (forced by DIKKAT_ISA; the CPU
 // supports avx512)" or "avx512 (detected)".

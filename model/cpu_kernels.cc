@@ -91,16 +91,25 @@ std::atomic<bool> long_tiled_tasks{true};  // SetSmallBatchLinearLongTiledTasks
 std::atomic<int64_t> decode_task_units{kDefaultDecodeTaskUnits};  // SetDecodeTaskUnits
 std::atomic<bool> paged_attention_before{false};  // SetPagedDecodeAttentionAsBefore
 std::atomic<bool> prompt_attention_on{true};      // SetPromptAttention
-// Keys past which PromptAttention runs head after head over values copied per
-// KV head (SetPromptHeadsOuterAfter). The attention alone of 12 GPT-2-small
-// layers, that way at every length against as before
-// (BM_PromptAttentionOrderPaired, both in one process, 2 threads, Intel Xeon,
-// AVX-512 / AVX2 forced): 16 keys 0.78x / 0.75x, 128 0.90x / 0.89x, 256
-// 0.97x / 1.00x, 512 1.24x / 1.33x, 1024 1.58x / 1.76x, 2048 1.91x / 2.04x;
-// at 256 the 12 heads' keys and values (1.5 MiB) still fit its 2 MiB L2
-// cache either way.
-constexpr int64_t kPromptHeadsOuterAfter = 256;
-std::atomic<int64_t> prompt_heads_outer_after{kPromptHeadsOuterAfter};
+// PromptAttention runs head after head over values copied per KV head once
+// every KV head's keys and values (keys x Hkv x D x 2 floats) no longer fit
+// one core's L2 cache (L2CacheBytes, cpu_isa.h); SetPromptHeadsOuterAfter
+// overrides it (-1: this default). The attention alone of 12 GPT-2-small
+// layers (6 KiB of keys and values a key), that way at every length against
+// as before (BM_PromptAttentionOrderPaired, both in one process, 2 threads):
+//  - Intel Xeon, 2 MiB L2 (default past 341 keys), AVX-512 / AVX2 forced:
+//    16 keys 0.78x / 0.75x, 128 0.90x / 0.89x, 256 0.97x / 1.00x, 512 1.24x
+//    / 1.33x, 1024 1.58x / 1.76x, 2048 1.91x / 2.04x;
+//  - AMD EPYC Zen 3, 512 KiB L2 (default past 85 keys), AVX2: 16 keys 0.75x,
+//    128 1.09x, 256 1.12x, 512 1.09x, 2048 1.85x.
+// Below the L2 the copy costs a parallel loop and gains nothing.
+std::atomic<int64_t> prompt_heads_outer_after{-1};
+
+bool PromptHeadsOuter(int64_t keys, int64_t hkv, int64_t d) {
+  const int64_t after = prompt_heads_outer_after.load(std::memory_order_relaxed);
+  if (after >= 0) return keys > after;
+  return keys * hkv * d * 2 * static_cast<int64_t>(sizeof(float)) > L2CacheBytes();
+}
 
 // Positions ahead that the per-head decode attention prefetches a head's
 // cache rows. Measured with per-head tasks at 1-32 sequences on a Zen 3 EPYC
@@ -607,8 +616,7 @@ at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache,
 void SetPromptAttention(bool on) { prompt_attention_on.store(on, std::memory_order_relaxed); }
 
 void SetPromptHeadsOuterAfter(int64_t keys) {
-  prompt_heads_outer_after.store(keys < 0 ? kPromptHeadsOuterAfter : keys,
-                                 std::memory_order_relaxed);
+  prompt_heads_outer_after.store(keys < 0 ? -1 : keys, std::memory_order_relaxed);
 }
 
 bool PromptAttentionOn() { return prompt_attention_on.load(std::memory_order_relaxed); }
@@ -659,16 +667,15 @@ at::Tensor PromptAttention(const at::Tensor& q, const at::Tensor& k, const at::T
       }
     });
   }
-  // More than kPromptHeadsOuterAfter keys (SetPromptHeadsOuterAfter) and
-  // more than one block of query rows: the values too, [Hkv, total, D], and
+  // Every KV head's keys and values past one core's L2 cache
+  // (PromptHeadsOuter) and more than one block of query rows: the values too, [Hkv, total, D], and
   // the tasks head after head (below), so that a core's consecutive tasks
   // read one head's keys and values (2 x 128 KiB at 512 keys of 64), which
   // stay in its L2 cache, each as one block (in rows of 4 KiB or more, as the
   // fused q, k, v rows of 9 KiB in GPT-2-small, a head's values are D floats
   // of a page per key).
   const int64_t blocks = (len + kt.prompt_rows - 1) / kt.prompt_rows;
-  const bool heads_outer =
-      blocks > 1 && total > prompt_heads_outer_after.load(std::memory_order_relaxed);
+  const bool heads_outer = blocks > 1 && PromptHeadsOuter(total, hkv, d);
   at::Tensor values = v;
   int64_t v_stride = v.stride(0), v_head = d;
   if (heads_outer) {

@@ -352,7 +352,8 @@ void SetPromptAttention(bool on);
 // values copied per KV head for more than `keys` keys (and more than one block
 // of query rows), else block of query rows after block with the heads inside,
 // over the values where they lie in v's rows (as before: a very large `keys`).
-// The same bits either way. Negative: the default (256).
+// The same bits either way. Negative: the default (past the keys whose
+// keys and values, every KV head's, fill one core's L2 cache).
 void SetPromptHeadsOuterAfter(int64_t keys);
 bool PromptAttentionOn();
 
