@@ -55,7 +55,8 @@ int OneRowSpread(bool int8) {
 bool SpreadTiles(int64_t rows) {
   const int mode = spread_tiles.load(std::memory_order_relaxed);
   if (mode >= 0) return mode > 0;
-  return IntelCpu() && rows >= kIntelSpreadTileRows[0] && rows <= kIntelSpreadTileRows[1];
+  return (IntelCpu() || DetectedIsa() == CpuIsa::kAvx2) && rows >= kSpreadTileRows[0] &&
+         rows <= kSpreadTileRows[1];
 }
 
 bool Int8OneRowScalePerGroup() { return OverrideOr(int8_one_row_scale_per_group, true); }
@@ -324,13 +325,13 @@ bool Int8OneRowInt16XActive() { return ActiveInt8OneRowInt16X() != nullptr; }
 std::string DescribeOneRowSpread() {
   const int streams = kernels::OneRowSpread(false);
   if (streams <= 1) {
-    // SpreadTiles (Intel): the float weights' rows in far-apart tiles.
+    // SpreadTiles (Intel, AVX2-only CPUs): the float weights' rows in far-apart tiles.
     const int64_t tile = kernels::Kernels().spread_tile_streams;
     if (tile == 0 || !kernels::SpreadTiles(1)) return "";
     // (bfloat16's one row takes the AVX512_BF16 dot products where active.)
     return "float32 / bfloat16 / float16 linears of " +
-           std::to_string(kernels::kIntelSpreadTileRows[0]) + "-" +
-           std::to_string(kernels::kIntelSpreadTileRows[1]) + " input rows as " +
+           std::to_string(kernels::kSpreadTileRows[0]) + "-" +
+           std::to_string(kernels::kSpreadTileRows[1]) + " input rows as " +
            std::to_string(tile) + " far-apart streams of W a task, tile by tile";
   }
   // LinearRows and Int8Rows (cpu_kernels_body.inc): AVX2 holds fewer streams

@@ -219,17 +219,21 @@ int OneRowSpread(bool int8);
 // float16 widened; not bfloat16's dot products) go through
 // LinearRowsSpreadTiled (far-apart streams tile by tile, with a software
 // prefetch a fixed distance ahead in each; AVX-512 and AVX2): on Intel CPUs
-// at 1-16 rows (kIntelSpreadTileRows; 24 rows measured level, float32 at 32
-// slower). Measured on one Intel model (a Sapphire / Granite Rapids class
-// Xeon, 48 KiB of L1d a core): Intel CPUs with 32 KiB of L1d, where the
-// 3072-wide linear's 4 rows (48 KiB of float32) cannot stay in L1 for the
-// later row blocks, were not measured. Paired there (BM_SpreadTilesPaired,
-// against the row blocks, tiles and bfloat16 pairs), the decode step: see
-// docs/performance.md, session 29. Elsewhere not until measured there (Zen 4
-// streams one row its own way, OneRowStreams). SetSpreadTiles (cpu_kernels.h)
-// forces it on (at any number of rows) or off.
+// and on CPUs whose best ISA is AVX2 (DetectedIsa), at 1-16 rows
+// (kSpreadTileRows). Measured on one Intel model (a Sapphire / Granite Rapids
+// class Xeon, 48 KiB of L1d a core; 24 rows level, float32 at 32 slower; see
+// docs/performance.md, session 29) and on an AMD EPYC Zen 3 (family 25 model
+// 1, AVX2 only, 32 KiB of L1d; session 33, BM_SpreadTilesPaired, decode steps
+// against the tiles, two rounds): float32 1.08x / 1.08x at 1 row, 1.09x at 2,
+// 1.10x at 3, 1.13x at 4, 1.00x / 1.03x at 8, 1.07x at 12, 1.04x at 16, a
+// 16-token prefill 1.03x; bfloat16 (widened) 1.14x / 1.08x at 1, 1.22x at 4,
+// 1.08x / 1.11x at 8, 1.10x at 16; float16 1.54x at 1, 1.20x at 4, 1.04x at
+// 8, 1.01x at 16. Elsewhere not until measured there (Zen 4 streams one row
+// its own way, OneRowStreams; Zen 2 and Intel CPUs of 32 KiB L1d with AVX-512
+// were not measured). SetSpreadTiles (cpu_kernels.h) forces it on (at any
+// number of rows) or off.
 bool SpreadTiles(int64_t rows);
-inline constexpr int64_t kIntelSpreadTileRows[2] = {1, 16};
+inline constexpr int64_t kSpreadTileRows[2] = {1, 16};
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
 // group (fewer instructions, the same products) rather than once per vector;
 // true unless SetInt8OneRowScalePerGroup (cpu_kernels.h) says otherwise.

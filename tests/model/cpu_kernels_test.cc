@@ -124,7 +124,7 @@ TEST(SmallBatchLinearTest, Bf16DotProductsAndWideningBothMatchFloat64Reference) 
   // sees whichever is active. Here both
   // (where there is only one, twice), held to the same bound: the split
   // keeps x to 2^-17 of |x|, below 1e-5 of the magnitudes summed. Widened
-  // both in the far-apart tiles (SpreadTiles: Intel's default) and in the
+  // both in the far-apart tiles (SpreadTiles: Intel's and AVX2's default) and in the
   // pairs and blocks.
   at::manual_seed(8);
   for (bool dot : {false, true}) {
@@ -246,7 +246,7 @@ TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
   // remainder; 200 and 768 inputs: with and without a tail.
   at::manual_seed(41);
   SetBf16DotProducts(0);
-  SetSpreadTiles(0);  // not the far-apart tiles, which Intel's rows take
+  SetSpreadTiles(0);  // not the far-apart tiles, which Intel's and AVX2's rows take
   SetOneRowStreams(1);
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     for (int64_t out : {77, 2304}) {
@@ -319,10 +319,12 @@ TEST(SmallBatchLinearTest, FarApartTilesChangeNoBits) {
 }
 
 TEST(SmallBatchLinearTest, FarApartTilesAreTheCpusChoice) {
-  // On Intel CPUs (measured there) 1-16 rows of float W, not 17; elsewhere
-  // none until measured. The kernel tables with it say how many streams.
+  // On Intel CPUs and CPUs whose best ISA is AVX2 (measured on both) 1-16
+  // rows of float W, not 17; elsewhere none until measured. The kernel tables
+  // with it say how many streams.
+  const bool cpu = IntelCpu() || DetectedIsa() == CpuIsa::kAvx2;
   for (int64_t rows : {1, 8, 16, 17}) {
-    EXPECT_EQ(kernels::SpreadTiles(rows), IntelCpu() && rows <= 16) << rows << " rows";
+    EXPECT_EQ(kernels::SpreadTiles(rows), cpu && rows <= 16) << rows << " rows";
   }
   EXPECT_EQ(kernels::Kernels().spread_tile_streams,
             ActiveIsa() == CpuIsa::kAvx512 ? 4 : (ActiveIsa() == CpuIsa::kAvx2 ? 3 : 0));
@@ -341,7 +343,7 @@ TEST(SmallBatchLinearTest, RowBlockSizeAndOrderChangeNoBits) {
   // bits, in any dtype; nor does how the blocks of a tile share prefetching
   // (SetTilePrefetchShares) or which cache the prefetches fill (SetPrefetchToL2). (The register blocks differ between the orders,
   // and with them how many sums are reduced at once: Ops::Reduce4.) The
-  // far-apart tiles, which take these rows on Intel (SpreadTiles), are off
+  // far-apart tiles, which take these rows on Intel and AVX2-only CPUs (SpreadTiles), are off
   // here so that these kernels run on every CPU (FarApartTilesChangeNoBits
   // holds the tiles to their sums).
   at::manual_seed(23);
