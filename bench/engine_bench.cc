@@ -359,7 +359,7 @@ void BM_AtenOpsPerStep(benchmark::State& state) {
 // streams_speedup = blocks / streams. float32 streams in the AVX2 table too;
 // elsewhere (generic) both are the same code.
 void BM_OneRowStreamsPaired(benchmark::State& state) {
-  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
+  SetSpreadTiles(0);  // the kernels this compares, not the CPU's far-apart tiles
   const c10::ScalarType dtype = DType(state.range(0));
   DecodeSteps steps(Model(dtype), dtype, 1, 128);
   SetBf16DotProducts(0);
@@ -390,7 +390,7 @@ void BM_OneRowStreamsPaired(benchmark::State& state) {
 // (OneRowStreams). Same sums. Counters: ms of each (one_ms, spread_ms) and
 // spread_speedup = one / spread.
 void BM_OneRowSpreadPaired(benchmark::State& state) {
-  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
+  SetSpreadTiles(0);  // the kernels this compares, not the CPU's far-apart tiles
   const c10::ScalarType dtype = DType(state.range(0));
   const int streams = static_cast<int>(state.range(1));
   DecodeSteps steps(Model(dtype), dtype, state.range(2), 128);
@@ -764,10 +764,10 @@ void BM_DecodeTaskUnitsPaired(benchmark::State& state) {
 // rows (SetRowBlockRows) against the ISA's own, alternating: a decode step
 // of `rows` sequences at context 128, or with prompt 1 a prefill of `rows`
 // tokens. Counters: own_ms, set_ms, set_speedup = own / set. Float rows
-// where the far-apart tiles take them (SpreadTiles: Intel, 1-16 rows) stay
-// in those, in blocks of 4 or 8 rows (at 9-16 rows in the 24-row tasks of
-// SetTiledRowBlocks(0), not the longer ones of the default); elsewhere block
-// after block (SetTiledRowBlocks(0)).
+// where the far-apart tiles take them (SpreadTiles: Intel and AVX2-only CPUs,
+// 1-16 rows) stay in those, in blocks of 4 or 8 rows (at 9-16 rows in the
+// 24-row tasks of SetTiledRowBlocks(0), not the longer ones of the default);
+// elsewhere block after block (SetTiledRowBlocks(0)).
 void BM_RowBlockRowsPaired(benchmark::State& state) {
   const int64_t block = state.range(2);
   StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(3) == 1);
@@ -814,7 +814,7 @@ void RunOverridePaired(benchmark::State& state, void (*set)(int), const char* of
 // The float kernels' (and AVX-512's int8) row blocks tile by tile of W
 // against block after block over each task's slice of W (SetTiledRowBlocks).
 void BM_TiledRowBlocksPaired(benchmark::State& state) {
-  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
+  SetSpreadTiles(0);  // the kernels this compares, not the CPU's far-apart tiles
   RunOverridePaired(state, SetTiledRowBlocks, "blocks_ms", "tiled_ms", "tiled_speedup");
   SetSpreadTiles(-1);
 }
@@ -832,7 +832,7 @@ void BM_SpreadTilesPaired(benchmark::State& state) {
 // the next tile's rows of W, as before, and with the blocks sharing them in
 // proportion to their rows (SetTilePrefetchShares).
 void BM_TilePrefetchSharesPaired(benchmark::State& state) {
-  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
+  SetSpreadTiles(0);  // the kernels this compares, not the CPU's far-apart tiles
   RunOverridePaired(state, SetTilePrefetchShares, "all_ms", "shared_ms", "shared_speedup");
   SetSpreadTiles(-1);
 }
@@ -840,7 +840,7 @@ void BM_TilePrefetchSharesPaired(benchmark::State& state) {
 // The kernels' software prefetches of the weights into L1 (_MM_HINT_T0) and
 // into L2 only (_MM_HINT_T1) whatever the rows (SetPrefetchToL2).
 void BM_PrefetchToL2Paired(benchmark::State& state) {
-  SetSpreadTiles(0);  // the kernels this compares, not Intel's far-apart tiles
+  SetSpreadTiles(0);  // the kernels this compares, not the CPU's far-apart tiles
   RunOverridePaired(state, SetPrefetchToL2, "l1_ms", "l2_ms", "l2_speedup");
   SetSpreadTiles(-1);
 }

@@ -99,9 +99,14 @@ bool IsaSupported(CpuIsa isa) {
 }
 
 CpuIsa DetectedIsa() {
-  if (IsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
-  if (IsaSupported(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
-  return CpuIsa::kGeneric;
+  // Once: IsaSupported executes CPUID (HasF16c), which a hypervisor traps, and
+  // kernels ask per task (SpreadTiles, cpu_kernels.cc).
+  static const CpuIsa detected = [] {
+    if (IsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+    if (IsaSupported(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+    return CpuIsa::kGeneric;
+  }();
+  return detected;
 }
 
 CpuIsa ActiveIsa() {

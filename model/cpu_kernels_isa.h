@@ -186,8 +186,8 @@ int64_t RowBlockRowsOverride();
 // blocks. Each row's sums are the same either way. SetOneRowStreams
 // (cpu_kernels.h) overrides it for benchmarks. AVX2 always streams bfloat16
 // and int8; float32 where this is true (measured on Zen 4 only; its 6-row
-// blocks elsewhere until measured on an AVX2-only CPU). On Intel the
-// far-apart tiles take the float weights' rows before any of these
+// blocks elsewhere until measured on an AVX2-only CPU). On Intel and
+// AVX2-only CPUs the far-apart tiles take the float weights' rows before any of these
 // (SpreadTiles).
 bool OneRowStreams();
 // How many far-apart streams of W a task reads at once where one input row
@@ -228,10 +228,11 @@ int OneRowSpread(bool int8);
 // 1.10x at 3, 1.13x at 4, 1.00x / 1.03x at 8, 1.07x at 12, 1.04x at 16, a
 // 16-token prefill 1.03x; bfloat16 (widened) 1.14x / 1.08x at 1, 1.22x at 4,
 // 1.08x / 1.11x at 8, 1.10x at 16; float16 1.54x at 1, 1.20x at 4, 1.04x at
-// 8, 1.01x at 16. Elsewhere not until measured there (Zen 4 streams one row
-// its own way, OneRowStreams; Zen 2 and Intel CPUs of 32 KiB L1d with AVX-512
-// were not measured). SetSpreadTiles (cpu_kernels.h) forces it on (at any
-// number of rows) or off.
+// 8, 1.01x at 16. On other AVX2-only CPUs (Zen 2 among them) it is on
+// unmeasured, as the nearest measured kind. Not on AMD's AVX-512 CPUs (Zen 4
+// streams one row its own way, OneRowStreams; Zen 5 not measured). Intel
+// CPUs of 32 KiB L1d with AVX-512 were not measured. SetSpreadTiles
+// (cpu_kernels.h) forces it on (at any number of rows) or off.
 bool SpreadTiles(int64_t rows);
 inline constexpr int64_t kSpreadTileRows[2] = {1, 16};
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per

@@ -587,8 +587,9 @@ TEST(PromptAttentionTest, HeadAfterHeadGivesTheSameBitsAndMatchesFloat64Referenc
   }
   at::manual_seed(23);
   // Head after head over the values copied per KV head (past 0 keys: every
-  // prompt of more than one block of query rows; past the default 256: the
-  // 290-key prompts) against block after block over the values in place (as
+  // prompt of more than one block of query rows; by default where every KV
+  // head's keys and values outgrow L2CacheBytes: some 290-key prompts on a
+  // 512 KiB L2, none on 2 MiB) against block after block over the values in place (as
   // before): each output is the same sum either way. 13 or 290 query rows
   // (a tail block) after 0 or 9 cached keys; MHA and grouped-query; windows
   // none, shorter than the keys, and not causal.
