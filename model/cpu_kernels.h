@@ -122,8 +122,16 @@ inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx512Intel{128, 
 // float32 1.03-1.05x OpenBLAS's GEMM, bfloat16 1.09-1.12x and float16
 // 1.09-1.14x the widened GEMM; at 256 0.90-1.04x: up to 128 rows. int8: the
 // row kernels are 1.21x the dequantized tiles' GEMM at 63 rows, level at 64,
-// 0.84-0.87x at 128: the GEMM from 64 rows (unchanged).
-inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{128, 128, 128, 1, 64};
+// 0.84-0.87x at 128: the GEMM from 64 rows.
+// This table runs by default only on CPUs whose best ISA is AVX2. Natively on
+// one (session 34: AMD EPYC Zen 3, family 25 model 1, OpenBLAS's Haswell
+// kernels, two rounds where noted): float32 1.22x at 64 rows, 1.03x / 0.98x
+// at 96, 0.98x at 112, 0.94x / 0.88x at 128, 0.84x / 0.92x at 256: up to 96
+// rows (was 128); bfloat16 1.16x at 96, 1.13x at 128, 0.99x at 256 and
+// float16 1.31x at 96, 1.25x at 128, 0.90x at 256: up to 128 (unchanged);
+// int8's row kernels 1.30x the GEMM at 63 rows, 1.13x / 1.15x at 64, 1.03x
+// at 80, 0.94x / 0.88x at 96: the GEMM from 96 rows (was 64).
+inline constexpr SmallBatchLinearLimits kSmallBatchLinearLimitsAvx2{96, 128, 128, 1, 96};
 // Generic (8-lane vector extensions, SSE2 on x86-64): float32 only at 2-8
 // rows (1.2-2.4x OpenBLAS's GEMM there; its GEMV is 2x ours at one row and
 // its GEMM from 16 rows). bfloat16 and float16: the library route is W
@@ -234,6 +242,10 @@ void SetTiledRowBlocks(int mode);
 // bfloat16's 1-4 rows, whose pairs (LinearBlockBf16Pairs) or AVX2 stream
 // sum in another order.
 void SetSpreadTiles(int mode);
+// For benchmarks: how far ahead (bytes > 0; 0 the ISA's own distance) and
+// where (l2 1: into L2 only, 0: into L1, -1 the default) the far-apart
+// tiles (SetSpreadTiles) prefetch each stream of W. Same sums.
+void SetSpreadTilePrefetch(int64_t bytes, int l2);
 // For benchmarks: whether the row blocks of a tile share the prefetching
 // of the next tile's weights (1), or each block prefetches all of them (0,
 // the order before); -1 the default (shared, except at the rows whose
