@@ -828,6 +828,81 @@ void BM_SpreadTilesPaired(benchmark::State& state) {
   RunOverridePaired(state, SetSpreadTiles, "tiles_ms", "spread_ms", "spread_speedup");
 }
 
+// Args: {dtype, rows}. What `rows` sequences cost against one, side by side:
+// a decode step of 1 and of `rows` sequences at context 128 (step1_ms,
+// stepn_ms), and the 48 GPT-2-small linears plus the tied output head alone
+// at 1 and `rows` rows (lin1_ms, linn_ms), alternating in every iteration.
+void BM_RowsCostPaired(benchmark::State& state) {
+  const c10::ScalarType dtype = DType(state.range(0));
+  const int64_t rows = state.range(1);
+  DecodeSteps one(Model(dtype), dtype, 1, 128), many(Model(dtype), dtype, rows, 128);
+  Prefill prefill(dtype, 16);
+  std::vector<at::Tensor> weights, biases;
+  Gpt2SmallLinears(dtype, &weights, &biases);
+  weights.push_back((at::randn({50257, 768}) * 0.02).to(dtype).contiguous());
+  biases.push_back(at::Tensor());
+  const at::Tensor x768[2] = {at::randn({1, 768}), at::randn({rows, 768})};
+  const at::Tensor x3072[2] = {at::randn({1, 3072}), at::randn({rows, 3072})};
+  auto linears = [&](int k) {
+    for (size_t j = 0; j < weights.size(); ++j) {
+      const at::Tensor& x = weights[j].size(1) == 768 ? x768[k] : x3072[k];
+      at::Tensor y = SmallBatchLinear(x, weights[j], biases[j]);
+      benchmark::DoNotOptimize(y.data_ptr());
+    }
+  };
+  // One layer's four linears (28 MiB of float32: the L3 cache) 12 times.
+  auto resident = [&](int k) {
+    for (int rep = 0; rep < 12; ++rep) {
+      for (size_t j = 0; j < 4; ++j) {
+        const at::Tensor& x = weights[j].size(1) == 768 ? x768[k] : x3072[k];
+        at::Tensor y = SmallBatchLinear(x, weights[j], biases[j]);
+        benchmark::DoNotOptimize(y.data_ptr());
+      }
+    }
+  };
+  double t[7] = {0, 0, 0, 0, 0, 0, 0};
+  for (auto _ : state) {
+    t[5] += Seconds([&] { resident(0); });
+    t[6] += Seconds([&] { resident(1); });
+    t[4] += Seconds([&] { prefill.Run(); });
+    t[0] += Seconds([&] { one.Run(); });
+    t[1] += Seconds([&] { many.Run(); });
+    t[2] += Seconds([&] { linears(0); });
+    t[3] += Seconds([&] { linears(1); });
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["step1_ms"] = 1e3 * t[0] / n;
+  state.counters["stepn_ms"] = 1e3 * t[1] / n;
+  state.counters["lin1_ms"] = 1e3 * t[2] / n;
+  state.counters["linn_ms"] = 1e3 * t[3] / n;
+  state.counters["prefill16_ms"] = 1e3 * t[4] / n;
+  state.counters["res1_ms"] = 1e3 * t[5] / n;
+  state.counters["resn_ms"] = 1e3 * t[6] / n;
+}
+
+// Args: {dtype, rows, prefill, bytes, l2}. The far-apart tiles' prefetch
+// (SetSpreadTilePrefetch) as the ISA sets it (Ops::kSpreadTilePrefetchBytes,
+// nearer for a tile of one row block) against `bytes` ahead (0: the ISA's
+// distance) into L2 only (l2 1) or L1 (0): decode steps of `rows` sequences
+// or prefills of `rows` tokens, alternating. Counters: default_ms, set_ms,
+// set_speedup = default / set.
+void BM_SpreadTilePrefetchPaired(benchmark::State& state) {
+  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
+  RunPaired(
+      state,
+      [&] {
+        SetSpreadTilePrefetch(0, -1);
+        work.Run();
+      },
+      [&] {
+        SetSpreadTilePrefetch(state.range(3), static_cast<int>(state.range(4)));
+        work.Run();
+      },
+      "default_ms", "set_ms", "set_speedup");
+  SetSpreadTilePrefetch(0, -1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // The tiled row blocks (LinearRowsTiled) with each block prefetching all of
 // the next tile's rows of W, as before, and with the blocks sharing them in
 // proportion to their rows (SetTilePrefetchShares).
@@ -1218,7 +1293,8 @@ BENCHMARK(BM_DecodeStep)
     ->UseRealTime();
 BENCHMARK(BM_LinearRoutesPaired)
     ->ArgNames({"dtype", "M"})
-    ->ArgsProduct({{0, 1, 2, 3}, {1, 2, 4, 8, 16, 32, 48, 63, 64, 128, 256, 512, 1024}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 2, 4, 8, 16, 32, 48, 63, 64, 96, 128, 256, 512, 1024}})
+    ->Args({0, 112})->Args({3, 80})  // near the AVX2 limits (Zen 3)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
     ->UseRealTime();
@@ -1302,6 +1378,22 @@ BENCHMARK(BM_TiledRowBlocksPaired)
 BENCHMARK(BM_TilePrefetchSharesPaired)
     ->ArgNames({"dtype", "rows", "prompt"})
     ->ArgsProduct({{0, 1, 2}, {5, 6, 7, 8, 10, 12, 16, 32}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_RowsCostPaired)
+    ->ArgNames({"dtype", "rows"})
+    ->Args({0, 8})->Args({0, 16})->Args({1, 8})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(3.0)
+    ->UseRealTime();
+BENCHMARK(BM_SpreadTilePrefetchPaired)
+    ->ArgNames({"dtype", "rows", "prefill", "bytes", "l2"})
+    ->ArgsProduct({{0}, {1, 2, 3, 4, 6, 8}, {0}, {512, 1024, 2048}, {0}})
+    ->ArgsProduct({{1, 2}, {1, 4, 8}, {0}, {512, 2048}, {0}})
+    ->ArgsProduct({{0}, {16}, {1}, {512, 2048, 8192}, {0}})
+    ->ArgsProduct({{0}, {1, 8}, {0}, {0, 4096, 16384, 65536}, {1}})
+    ->ArgsProduct({{0}, {16}, {1}, {0, 4096, 16384, 65536}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

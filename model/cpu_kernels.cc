@@ -29,6 +29,8 @@ std::atomic<int> prefetch_to_l2{-1};        // SetPrefetchToL2
 std::atomic<int> bf16_dot{-1};          // SetBf16DotProducts
 std::atomic<int> int8_row_int16{-1};    // SetInt8OneRowInt16X
 std::atomic<int> spread_tiles{-1};  // SetSpreadTiles
+std::atomic<int64_t> spread_prefetch_bytes{0};  // SetSpreadTilePrefetch
+std::atomic<int> spread_prefetch_l2{-1};        // SetSpreadTilePrefetch
 
 void SetOverride(std::atomic<int>& flag, int mode) {
   flag.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
@@ -57,6 +59,15 @@ bool SpreadTiles(int64_t rows) {
   if (mode >= 0) return mode > 0;
   if (rows < kSpreadTileRows[0] || rows > kSpreadTileRows[1]) return false;
   return IntelCpu() || DetectedIsa() == CpuIsa::kAvx2;
+}
+
+int64_t SpreadTilePrefetchBytes(int64_t isa_default) {
+  const int64_t bytes = spread_prefetch_bytes.load(std::memory_order_relaxed);
+  return bytes > 0 ? bytes : isa_default;
+}
+
+bool SpreadTilePrefetchToL2() {
+  return OverrideOr(spread_prefetch_l2, false);
 }
 
 bool Int8OneRowScalePerGroup() { return OverrideOr(int8_one_row_scale_per_group, true); }
@@ -379,6 +390,11 @@ void SetTilePrefetchShares(int mode) {
 void SetPrefetchToL2(int mode) { kernels::SetOverride(kernels::prefetch_to_l2, mode); }
 
 void SetSpreadTiles(int mode) { kernels::SetOverride(kernels::spread_tiles, mode); }
+
+void SetSpreadTilePrefetch(int64_t bytes, int l2) {
+  kernels::spread_prefetch_bytes.store(std::max<int64_t>(bytes, 0), std::memory_order_relaxed);
+  kernels::SetOverride(kernels::spread_prefetch_l2, l2);
+}
 
 void SetTiledRowBlocks(int mode) {
   kernels::SetOverride(kernels::tiled_row_blocks, mode);

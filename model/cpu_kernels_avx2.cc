@@ -6,7 +6,8 @@
 //   V, kLanes, kIsa; kMaxBlockRows, kRowBlockRows (input rows per row block, <=
 //   kMaxBlockRows) and kBlockRows[M] (output rows per
 //   register block for M input rows), kTiledRowBlocks (the loop order for
-//   more rows than one block), kSpreadTilePrefetchBytes (the far-apart
+//   more rows than one block), kSpreadTilePrefetchBytes and
+//   kSpreadTilePrefetchBytesFewRows (the far-apart
 //   tiles' prefetch distance), kBf16PairMaxRows and kBf16PairRows[M];
 //   kStreamPrefetchBytes (0: no one-row stream kernel for bfloat16),
 //   kInt8BlockRows[M], kInt8ScalePerGroup;
@@ -50,8 +51,17 @@ struct Ops {
   // (LinearRowsTiled; 1.04-1.16x at 8-16 rows on a Zen 3 EPYC).
   static constexpr bool kTiledRowBlocks = true;
   // How far ahead of each stream LinearRowsSpreadTiled's row blocks
-  // prefetch: 2 KiB, as AVX-512's (not tuned apart).
+  // prefetch: 512 bytes for up to kRowBlockRows input rows (a tile of one
+  // block, bound by the memory), 2 KiB (as AVX-512's) for more. Paired on a
+  // Zen 3 EPYC (session 34, BM_SpreadTilePrefetchPaired, decode steps
+  // against 2 KiB): float32 at 1 row 256 B 1.09x, 512 B 1.12x / 1.13x, 768 B
+  // 1.10x, 1 KiB 1.05-1.09x (four rounds), 1.5 KiB 1.01x; 512 B at 2 / 3 / 4
+  // rows 1.11x / 1.14x / 1.11x, at 6 1.01x, at 8 / 12 0.95x / 0.96x;
+  // bfloat16 and float16 (widened) 1.10x / 1.07x at 1 row, 1.07x / 1.10x at
+  // 4, 0.94x at 8. A 16-token prefill measured level at 512 B-64 KiB, into
+  // L1 or L2 (0.96-1.01x), and 8 rows at 1-64 KiB (0.95-1.03x).
   static constexpr int64_t kSpreadTilePrefetchBytes = 2048;
+  static constexpr int64_t kSpreadTilePrefetchBytesFewRows = 512;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 16.
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 4, 3, 2, 2};

@@ -235,6 +235,12 @@ int OneRowSpread(bool int8);
 // (cpu_kernels.h) forces it on (at any number of rows) or off.
 bool SpreadTiles(int64_t rows);
 inline constexpr int64_t kSpreadTileRows[2] = {1, 16};
+// How many bytes ahead of each far-apart stream LinearRowsSpreadTiled's
+// blocks prefetch W: `isa_default` (Ops::kSpreadTilePrefetchBytes) unless
+// SetSpreadTilePrefetch (cpu_kernels.h) sets another; and whether into L2
+// only (false unless set). Same sums.
+int64_t SpreadTilePrefetchBytes(int64_t isa_default);
+bool SpreadTilePrefetchToL2();
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
 // group (fewer instructions, the same products) rather than once per vector;
 // true unless SetInt8OneRowScalePerGroup (cpu_kernels.h) says otherwise.
