@@ -828,10 +828,14 @@ void BM_SpreadTilesPaired(benchmark::State& state) {
   RunOverridePaired(state, SetSpreadTiles, "tiles_ms", "spread_ms", "spread_speedup");
 }
 
-// Args: {dtype, rows}. What `rows` sequences cost against one, side by side:
-// a decode step of 1 and of `rows` sequences at context 128 (step1_ms,
-// stepn_ms), and the 48 GPT-2-small linears plus the tied output head alone
-// at 1 and `rows` rows (lin1_ms, linn_ms), alternating in every iteration.
+// Args: {dtype (float dtypes only: 0 fp32, 1 bf16, 2 fp16), rows}. What
+// `rows` sequences cost against one, side by side, alternating in every
+// iteration: a decode step of 1 and of `rows` sequences at context 128
+// (step1_ms, stepn_ms); the 48 GPT-2-small linears plus the tied output
+// head alone at 1 and `rows` rows (lin1_ms, linn_ms); one layer's four
+// linears 12 times at 1 and `rows` rows (res1_ms, resn_ms: 27 MiB of
+// float32, in part from the L3 cache); and a 16-token prefill
+// (prefill16_ms).
 void BM_RowsCostPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   const int64_t rows = state.range(1);
@@ -850,7 +854,7 @@ void BM_RowsCostPaired(benchmark::State& state) {
       benchmark::DoNotOptimize(y.data_ptr());
     }
   };
-  // One layer's four linears (28 MiB of float32: the L3 cache) 12 times.
+  // One layer's four linears (27 MiB of float32: in part the L3 cache) 12 times.
   auto resident = [&](int k) {
     for (int rep = 0; rep < 12; ++rep) {
       for (size_t j = 0; j < 4; ++j) {
@@ -878,15 +882,18 @@ void BM_RowsCostPaired(benchmark::State& state) {
   state.counters["prefill16_ms"] = 1e3 * t[4] / n;
   state.counters["res1_ms"] = 1e3 * t[5] / n;
   state.counters["resn_ms"] = 1e3 * t[6] / n;
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
 // Args: {dtype, rows, prefill, bytes, l2}. The far-apart tiles' prefetch
 // (SetSpreadTilePrefetch) as the ISA sets it (Ops::kSpreadTilePrefetchBytes,
 // nearer for a tile of one row block) against `bytes` ahead (0: the ISA's
 // distance) into L2 only (l2 1) or L1 (0): decode steps of `rows` sequences
-// or prefills of `rows` tokens, alternating. Counters: default_ms, set_ms,
+// or prefills of `rows` tokens, alternating, with the tiles on whatever the
+// CPU's choice (SetSpreadTiles). Counters: default_ms, set_ms,
 // set_speedup = default / set.
 void BM_SpreadTilePrefetchPaired(benchmark::State& state) {
+  SetSpreadTiles(1);  // the tiles whatever the CPU's choice (SpreadTiles)
   StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
   RunPaired(
       state,
@@ -900,6 +907,7 @@ void BM_SpreadTilePrefetchPaired(benchmark::State& state) {
       },
       "default_ms", "set_ms", "set_speedup");
   SetSpreadTilePrefetch(0, -1);
+  SetSpreadTiles(-1);
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
@@ -1389,9 +1397,11 @@ BENCHMARK(BM_RowsCostPaired)
     ->UseRealTime();
 BENCHMARK(BM_SpreadTilePrefetchPaired)
     ->ArgNames({"dtype", "rows", "prefill", "bytes", "l2"})
-    ->ArgsProduct({{0}, {1, 2, 3, 4, 6, 8}, {0}, {512, 1024, 2048}, {0}})
+    ->ArgsProduct({{0}, {1}, {0}, {256, 512, 768, 1024, 1536, 2048, 4096, 8192}, {0}})
+    ->ArgsProduct({{0}, {2, 3, 4, 6, 8, 12}, {0}, {512, 1024, 2048}, {0}})
+    ->ArgsProduct({{0}, {8}, {0}, {4096, 8192}, {0}})
     ->ArgsProduct({{1, 2}, {1, 4, 8}, {0}, {512, 2048}, {0}})
-    ->ArgsProduct({{0}, {16}, {1}, {512, 2048, 8192}, {0}})
+    ->ArgsProduct({{0}, {16}, {1}, {512, 1024, 2048, 4096, 8192}, {0}})
     ->ArgsProduct({{0}, {1, 8}, {0}, {0, 4096, 16384, 65536}, {1}})
     ->ArgsProduct({{0}, {16}, {1}, {0, 4096, 16384, 65536}, {1}})
     ->Unit(benchmark::kMillisecond)

@@ -392,7 +392,8 @@ void SetPrefetchToL2(int mode) { kernels::SetOverride(kernels::prefetch_to_l2, m
 void SetSpreadTiles(int mode) { kernels::SetOverride(kernels::spread_tiles, mode); }
 
 void SetSpreadTilePrefetch(int64_t bytes, int l2) {
-  kernels::spread_prefetch_bytes.store(std::max<int64_t>(bytes, 0), std::memory_order_relaxed);
+  kernels::spread_prefetch_bytes.store(std::clamp<int64_t>(bytes, 0, int64_t{1} << 20),
+                                       std::memory_order_relaxed);
   kernels::SetOverride(kernels::spread_prefetch_l2, l2);
 }
 

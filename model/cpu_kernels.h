@@ -242,7 +242,7 @@ void SetTiledRowBlocks(int mode);
 // bfloat16's 1-4 rows, whose pairs (LinearBlockBf16Pairs) or AVX2 stream
 // sum in another order.
 void SetSpreadTiles(int mode);
-// For benchmarks: how far ahead (bytes > 0; 0 the ISA's own distance) and
+// For benchmarks: how far ahead (bytes > 0, at most 1 MiB; 0 the ISA's own distance) and
 // where (l2 1: into L2 only, 0: into L1, -1 the default) the far-apart
 // tiles (SetSpreadTiles) prefetch each stream of W. Same sums.
 void SetSpreadTilePrefetch(int64_t bytes, int l2);

@@ -7,8 +7,8 @@
 //   kMaxBlockRows) and kBlockRows[M] (output rows per
 //   register block for M input rows), kTiledRowBlocks (the loop order for
 //   more rows than one block), kSpreadTilePrefetchBytes and
-//   kSpreadTilePrefetchBytesFewRows (the far-apart
-//   tiles' prefetch distance), kBf16PairMaxRows and kBf16PairRows[M];
+//   kSpreadTilePrefetchBytesFewRows (the far-apart tiles' prefetch distance
+//   beyond one row block and within it), kBf16PairMaxRows and kBf16PairRows[M];
 //   kStreamPrefetchBytes (0: no one-row stream kernel for bfloat16),
 //   kInt8BlockRows[M], kInt8ScalePerGroup;
 //   Zero, Set1, Fma(a, b, c) = a * b + c, Add, Reduce (sum of lanes),

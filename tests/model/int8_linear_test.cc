@@ -144,11 +144,11 @@ TEST(Int8LinearTest, ManyRowsGoThroughBlocksOfRowsWithATail) {
 
 TEST(Int8LinearTest, RowKernelsAndDequantizedGemmBothMatchTheReference) {
   // Either route at any row count (SetInt8GemmMinRows; by default the ISA
-  // picks one by rows, cpu_kernels.h): 64, past AVX2's limit; 257, AVX-512's.
+  // picks one by rows, cpu_kernels.h): 96, past AVX2's limit; 257, AVX-512's.
   at::manual_seed(14);
   for (int64_t gemm_from : {1, std::numeric_limits<int32_t>::max()}) {
     SetInt8GemmMinRows(gemm_from);
-    for (int64_t m : {13, 64, 257}) {
+    for (int64_t m : {13, 96, 257}) {
       for (const Shape& s : {Shape{53, 40}, Shape{768, 77}}) ExpectMatchesReference(m, s, true);
     }
   }
