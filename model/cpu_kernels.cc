@@ -50,8 +50,10 @@ bool OneRowStreams() { return OverrideOr(one_row_streams, Avx512InHalves()); }
 int OneRowSpread(bool int8) {
   const int streams = one_row_spread.load(std::memory_order_relaxed);
   if (streams > 0) return streams;
-  if (!Avx512InHalves()) return 1;
-  return int8 ? 2 : 4;
+  if (Avx512InHalves()) return int8 ? 2 : 4;
+  // AVX2-only CPUs: int8's one row (the int16-x kernel) in 2 streams; their
+  // float weights take the far-apart tiles instead (SpreadTiles).
+  return int8 && DetectedIsa() == CpuIsa::kAvx2 ? 2 : 1;
 }
 
 bool SpreadTiles(int64_t rows) {
@@ -342,12 +344,20 @@ std::string DescribeOneRowSpread() {
   if (streams <= 1) {
     // SpreadTiles (Intel, AVX2-only CPUs): the float weights' rows in far-apart tiles.
     const int64_t tile = kernels::Kernels().spread_tile_streams;
-    if (tile == 0 || !kernels::SpreadTiles(1)) return "";
+    const int int8 = kernels::OneRowSpread(true);
+    // AVX2's int16-x kernel (Int8Rows); AVX-512's int8 takes it where floats do.
+    const std::string int8_spread =
+        int8 > 1 && ActiveIsa() == CpuIsa::kAvx2
+            ? "int8 linears of 1 input row as " + std::to_string(int8) +
+                  " far-apart streams of W a task"
+            : "";
+    if (tile == 0 || !kernels::SpreadTiles(1)) return int8_spread;
     // (bfloat16's one row takes the AVX512_BF16 dot products where active.)
     return "float32 / bfloat16 / float16 linears of " +
            std::to_string(kernels::kSpreadTileRows[0]) + "-" +
            std::to_string(kernels::kSpreadTileRows[1]) + " input rows as " +
-           std::to_string(tile) + " far-apart streams of W a task, tile by tile";
+           std::to_string(tile) + " far-apart streams of W a task, tile by tile" +
+           (int8_spread.empty() ? "" : "; " + int8_spread);
   }
   // LinearRows and Int8Rows (cpu_kernels_body.inc): AVX2 holds fewer streams
   // at 2-3 rows; int8 with float32 x (AVX-512) takes 3 rows as 4 streams and

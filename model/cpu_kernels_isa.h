@@ -202,9 +202,15 @@ bool OneRowStreams();
 //   float32   AVX-512 2: 1.09-1.12x, 4: 1.21-1.26x, 8: 1.27x; AVX2 2: 1.08x, 4: 1.19x
 //   bfloat16  AVX-512 2: 1.07x, 4: 1.14x, 8: 1.16x; AVX2 2: 1.06x, 4: 1.23x, 8: 1.17x
 //   int8      AVX-512 2: 1.09x, 4: 1.07x, 8: 1.03x; AVX2 2: 1.08x, 4: 1.00x, 8: 0.97x
-// so 4 for float weights and 2 for int8 where Avx512InHalves (Zen 4), 1
-// elsewhere until measured there. Where it is above 1, 2 and 3 input rows of
-// float32 and bfloat16 (widened) W go the same way (S at most the register
+// so 4 for float weights and 2 for int8 where Avx512InHalves (Zen 4). int8
+// takes 2 on CPUs whose best ISA is AVX2 too (DetectedIsa; their float
+// weights take SpreadTiles instead): on an AMD EPYC Zen 3 (family 25 model 1,
+// session 35, three rounds), the batch-1 int8 decode step against one
+// stream ran 1.10x / 1.14x / 1.13x with 2, 0.98x / 1.06x / 1.09x with 4 and
+// 0.90x with 8; other AVX2-only CPUs (Zen 2, Intel) unmeasured, taking it as
+// the nearest measured kind. 1 elsewhere until measured there. Where the
+// float weights' is above 1, 2 and 3 input rows of float32 and bfloat16
+// (widened) W go the same way (S at most the register
 // block's rows: AVX2 3 at 3 rows of float32, 3 / 2 at 2 / 3 of bfloat16)
 // instead of the row blocks; paired there, the decode step of 2 sequences
 // float32 1.00-1.20x, median 1.08x (AVX2 forced 1.18-1.25x), bfloat16
