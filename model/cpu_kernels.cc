@@ -345,9 +345,12 @@ std::string DescribeOneRowSpread() {
     // SpreadTiles (Intel, AVX2-only CPUs): the float weights' rows in far-apart tiles.
     const int64_t tile = kernels::Kernels().spread_tile_streams;
     const int int8 = kernels::OneRowSpread(true);
-    // AVX2's int16-x kernel (Int8Rows); AVX-512's int8 takes it where floats do.
+    // AVX2's int16-x kernel (Int8Rows), where x goes to it as int16; AVX-512's
+    // int8 spreads only where OneRowSpread(false) is above 1 (below).
+    const bool int16_x = kernels::Kernels().quantize_x_int16 != nullptr &&
+                         int8_int16_x.load(std::memory_order_relaxed);
     const std::string int8_spread =
-        int8 > 1 && ActiveIsa() == CpuIsa::kAvx2
+        int8 > 1 && ActiveIsa() == CpuIsa::kAvx2 && int16_x
             ? "int8 linears of 1 input row as " + std::to_string(int8) +
                   " far-apart streams of W a task"
             : "";
@@ -361,7 +364,9 @@ std::string DescribeOneRowSpread() {
   }
   // LinearRows and Int8Rows (cpu_kernels_body.inc): AVX2 holds fewer streams
   // at 2-3 rows; int8 with float32 x (AVX-512) takes 3 rows as 4 streams and
-  // 2 in blocks, AVX2's int16-x kernel one row only.
+  // 2 in blocks, AVX2's int16-x kernel one row only. The generic kernels
+  // never spread.
+  if (ActiveIsa() == CpuIsa::kGeneric) return "";
   const bool avx512 = ActiveIsa() == CpuIsa::kAvx512;
   return std::string("1-3 input rows as ") + (avx512 ? "" : "up to ") + std::to_string(streams) +
          " far-apart streams of W a task (int8: 1 row as " +

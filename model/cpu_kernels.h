@@ -184,8 +184,9 @@ bool Bf16DotProductsActive();
 // streams a task (OneRowSpread, cpu_kernels_isa.h), e.g. "1-3 input rows as
 // 4 far-apart streams of W a task (int8: 1 row as 2, 3 rows as 4)" or, on
 // Intel and AVX2-only CPUs, "float32 / bfloat16 / float16 linears of 1-16
-// input rows as 4 far-apart streams of W a task, tile by tile" (SpreadTiles);
-// empty where each task reads one stream.
+// input rows as 4 far-apart streams of W a task, tile by tile" (SpreadTiles),
+// on AVX2-only CPUs followed by "; int8 linears of 1 input row as 2
+// far-apart streams of W a task"; empty where each task reads one stream.
 std::string DescribeOneRowSpread();
 
 // For tests and benchmarks: 0 runs bfloat16 linears of up to 4 rows through

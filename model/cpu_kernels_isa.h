@@ -208,8 +208,8 @@ bool OneRowStreams();
 // session 35, three rounds), the batch-1 int8 decode step against one
 // stream ran 1.10x / 1.14x / 1.13x with 2, 0.98x / 1.06x / 1.09x with 4 and
 // 0.90x with 8; other AVX2-only CPUs (Zen 2, Intel) unmeasured, taking it as
-// the nearest measured kind. 1 elsewhere until measured there. Where the
-// float weights' is above 1, 2 and 3 input rows of float32 and bfloat16
+// the nearest measured kind. 1 elsewhere until measured there. Where
+// OneRowSpread(false) is above 1, 2 and 3 input rows of float32 and bfloat16
 // (widened) W go the same way (S at most the register
 // block's rows: AVX2 3 at 3 rows of float32, 3 / 2 at 2 / 3 of bfloat16)
 // instead of the row blocks; paired there, the decode step of 2 sequences

@@ -213,26 +213,30 @@ TEST(Int8LinearTest, OneRowAsAStreamOrInBlocksGivesTheSameBits) {
     for (int64_t in : {200, 768}) {
       LinearWeight w = QuantizeInt8(RandomWeights(out, in));
       at::Tensor x = at::randn({5, in});
-      const at::Tensor all = Int8Linear(x, w, at::Tensor());
-      for (int streams : {0, 1}) {
-        SetOneRowStreams(streams);
-        // And each task's rows read as 1, 2, 4 or 8 far-apart streams at
-        // once (SetOneRowSpread; 2-3 input rows too where above 1): 77
-        // outputs leave parts with a remainder.
-        for (int spread : {1, 2, 4, 8}) {
-          SetOneRowSpread(spread);
-          for (int64_t rows = 1; rows <= 3; ++rows) {
-            for (int64_t m = 0; m + rows <= 5; ++m) {
-              EXPECT_TRUE(Int8Linear(x.narrow(0, m, rows), w, at::Tensor())
-                              .equal(all.narrow(0, m, rows)))
-                  << "out " << out << " in " << in << ", rows " << m << ".." << m + rows - 1
-                  << ", streams " << streams << ", spread " << spread;
+      // Without a bias and with one (added after each row's sum).
+      for (const at::Tensor& bias : {at::Tensor(), at::randn({out})}) {
+        const at::Tensor all = Int8Linear(x, w, bias);
+        for (int streams : {0, 1}) {
+          SetOneRowStreams(streams);
+          // And each task's rows read as 1, 2, 4 or 8 far-apart streams at
+          // once (SetOneRowSpread; 2-3 input rows too where above 1): 77
+          // outputs leave parts with a remainder.
+          for (int spread : {1, 2, 4, 8}) {
+            SetOneRowSpread(spread);
+            for (int64_t rows = 1; rows <= 3; ++rows) {
+              for (int64_t m = 0; m + rows <= 5; ++m) {
+                EXPECT_TRUE(Int8Linear(x.narrow(0, m, rows), w, bias)
+                                .equal(all.narrow(0, m, rows)))
+                    << "out " << out << " in " << in << ", rows " << m << ".." << m + rows - 1
+                    << ", streams " << streams << ", spread " << spread << ", bias "
+                    << bias.defined();
+              }
             }
           }
+          SetOneRowSpread(0);
         }
-        SetOneRowSpread(0);
+        SetOneRowStreams(-1);
       }
-      SetOneRowStreams(-1);
     }
   }
   SetInt8OneRowInt16X(-1);
