@@ -191,6 +191,12 @@ const kernels::Bf16DotKernels* ActiveBf16Dot() {
 
 std::atomic<bool> int8_int16_x{true};  // SetInt8Int16Activations
 
+// Whether table k's int8 kernel takes x as int16 (its quantize_x_int16, the
+// AVX2 table's), unless SetInt8Int16Activations(false) asks for float32 x.
+bool TableInt8Int16X(const KernelTable& k) {
+  return k.quantize_x_int16 != nullptr && int8_int16_x.load(std::memory_order_relaxed);
+}
+
 // The one-row int8 kernels with x as int16 (512-bit integer multiply-adds)
 // where the active ISA is AVX-512 and SetInt8OneRowInt16X has turned them on
 // or left the choice to the CPU: on Intel's (IntelCpu). On an Intel Xeon
@@ -347,10 +353,8 @@ std::string DescribeOneRowSpread() {
     const int int8 = kernels::OneRowSpread(true);
     // AVX2's int16-x kernel (Int8Rows), where x goes to it as int16; AVX-512's
     // int8 spreads only where OneRowSpread(false) is above 1 (below).
-    const bool int16_x = kernels::Kernels().quantize_x_int16 != nullptr &&
-                         int8_int16_x.load(std::memory_order_relaxed);
     const std::string int8_spread =
-        int8 > 1 && ActiveIsa() == CpuIsa::kAvx2 && int16_x
+        int8 > 1 && ActiveIsa() == CpuIsa::kAvx2 && TableInt8Int16X(kernels::Kernels())
             ? "int8 linears of 1 input row as " + std::to_string(int8) +
                   " far-apart streams of W a task"
             : "";
@@ -563,7 +567,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
   if (row_int16 != nullptr) {
     quantize = row_int16->quantize;
     fn = row_int16->one_row;
-  } else if (k.quantize_x_int16 != nullptr && int8_int16_x.load(std::memory_order_relaxed)) {
+  } else if (TableInt8Int16X(k)) {
     quantize = k.quantize_x_int16;
     fn = k.int8_rows;
   }
