@@ -910,11 +910,11 @@ void BM_SpreadTilePrefetchPaired(benchmark::State& state) {
 // Args: {dtype, rows, prefill, values}. The far-apart tiles of several row
 // blocks over all of the input at once against parts of `values` input
 // values (SetSpreadTileInputPart): decode steps of `rows` sequences or
-// prefills of `rows` tokens, alternating, with the tiles on whatever the
+// prefills of `rows` tokens, alternating, with the tiles on, whatever the
 // CPU's choice (SetSpreadTiles). Counters: whole_ms, parts_ms,
 // parts_speedup = whole / parts.
 void BM_SpreadTileInputPartPaired(benchmark::State& state) {
-  SetSpreadTiles(1);
+  SetSpreadTiles(1);  // the tiles whatever the CPU's choice (SpreadTiles)
   StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
   RunPaired(
       state,

@@ -248,7 +248,8 @@ void SetSpreadTiles(int mode);
 // tiles (SetSpreadTiles) prefetch each stream of W. Same sums.
 void SetSpreadTilePrefetch(int64_t bytes, int l2);
 // For benchmarks and tests: the parts of the input (values, rounded up to a
-// multiple of 64; 0 all of it at once; -1 the ISA's own) that the far-apart
+// multiple of 64, for every dtype; 0 all of it at once; -1 the ISA's own for
+// float32, whole rows for bfloat16 and float16) that the far-apart
 // tiles of several row blocks sum over one at a time
 // (SpreadTileInputPart, cpu_kernels_isa.h). Same sums.
 void SetSpreadTileInputPart(int64_t values);

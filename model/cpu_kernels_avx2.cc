@@ -70,7 +70,10 @@ struct Ops {
   // 1.03x / 1.05x and 1.04x / - / 0.99x, a 16-token prefill 1.04x / 1.04x
   // (parts of 384-1024 values 1.01-1.06x); in a standalone probe of that
   // projection alone, 1.04-1.18x at 8-16 rows. bfloat16 and float16 (3 rows
-  // 18 KiB) measured 0.96-1.00x in parts of 512-768 and stay whole.
+  // 18 KiB) measured 0.96-1.00x in parts of 512-768 and stay whole. Other
+  // AVX2-only CPUs (Zen 2, Intel's; L1d of 32-48 KiB) take 768 unmeasured.
+  // (The 2 KiB prefetch above for several row blocks was measured before
+  // the parts.)
   static constexpr int64_t kSpreadTileInputPart = 768;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 16.
   static constexpr int kBf16PairMaxRows = 4;
