@@ -67,7 +67,8 @@ struct Ops {
   // (3072 wide) in 4, its tile's 3 rows 9 KiB of L1 a part instead of 36.
   // Paired on a Zen 3 EPYC (session 36, BM_SpreadTileInputPartPaired,
   // against whole rows), decode steps of 8 / 12 / 16 sequences 1.03x /
-  // 1.03x / 1.05x and 1.04x / - / 0.99x, a 16-token prefill 1.04x / 1.04x
+  // 1.03x / 1.05x, 1.04x / - / 0.99x and 1.02x / - / 1.03x, a 16-token
+  // prefill 1.04x / 1.04x / 1.06x
   // (parts of 384-1024 values 1.01-1.06x); in a standalone probe of that
   // projection alone, 1.04-1.18x at 8-16 rows. bfloat16 and float16 (3 rows
   // 18 KiB) measured 0.96-1.00x in parts of 512-768 and stay whole. Other
