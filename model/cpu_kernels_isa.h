@@ -247,17 +247,6 @@ inline constexpr int64_t kSpreadTileRows[2] = {1, 16};
 // only (false unless set). Same sums.
 int64_t SpreadTilePrefetchBytes(int64_t isa_default);
 bool SpreadTilePrefetchToL2();
-// How many input values a part of LinearRowsSpreadTiled's tiles covers where
-// a tile runs several row blocks (more rows than one block, at most 8
-// blocks): for float32 W `isa_default` (Ops::kSpreadTileInputPart; 0 all of
-// the input at once), for bfloat16 and float16 0, unless
-// SetSpreadTileInputPart (cpu_kernels.h) sets another; a multiple of 64.
-// Each part goes through every row block before the next, so that the
-// tile's part of W (S rows of it) stays in the L1 cache from block to block
-// where S whole rows would not (GPT-2-small's 3072-wide MLP projection: 3
-// rows are 36 KiB of float32, more than a 32 KiB L1d). The blocks'
-// accumulators are kept from part to part: the same sums.
-int64_t SpreadTileInputPart(bool float32, int64_t isa_default);
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
 // group (fewer instructions, the same products) rather than once per vector;
 // true unless SetInt8OneRowScalePerGroup (cpu_kernels.h) says otherwise.

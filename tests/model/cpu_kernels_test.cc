@@ -250,7 +250,7 @@ TEST(SmallBatchLinearTest, OneRowInFarApartStreamsChangesNoBits) {
   SetOneRowStreams(1);
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     for (int64_t out : {77, 2304}) {
-      for (int64_t in : {196, 768, 780}) {
+      for (int64_t in : {200, 768}) {
         at::Tensor w = at::randn({out, in}).to(dtype), b = at::randn({out});
         at::Tensor x = at::randn({dtype == at::kFloat ? 9 : 4, in});
         const at::Tensor all = SmallBatchLinear(x, w, b);
@@ -284,15 +284,9 @@ TEST(SmallBatchLinearTest, FarApartTilesChangeNoBits) {
   // products off) at 1-4 rows sums in pairs or a stream without the tiles,
   // so there the tiles' rows are held to the same rows among 8 instead. Outputs 77 and
   // 2304 (tasks whose rows split into the 4 / 3 parts with and without a
-  // remainder), inputs 196, 768 and 780 (with and without a tail on every
-  // ISA), 1-9, 13, 16, 32, 33, 48 and 49 rows (one block of input rows, more
-  // than one, and up to and past the 8 blocks whose accumulators the input's
-  // parts keep: 32 rows on AVX2, 48 on AVX-512), in the ISA's row blocks
-  // and in blocks of 4 and 8 (SetRowBlockRows); each tile over all of the
-  // input at once and in parts of 64 and 192 values (at 196 inputs the last
-  // part is a tail alone), and the ISA's own (SetSpreadTileInputPart:
-  // float32's tiles of several row blocks over 780 inputs on AVX2; the
-  // others forced here for every dtype).
+  // remainder), inputs 200 and 768 (with and without a tail), 1-9, 13 and 16
+  // rows (one block of input rows and more than one), in the ISA's row blocks
+  // and in blocks of 4 and 8 (SetRowBlockRows).
   at::manual_seed(43);
   SetBf16DotProducts(0);
   const bool tiles = kernels::Kernels().spread_tile_streams > 0;  // not generic
@@ -300,7 +294,7 @@ TEST(SmallBatchLinearTest, FarApartTilesChangeNoBits) {
     for (int64_t out : {77, 2304}) {
       for (int64_t in : {200, 768}) {
         const at::Tensor w = at::randn({out, in}).to(dtype), b = at::randn({out});
-        for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 32, 33, 48, 49}) {
+        for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16}) {
           const at::Tensor x = at::randn({rows, in});
           SetSpreadTiles(0);
           at::Tensor expected = SmallBatchLinear(x, w, b);
@@ -309,16 +303,12 @@ TEST(SmallBatchLinearTest, FarApartTilesChangeNoBits) {
             expected = SmallBatchLinear(x8, w, b).narrow(0, 0, rows);
           }
           SetSpreadTiles(1);
-          for (int64_t part : {-1, 0, 64, 192}) {
-            SetSpreadTileInputPart(part);
-            for (int64_t block : {0, 4, 8}) {
-              SetRowBlockRows(block);
-              EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(expected))
-                  << c10::toString(dtype) << " out " << out << " in " << in << ", " << rows
-                  << " rows, blocks of " << block << ", input parts of " << part;
-            }
+          for (int64_t block : {0, 4, 8}) {
+            SetRowBlockRows(block);
+            EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(expected))
+                << c10::toString(dtype) << " out " << out << " in " << in << ", " << rows
+                << " rows, blocks of " << block;
           }
-          SetSpreadTileInputPart(-1);
           SetRowBlockRows(0);
         }
       }
