@@ -907,6 +907,32 @@ void BM_SpreadTilePrefetchPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// Args: {dtype, rows, prefill, values}. The far-apart tiles of several row
+// blocks over all of the input at once against parts of `values` input
+// values (SetSpreadTileInputPart; float32 on AVX2, elsewhere both sides run
+// the same): decode steps of `rows` sequences or prefills of `rows` tokens,
+// alternating, with the tiles on, whatever the CPU's choice
+// (SetSpreadTiles). Counters: whole_ms, parts_ms, parts_speedup = whole /
+// parts.
+void BM_SpreadTileInputPartPaired(benchmark::State& state) {
+  SetSpreadTiles(1);  // the tiles whatever the CPU's choice (SpreadTiles)
+  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
+  RunPaired(
+      state,
+      [&] {
+        SetSpreadTileInputPart(0);
+        work.Run();
+      },
+      [&] {
+        SetSpreadTileInputPart(state.range(3));
+        work.Run();
+      },
+      "whole_ms", "parts_ms", "parts_speedup");
+  SetSpreadTileInputPart(-1);
+  SetSpreadTiles(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // The tiled row blocks (LinearRowsTiled) with each block prefetching all of
 // the next tile's rows of W, as before, and with the blocks sharing them in
 // proportion to their rows (SetTilePrefetchShares).
@@ -1390,6 +1416,13 @@ BENCHMARK(BM_RowsCostPaired)
     ->Args({0, 8})->Args({0, 16})->Args({1, 8})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(3.0)
+    ->UseRealTime();
+BENCHMARK(BM_SpreadTileInputPartPaired)
+    ->ArgNames({"dtype", "rows", "prefill", "values"})
+    ->ArgsProduct({{0}, {8, 12, 16}, {0}, {512, 768, 1024}})
+    ->ArgsProduct({{0}, {16}, {1}, {512, 768, 1024}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
     ->UseRealTime();
 BENCHMARK(BM_SpreadTilePrefetchPaired)
     ->ArgNames({"dtype", "rows", "prefill", "bytes", "l2"})

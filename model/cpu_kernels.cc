@@ -31,6 +31,7 @@ std::atomic<int> int8_row_int16{-1};    // SetInt8OneRowInt16X
 std::atomic<int> spread_tiles{-1};  // SetSpreadTiles
 std::atomic<int64_t> spread_prefetch_bytes{0};  // SetSpreadTilePrefetch
 std::atomic<int> spread_prefetch_l2{-1};        // SetSpreadTilePrefetch
+std::atomic<int64_t> spread_input_part{-1};     // SetSpreadTileInputPart
 
 void SetOverride(std::atomic<int>& flag, int mode) {
   flag.store(mode < 0 ? -1 : (mode > 0 ? 1 : 0), std::memory_order_relaxed);
@@ -66,6 +67,12 @@ bool SpreadTiles(int64_t rows) {
 int64_t SpreadTilePrefetchBytes(int64_t isa_default) {
   const int64_t bytes = spread_prefetch_bytes.load(std::memory_order_relaxed);
   return bytes > 0 ? bytes : isa_default;
+}
+
+int64_t SpreadTileInputPart(int64_t isa_default) {
+  const int64_t values = spread_input_part.load(std::memory_order_relaxed);
+  const int64_t part = values >= 0 ? values : isa_default;
+  return (part + 63) / 64 * 64;
 }
 
 bool SpreadTilePrefetchToL2() {
@@ -414,6 +421,11 @@ void SetSpreadTilePrefetch(int64_t bytes, int l2) {
   kernels::spread_prefetch_bytes.store(std::clamp<int64_t>(bytes, 0, int64_t{1} << 20),
                                        std::memory_order_relaxed);
   kernels::SetOverride(kernels::spread_prefetch_l2, l2);
+}
+
+void SetSpreadTileInputPart(int64_t values) {
+  kernels::spread_input_part.store(values < 0 ? -1 : std::min<int64_t>(values, int64_t{1} << 30),
+                                   std::memory_order_relaxed);
 }
 
 void SetTiledRowBlocks(int mode) {

@@ -247,6 +247,12 @@ void SetSpreadTiles(int mode);
 // where (l2 1: into L2 only, 0: into L1, -1 the default) the far-apart
 // tiles (SetSpreadTiles) prefetch each stream of W. Same sums.
 void SetSpreadTilePrefetch(int64_t bytes, int l2);
+// For benchmarks and tests: the parts of the input (values, rounded up to a
+// multiple of 64; 0 all of it at once; -1 the ISA's own) that the float32
+// far-apart tiles of several row blocks sum over one at a time, where the
+// ISA has such parts (AVX2; SpreadTileInputPart, cpu_kernels_isa.h). Same
+// sums.
+void SetSpreadTileInputPart(int64_t values);
 // For benchmarks: whether the row blocks of a tile share the prefetching
 // of the next tile's weights (1), or each block prefetches all of them (0,
 // the order before); -1 the default (shared, except at the rows whose

@@ -62,6 +62,19 @@ struct Ops {
   // L1 or L2 (0.96-1.01x), and 8 rows at 1-64 KiB (0.95-1.03x).
   static constexpr int64_t kSpreadTilePrefetchBytes = 2048;
   static constexpr int64_t kSpreadTilePrefetchBytesFewRows = 512;
+  // float32 tiles of several row blocks in parts of 768 input values
+  // (LinearRowsSpreadTiledParts, cpu_kernels_body.inc): GPT-2-small's MLP
+  // projection (3072 wide) in 4, its tile's 3 rows 9 KiB of L1 a part
+  // instead of 36. Paired on a Zen 3 EPYC (BM_SpreadTileInputPartPaired,
+  // against whole rows; session 36's three rounds, 8 / 12 / 16 sequences
+  // and a 16-token prefill): 1.03 / 1.03 / 1.05 / 1.04x, 1.04 / - / 0.99 /
+  // 1.04x, 1.02 / - / 1.03 / 1.06x (parts of 384-1024 values 1.01-1.06x);
+  // a standalone probe of that projection alone 1.04-1.18x at 8-16 rows. The
+  // 768-wide linears measured level or slower in parts (0.92-1.02x), so
+  // inputs of 768 or less stay whole; bfloat16 and float16 (3 rows 18 KiB)
+  // measured 0.96-1.00x in parts of 512-768 and have no parts. Other
+  // AVX2-only CPUs (Zen 2, Intel's; L1d of 32-48 KiB) take 768 unmeasured.
+  static constexpr int64_t kSpreadTileInputPart = 768;
   // bfloat16 pairs: R*M accumulators + 2R weight vectors + 2 x vectors <= 16.
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 4, 3, 2, 2};

@@ -69,6 +69,7 @@ struct Ops {
   static constexpr bool kTiledRowBlocks = false;
   static constexpr int64_t kSpreadTilePrefetchBytes = 0;  // no spread tiles here
   static constexpr int64_t kSpreadTilePrefetchBytesFewRows = 0;
+  static constexpr int64_t kSpreadTileInputPart = 0;
   static constexpr int kBf16PairMaxRows = 4;
   static constexpr int kBf16PairRows[5] = {0, 4, 2, 2, 1};
   // No one-row stream kernel for bfloat16; int8 blocks as the float ones.

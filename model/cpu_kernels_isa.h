@@ -247,6 +247,12 @@ inline constexpr int64_t kSpreadTileRows[2] = {1, 16};
 // only (false unless set). Same sums.
 int64_t SpreadTilePrefetchBytes(int64_t isa_default);
 bool SpreadTilePrefetchToL2();
+// How many input values a part of the float32 far-apart tiles of several
+// row blocks covers (LinearRowsSpreadTiledParts, cpu_kernels_body.inc):
+// `isa_default` (Ops::kSpreadTileInputPart; 0 all of the input at once)
+// unless SetSpreadTileInputPart (cpu_kernels.h) sets another; a multiple of
+// 64. Only the ISAs whose default is not 0 have the parts. Same sums.
+int64_t SpreadTileInputPart(int64_t isa_default);
 // Whether the AVX-512 one-row int8 stream broadcasts a row's scale once per
 // group (fewer instructions, the same products) rather than once per vector;
 // true unless SetInt8OneRowScalePerGroup (cpu_kernels.h) says otherwise.

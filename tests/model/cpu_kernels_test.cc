@@ -284,17 +284,23 @@ TEST(SmallBatchLinearTest, FarApartTilesChangeNoBits) {
   // products off) at 1-4 rows sums in pairs or a stream without the tiles,
   // so there the tiles' rows are held to the same rows among 8 instead. Outputs 77 and
   // 2304 (tasks whose rows split into the 4 / 3 parts with and without a
-  // remainder), inputs 200 and 768 (with and without a tail), 1-9, 13 and 16
-  // rows (one block of input rows and more than one), in the ISA's row blocks
-  // and in blocks of 4 and 8 (SetRowBlockRows).
+  // remainder), inputs 196, 768 and 780 (with and without a tail on every
+  // ISA), 1-9, 13, 16, 32 and 33 rows (one block of input rows, more than
+  // one, and up to and past the 8 blocks of 4 whose accumulators the input's
+  // parts keep on AVX2), in the ISA's row blocks and in blocks of 4 and 8
+  // (SetRowBlockRows); float32's tiles of several row blocks on AVX2 over
+  // all of the input at once and in parts of 64 and 192 values (at 196
+  // inputs the last part is a tail alone) and the ISA's own (768, over 780
+  // inputs) (SetSpreadTileInputPart; the other ISAs and dtypes have no
+  // parts and run the same whatever is set).
   at::manual_seed(43);
   SetBf16DotProducts(0);
   const bool tiles = kernels::Kernels().spread_tile_streams > 0;  // not generic
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     for (int64_t out : {77, 2304}) {
-      for (int64_t in : {200, 768}) {
+      for (int64_t in : {196, 768, 780}) {
         const at::Tensor w = at::randn({out, in}).to(dtype), b = at::randn({out});
-        for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16}) {
+        for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 32, 33}) {
           const at::Tensor x = at::randn({rows, in});
           SetSpreadTiles(0);
           at::Tensor expected = SmallBatchLinear(x, w, b);
@@ -303,12 +309,16 @@ TEST(SmallBatchLinearTest, FarApartTilesChangeNoBits) {
             expected = SmallBatchLinear(x8, w, b).narrow(0, 0, rows);
           }
           SetSpreadTiles(1);
-          for (int64_t block : {0, 4, 8}) {
-            SetRowBlockRows(block);
-            EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(expected))
-                << c10::toString(dtype) << " out " << out << " in " << in << ", " << rows
-                << " rows, blocks of " << block;
+          for (int64_t part : {-1, 0, 64, 192}) {
+            SetSpreadTileInputPart(part);
+            for (int64_t block : {0, 4, 8}) {
+              SetRowBlockRows(block);
+              EXPECT_TRUE(SmallBatchLinear(x, w, b).equal(expected))
+                  << c10::toString(dtype) << " out " << out << " in " << in << ", " << rows
+                  << " rows, blocks of " << block << ", input parts of " << part;
+            }
           }
+          SetSpreadTileInputPart(-1);
           SetRowBlockRows(0);
         }
       }
