@@ -69,9 +69,10 @@ struct Ops {
   // against whole rows; session 36's three rounds, 8 / 12 / 16 sequences
   // and a 16-token prefill): 1.03 / 1.03 / 1.05 / 1.04x, 1.04 / - / 0.99 /
   // 1.04x, 1.02 / - / 1.03 / 1.06x (parts of 384-1024 values 1.01-1.06x);
-  // a standalone probe of that projection alone 1.04-1.18x at 8-16 rows. The
-  // 768-wide linears measured level or slower in parts (0.92-1.02x), so
-  // inputs of 768 or less stay whole; bfloat16 and float16 (3 rows 18 KiB)
+  // session 37, this kernel: 1.00 / 1.03 / 1.02 / 1.03x (512 and 1024
+  // values 0.98-1.08x); a standalone probe of that projection alone
+  // 1.04-1.18x at 8-16 rows. The 768-wide linears measured level or slower
+  // in parts (0.92-1.02x), so inputs of 768 or less stay whole; bfloat16 and float16 (3 rows 18 KiB)
   // measured 0.96-1.00x in parts of 512-768 and have no parts. Other
   // AVX2-only CPUs (Zen 2, Intel's; L1d of 32-48 KiB) take 768 unmeasured.
   static constexpr int64_t kSpreadTileInputPart = 768;
