@@ -127,10 +127,13 @@ void BM_Prefill(benchmark::State& state) {
 // (the step rewrites the same position, so the context stays fixed).
 class DecodeSteps {
  public:
+  // cache: the KV cache's dtype (Undefined: CacheDType(dtype), the server's
+  // "auto").
   DecodeSteps(LoadedModel& m, c10::ScalarType dtype, int64_t batch, int64_t context,
-              bool huge_pages = true)
+              bool huge_pages = true, c10::ScalarType cache = c10::ScalarType::Undefined)
       : m_(m) {
-    const c10::ScalarType cache_dtype = CacheDType(dtype);
+    const c10::ScalarType cache_dtype = cache == c10::ScalarType::Undefined ? CacheDType(dtype)
+                                                                            : cache;
     const int64_t per_seq = context + 1;
     cache_ = std::make_unique<KvCache>(*KvCache::Create(m.config,
                              KvCache::BytesPerToken(m.config, cache_dtype) *
@@ -215,6 +218,21 @@ void RunPaired(benchmark::State& state, const A& a, const B& b, const char* a_ms
   state.counters[a_ms] = 1e3 * ta / n;
   state.counters[b_ms] = 1e3 * tb / n;
   state.counters[ratio] = ta / tb;
+}
+
+// Args: {batch, context, cache dtype (1 bf16, 2 fp16)}. float32 weights;
+// decode steps with a float32 KV cache against a 16-bit one (--kv_cache_dtype),
+// alternating step by step. Counters: ms per step of each (f32_cache_ms,
+// half_cache_ms) and half_speedup = float32-cache time / 16-bit-cache time.
+void BM_KvCacheDTypePaired(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  LoadedModel& m = Model(at::kFloat);
+  DecodeSteps f32(m, at::kFloat, batch, context);
+  DecodeSteps half(m, at::kFloat, batch, context, true, DType(state.range(2)));
+  RunPaired(
+      state, [&] { f32.Run(); }, [&] { half.Run(); }, "f32_cache_ms", "half_cache_ms",
+      "half_speedup");
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
 // Args: {dtype, batch, context}. Row blocks against the routing before them
@@ -1553,6 +1571,12 @@ BENCHMARK(BM_PagedAttentionPaired)
     ->ArgsProduct({{1, 2, 8, 32}, {128, 1024}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0)
+    ->UseRealTime();
+BENCHMARK(BM_KvCacheDTypePaired)
+    ->ArgNames({"batch", "context", "cache"})
+    ->ArgsProduct({{1, 8, 32}, {128, 512}, {2}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
     ->UseRealTime();
 BENCHMARK(BM_AttentionDecode)->Arg(128)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 

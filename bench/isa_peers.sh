@@ -158,3 +158,4 @@ for pass in $(seq 1 "$PASSES"); do
     )
   done
 done
+echo "isa_peers: done; results in $OUT (report: bench/isa_report.py $OUT $MODEL)"
