@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -101,10 +102,18 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
       break;
     }
     case v1::Input::kTokens: {
-      ids.assign(input.tokens().ids().begin(), input.tokens().ids().end());
-      if (ids.empty()) {
+      const int64_t n = input.tokens().ids_size();
+      if (n == 0) {
         return Invalid(absl::StrCat(field, ".tokens.ids is empty; give at least one token id"));
       }
+      // Before any copy: a message of ids 1-byte varints would otherwise be
+      // copied several times over (4 bytes each) before the engine's check.
+      const model::ModelConfig* config = limits.config;
+      if (config != nullptr && config->max_positions > 0 && n > config->max_positions) {
+        return Invalid(absl::StrCat(field, ".tokens.ids has ", n, " tokens; model '", config->name,
+                                    "' accepts at most max_positions=", config->max_positions));
+      }
+      ids.assign(input.tokens().ids().begin(), input.tokens().ids().end());
       break;
     }
     case v1::Input::CONTENT_NOT_SET:
@@ -446,7 +455,13 @@ int64_t EstimateAttentionResponseBytes(const AttentionRequest& request,
   const int64_t heads = request.aggregation != HeadAggregation::kNone ? 1
                         : request.heads.empty() ? config.n_heads
                                                 : static_cast<int64_t>(request.heads.size());
-  return layers * heads * q_len * k_len * DTypeBytes(dtype);
+  // The lists' lengths are the caller's (checked for range and repeats only
+  // later): saturate rather than wrap, so a huge product is refused too.
+  int64_t bytes = DTypeBytes(dtype);
+  for (const int64_t factor : {layers, heads, q_len, k_len}) {
+    if (__builtin_mul_overflow(bytes, factor, &bytes)) return std::numeric_limits<int64_t>::max();
+  }
+  return bytes;
 }
 
 absl::Status CheckResponseBytes(int64_t bytes, int64_t limit, absl::string_view what,

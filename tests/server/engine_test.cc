@@ -589,10 +589,16 @@ TEST_F(EngineTest, ErrorsNameTheModelAsItIsServed) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   const ModelDescription& d = (*engine)->description();
   ASSERT_GT(d.config.max_positions, 0);
+  const ModelLimits limits{&d.config, &(*engine)->tokenizer(), &(*engine)->options(), 0};
   v1::GenerateRequest request;
+  // Past max_positions: refused as the ids are converted (before the copy).
   request.mutable_input()->mutable_tokens()->mutable_ids()->Resize(d.config.max_positions + 1, 'a');
-  auto converted = ToGenerateRequest(
-      request, ModelLimits{&d.config, &(*engine)->tokenizer(), &(*engine)->options(), 0});
+  auto refused = ToGenerateRequest(request, limits);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("model 'served-as'"));
+  // A whole context leaves no room to generate: the engine's check.
+  request.mutable_input()->mutable_tokens()->mutable_ids()->RemoveLast();
+  auto converted = ToGenerateRequest(request, limits);
   ASSERT_TRUE(converted.ok()) << converted.status();  // the value check is the engine's
   // Refused at Submit (before anything is queued: the observer is never used).
   absl::StatusOr<RequestId> id = (*engine)->SubmitGenerate(std::move(converted->request), nullptr);

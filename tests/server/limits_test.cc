@@ -2,6 +2,7 @@
 // (server/convert.h): oversized Encode and Attention answers are refused
 // before any work with a message naming the size, the limit and the flag.
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -115,6 +116,39 @@ TEST_F(LimitsTest, AttentionResponseBytes) {
   one_layer = ToAttentionRequest(request, limits_);
   ASSERT_TRUE(one_layer.ok());
   EXPECT_EQ(EstimateAttentionResponseBytes(*one_layer, config_, v1::DTYPE_FLOAT16), 8 * 8 * 2);
+}
+
+// The caller's lists of layers and heads are only checked for range and
+// repeats after the estimate: 2^20 of each over 2^20 positions is 2^82 bytes,
+// which wrapped around int64 (to 0: "fits"); now it saturates and is refused.
+TEST_F(LimitsTest, AttentionResponseEstimateSaturates) {
+  AttentionRequest r;
+  r.kind = AttentionKind::kSelf;
+  r.input.assign(1 << 20, 66);
+  r.layers.assign(1 << 20, 0);
+  r.heads.assign(1 << 20, 0);
+  EXPECT_EQ(EstimateAttentionResponseBytes(r, config_, v1::DTYPE_FLOAT32),
+            std::numeric_limits<int64_t>::max());
+  limits_.max_response_bytes = 64 << 20;
+  EXPECT_EQ(CheckResponseBytes(EstimateAttentionResponseBytes(r, config_, v1::DTYPE_FLOAT32),
+                               limits_.max_response_bytes, "the Attention response", "")
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Token ids past max_positions are refused before they are copied (a message
+// of 1-byte ids would otherwise be held several times over, 4 bytes each).
+TEST_F(LimitsTest, TokenIdsPastMaxPositionsAreRefusedBeforeTheCopy) {
+  v1::EncodeRequest request;
+  v1::Input* input = request.add_inputs();
+  for (int t = 0; t < 513; ++t) input->mutable_tokens()->add_ids(66);
+  absl::Status s = ToEncodeRequest(request, limits_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("inputs[0].tokens.ids has 513 tokens"),
+                    HasSubstr("max_positions=512")));
+  input->mutable_tokens()->mutable_ids()->RemoveLast();
+  EXPECT_TRUE(ToEncodeRequest(request, limits_).ok());
 }
 
 // Found by fuzz/request_fuzzer: stop conditions are scanned on the engine
