@@ -79,6 +79,12 @@ struct GeneratedChunk {
   std::vector<GeneratedToken> prompt_logprobs;
   // Beam search: the hypothesis' score (cumulative logprob / length^penalty).
   std::optional<double> beam_score;
+  // Output the engine held back and hands over all at once when the call
+  // ends: the best n of best_of samples, the final beams. Its bytes were in
+  // the server already; a reader that keeps up receives it in a burst that
+  // may pass the front doors' bound on output not yet sent, so they do not
+  // cut the call for it (service.cc, openai_http.cc).
+  bool held = false;
 };
 
 struct GenerateSummary {

@@ -200,6 +200,7 @@ void EngineImpl::FinishBeam(Request* r, FinishReason reason, absl::Status status
       chunk.finish = h.reason;
       chunk.cumulative_logprob = h.sum;
       chunk.beam_score = h.score;
+      chunk.held = true;
       summary.generated_tokens += static_cast<int32_t>(h.tokens.size());
       if (i == 0) summary.reason = h.reason;
       r->observer->OnChunk(std::move(chunk));

@@ -118,7 +118,9 @@ class GenerateOutput final : public GenerateObserver {
       dikkat::MutexLock lock(&mu_);
       if (cut_) return;
       pending_bytes_ += bytes;
-      if (max_pending_bytes_ <= 0 || pending_bytes_ <= max_pending_bytes_) {
+      // Held output (GeneratedChunk::held) comes in one burst at the end and
+      // is no sign of a slow reader.
+      if (chunk.held || max_pending_bytes_ <= 0 || pending_bytes_ <= max_pending_bytes_) {
         chunks_.push_back(std::move(chunk));
         return;
       }
@@ -388,11 +390,21 @@ class OpenAiHttpServer::Handlers {
   // goes away) and answers one JSON object.
   void Collect(GenerateOutput& output, openai::ChoiceBuilder& builder, httplib::Response& res) {
     bool cancelled = false;
+    bool cut = false;
     while (true) {
       GenerateOutput::Taken taken = output.Take(kPollInterval);
       for (const GeneratedChunk& chunk : taken.chunks) builder.Add(chunk);
+      cut = cut || taken.cut;
       if (taken.summary.has_value()) {
         const GenerateSummary& summary = *taken.summary;
+        // Output was dropped: never a 200 with part of the choices, even
+        // when the generation had already finished.
+        if (cut) {
+          return SetError(res, 503,
+                          "the output outgrew the server's bound on output not yet sent "
+                          "(--max_stream_pending_bytes) and was dropped; retry, or ask for "
+                          "fewer tokens or choices");
+        }
         if (summary.reason == FinishReason::kError) return SetStatusError(res, summary.status);
         if (summary.reason == FinishReason::kCancelled) {
           return SetError(res, 503, "the generation was cancelled (the server is stopping)");

@@ -86,9 +86,11 @@ void SampleGroup::Finish() {
       const int32_t sample = order[rank];
       for (GeneratedChunk& chunk : held_[sample]) {
         chunk.index = rank;
+        chunk.held = true;
         Forward(std::move(chunk));
       }
       GeneratedChunk end;
+      end.held = true;
       end.index = rank;
       end.finish = reasons_[sample];
       end.cumulative_logprob = cumulative_[sample];

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include <chrono>
 #include <functional>
@@ -95,6 +96,48 @@ class CallRecord {
   const absl::Time start_;
 };
 
+// Detokenize's ids, checked before the whole text is built: each in the
+// vocabulary, and the text no larger than `limit` bytes (0: no limit). A
+// message of ids can decode to far more bytes than it holds (up to the
+// longest token's length each), so the text is first decoded in pieces of
+// kDetokenizePiece ids, one at a time, their sizes summed: past the limit
+// the call is refused after at most that much text. A piece boundary can
+// change the text by a few bytes (a UTF-8 character split in two decodes to
+// replacement characters, a first token's leading space): the sum is allowed
+// kPieceBoundaryBytes per piece beyond the limit, and the exact check is
+// CheckFilledResponse's on the built message.
+constexpr int64_t kDetokenizePiece = 4096;
+constexpr int64_t kPieceBoundaryBytes = 16;
+
+absl::Status CheckDetokenizeBytes(const model::Tokenizer& tokenizer,
+                                  const google::protobuf::RepeatedField<int32_t>& wire,
+                                  int64_t vocab, bool skip_special_tokens, int64_t limit) {
+  const int64_t n = wire.size();
+  for (int64_t i = 0; i < n; ++i) {
+    if (wire[i] < 0 || wire[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("ids[", i, "] = ", wire[i],
+                                                     " is not a token id: allowed 0..", vocab - 1,
+                                                     " (vocab_size ", vocab, ")"));
+    }
+  }
+  if (limit <= 0 || n <= kDetokenizePiece) return absl::OkStatus();
+  std::vector<int32_t> piece;
+  int64_t bytes = 0, pieces = 0;
+  for (int64_t i = 0; i < n; i += kDetokenizePiece) {
+    piece.assign(wire.begin() + i, wire.begin() + std::min(n, i + kDetokenizePiece));
+    bytes += static_cast<int64_t>(tokenizer.Decode(piece, skip_special_tokens).size());
+    ++pieces;
+    if (bytes > limit + kPieceBoundaryBytes * pieces) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the Detokenize response would be larger than ", limit, " bytes (the first ",
+          std::min(n, i + kDetokenizePiece), " of ", n,
+          " ids already decode to ~", bytes, "); the server sends at most ", limit,
+          " bytes per message (--max_response_bytes): send the ids in several calls"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // ---- Generate -----------------------------------------------------------------
 
 class GenerateReactor;
@@ -162,8 +205,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       if (slow_reader_) return;  // being cut; the engine stops soon
       const int64_t all = all_pending_->fetch_add(bytes, std::memory_order_relaxed) + bytes;
       pending_bytes_ += bytes;
-      if ((max_stream_pending_ > 0 && pending_bytes_ > max_stream_pending_) ||
-          (max_all_pending_ > 0 && all > max_all_pending_)) {
+      // Held output (GeneratedChunk::held) comes in one burst at the end and
+      // is no sign of a slow reader.
+      if (!chunk.held && ((max_stream_pending_ > 0 && pending_bytes_ > max_stream_pending_) ||
+                          (max_all_pending_ > 0 && all > max_all_pending_))) {
         slow_reader_ = true;
         cut = true;
       } else {
@@ -769,13 +814,15 @@ grpc::ServerUnaryReactor* DikkatService::Detokenize(grpc::CallbackServerContext*
   absl::StatusOr<Engine*> engine = registry_->Find(request->model());
   if (!engine.ok()) return FinishInline(context, record, engine.status());
   const model::Tokenizer& tokenizer = (*engine)->tokenizer();
-  std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
   // Generated ids may come from embedding rows past the tokenizer's
   // vocabulary (padded tables); those decode to nothing rather than fail.
   const int64_t vocab = std::max<int64_t>(tokenizer.vocab_size(),
                                           (*engine)->description().config.vocab_size);
-  absl::Status valid = ValidateTokenIds(ids, "ids", vocab);
-  if (!valid.ok()) return FinishInline(context, record, valid);
+  absl::Status bounded = CheckDetokenizeBytes(tokenizer, request->ids(), vocab,
+                                              request->skip_special_tokens(),
+                                              options_.max_response_bytes);
+  if (!bounded.ok()) return FinishInline(context, record, bounded);
+  const std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
   response->set_text(tokenizer.Decode(ids, request->skip_special_tokens()));
   return FinishInline(context, record,
                       CheckFilledResponse(response, options_.max_response_bytes,

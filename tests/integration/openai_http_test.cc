@@ -911,6 +911,39 @@ TEST_F(OpenAiHttpTest, OpenAiMaxBodyBytesIsTheBodyLimit) {
 // A client that stops reading: its socket buffers fill, the output kept for
 // it passes --max_stream_pending_bytes, and the generation is cancelled
 // while the client is still connected.
+// best_of > n holds every sample's output until the best are known and then
+// hands them over at once: ~15 x 100 tokens with 5 alternatives each, far
+// past a 16 KiB bound on output not yet sent. It used to be cut, and the
+// non-streaming answer was a 200 with the choices missing.
+TEST_F(OpenAiHttpTest, BestOfOutputReleasedAtTheEndIsWhole) {
+  std::unique_ptr<ServerProcess> small = Start({"--max_stream_pending_bytes=16KiB"});
+  ASSERT_NE(small, nullptr);
+  const Json request = {{"prompt", "x"}, {"max_tokens", 100}, {"ignore_eos", true},
+                        {"n", 15},       {"best_of", 16},     {"temperature", 1.0},
+                        {"logprobs", 5}, {"seed", 3}};
+  HttpReply r = Post("/v1/completions", request.dump(), small.get());
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json["choices"].size(), 15u) << r.body.substr(0, 400);
+  for (const Json& choice : r.json["choices"]) {
+    EXPECT_EQ(choice["finish_reason"], "length");
+    EXPECT_EQ(choice["logprobs"]["tokens"].size(), 100u);
+  }
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 16 * 100);
+  Json streamed = request;
+  streamed["stream"] = true;
+  HttpReply s = Post("/v1/completions", streamed.dump(), small.get());
+  ASSERT_EQ(s.status, 200) << s.body.substr(0, 400);
+  bool saw_done = false;
+  std::map<int, std::string> texts;
+  for (const Json& e : Events(s.body, &saw_done)) {
+    ASSERT_FALSE(e.contains("error")) << e.dump();
+    for (const Json& c : e["choices"]) texts[c["index"].get<int>()] += c["text"].get<std::string>();
+  }
+  EXPECT_TRUE(saw_done);
+  ASSERT_EQ(texts.size(), 15u);
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(texts[i], r.json["choices"][i]["text"]) << i;
+}
+
 TEST_F(OpenAiHttpTest, ClientThatDoesNotReadIsCut) {
   std::unique_ptr<ServerProcess> small = Start({"--max_stream_pending_bytes=16KiB"});
   ASSERT_NE(small, nullptr);

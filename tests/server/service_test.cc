@@ -19,6 +19,7 @@
 namespace dikkat::server {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::FakeEngine;
@@ -445,6 +446,55 @@ TEST_F(ServiceTest, ModelInfoTokenizeDetokenize) {
   EXPECT_THAT(bad.error_message(), HasSubstr("ids[3] = -4"));
 }
 
+// Detokenize's text is bounded before it is built: ids that would decode past
+// --max_response_bytes are refused after a piece of the text, not the whole.
+class DetokenizeLimitTest : public ServiceTest {
+ protected:
+  DetokenizeLimitTest() { options_.max_response_bytes = 20000; }
+
+  grpc::Status Detokenize(int32_t id, int count, bool skip, std::string* text) {
+    v1::DetokenizeRequest r;
+    for (int i = 0; i < count; ++i) r.add_ids(id);
+    r.set_skip_special_tokens(skip);
+    v1::DetokenizeResponse response;
+    grpc::ClientContext context;
+    grpc::Status status = stub_->Detokenize(&context, r, &response);
+    *text = response.text();
+    return status;
+  }
+};
+
+TEST_F(DetokenizeLimitTest, TextPastTheLimitIsRefusedBeforeItIsBuilt) {
+  std::string text;
+  // 12000 one-byte tokens (three pieces of 4096 ids): within the limit.
+  ASSERT_TRUE(Detokenize('a', 12000, false, &text).ok());
+  EXPECT_EQ(text, std::string(12000, 'a'));
+  // "<bos>" is 5 bytes: 1,000,000 of them would be 5 MB of text. Refused
+  // after the fifth piece (5 x 4096 x 5 bytes > 20000 + 5 x 16).
+  grpc::Status status = Detokenize(257, 1000000, false, &text);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              AllOf(HasSubstr("the Detokenize response would be larger than 20000 bytes"),
+                    HasSubstr("the first 4096 of 1000000 ids"), HasSubstr("--max_response_bytes")));
+  // The same ids with special tokens skipped decode to nothing: allowed.
+  ASSERT_TRUE(Detokenize(257, 1000000, true, &text).ok());
+  EXPECT_EQ(text, "");
+  // Just past the limit, within the pieces' allowance: the built message is
+  // checked exactly.
+  status = Detokenize('a', 20010, false, &text);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("the Detokenize response would be at least"));
+  // A bad id anywhere is named by its index, before any decoding.
+  v1::DetokenizeRequest bad;
+  for (int i = 0; i < 9000; ++i) bad.add_ids('a');
+  bad.set_ids(8999, -1);
+  v1::DetokenizeResponse response;
+  grpc::ClientContext context;
+  status = stub_->Detokenize(&context, bad, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("ids[8999] = -1"));
+}
+
 TEST_F(ServiceTest, TextIsBoundedBeforeTokenizing) {
   // The fake model has max_positions=32: by default 32 x 32 = 1024 bytes of
   // text per field. Past it, Tokenize and Generate refuse without running
@@ -522,6 +572,32 @@ TEST_F(SlowReaderTest, AStreamThatIsNotReadIsCutAtItsBound) {
   const std::string text = ScrapeUntilContains("code=\"RESOURCE_EXHAUSTED\"");
   EXPECT_THAT(text, HasSubstr("code=\"RESOURCE_EXHAUSTED\""));
   EXPECT_TRUE(lm_->WaitIdle(absl::Seconds(5)));
+  for (int i = 0; i < 500 && service_->pending_bytes() != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(service_->pending_bytes(), 0);
+}
+
+// Output the engine held back to the end (the best of best_of samples, the
+// final beams: GeneratedChunk::held) comes in one burst, here 4 chunks of
+// ~0.4 MB each (8192 tokens with 2 alternatives) against a bound of 256 KiB:
+// a client that reads gets all of it. It used to cut the call (CANCELLED
+// after all the compute was done).
+TEST_F(SlowReaderTest, HeldOutputReleasedAtTheEndIsNotCut) {
+  GeneratedChunk chunk = TextChunk(std::string(8192, 'z'));
+  chunk.held = true;
+  lm_->set_script({std::vector<GeneratedChunk>(4, chunk), absl::ZeroDuration(),
+                   FinishReason::kLength, {}});
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub_->Generate(&context, Prompt("abc"));
+  v1::GenerateResponse message;
+  std::string text;
+  while (reader->Read(&message)) text += message.text();
+  const grpc::Status status = reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_EQ(text.size(), 4u * 8192u);  // (not the text itself: 32 KiB in a failure message)
+  EXPECT_EQ(text.find_first_not_of('z'), std::string::npos);
   for (int i = 0; i < 500 && service_->pending_bytes() != 0; ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }
