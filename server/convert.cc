@@ -106,12 +106,13 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
       if (n == 0) {
         return Invalid(absl::StrCat(field, ".tokens.ids is empty; give at least one token id"));
       }
-      // Before any copy: a message of ids 1-byte varints would otherwise be
-      // copied several times over (4 bytes each) before the engine's check.
+      // Before any copy: a message of 1-byte varint ids would otherwise be
+      // held several times over (4 bytes each) before the engine's check.
       const model::ModelConfig* config = limits.config;
       if (config != nullptr && config->max_positions > 0 && n > config->max_positions) {
-        return Invalid(absl::StrCat(field, ".tokens.ids has ", n, " tokens; model '", config->name,
-                                    "' accepts at most max_positions=", config->max_positions));
+        return Invalid(absl::StrCat(field, ".tokens.ids has ", n, " tokens, more than model '",
+                                    config->name, "' has positions (max_positions=",
+                                    config->max_positions, ")"));
       }
       ids.assign(input.tokens().ids().begin(), input.tokens().ids().end());
       break;
@@ -467,8 +468,11 @@ int64_t EstimateAttentionResponseBytes(const AttentionRequest& request,
 absl::Status CheckResponseBytes(int64_t bytes, int64_t limit, absl::string_view what,
                                 absl::string_view advice) {
   if (limit <= 0 || bytes <= limit) return absl::OkStatus();
-  return Invalid(absl::StrCat(what, " would be at least ", bytes, " bytes; the server sends at most ",
-                              limit, " bytes per message (--max_response_bytes): ", advice));
+  const std::string size = bytes == std::numeric_limits<int64_t>::max()
+                               ? std::string("more than 2^63 bytes")
+                               : absl::StrCat("at least ", bytes, " bytes");
+  return Invalid(absl::StrCat(what, " would be ", size, "; the server sends at most ", limit,
+                              " bytes per message (--max_response_bytes): ", advice));
 }
 
 absl::Status FillAttentionResponse(const AttentionRequest& engine_request,

@@ -67,7 +67,8 @@ absl::Status CheckTextBytes(size_t bytes, absl::string_view field, const ModelLi
 // Text (checked against TextByteLimit, then tokenized, with special tokens
 // unless the request says otherwise;
 // `default_add_special_tokens` applies when add_special_tokens is unset) or
-// token ids (as given: their range and length are the request check's).
+// token ids (as given, but no more than the model's max_positions, checked
+// before they are copied; their range is the request check's).
 // Never returns an empty sequence. `type_ids` (optional) receives the
 // tokenizer's segment ids for text input (empty for token input).
 absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,

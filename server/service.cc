@@ -206,9 +206,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       const int64_t all = all_pending_->fetch_add(bytes, std::memory_order_relaxed) + bytes;
       pending_bytes_ += bytes;
       // Held output (GeneratedChunk::held) comes in one burst at the end and
-      // is no sign of a slow reader.
-      if (!chunk.held && ((max_stream_pending_ > 0 && pending_bytes_ > max_stream_pending_) ||
-                          (max_all_pending_ > 0 && all > max_all_pending_))) {
+      // is no sign of a slow reader: the stream's own bound does not apply
+      // to it, the server's does (a client that asks for it and never reads
+      // must not crowd out the streams that do).
+      if ((!chunk.held && max_stream_pending_ > 0 && pending_bytes_ > max_stream_pending_) ||
+          (max_all_pending_ > 0 && all > max_all_pending_)) {
         slow_reader_ = true;
         cut = true;
       } else {

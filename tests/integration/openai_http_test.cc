@@ -908,9 +908,6 @@ TEST_F(OpenAiHttpTest, OpenAiMaxBodyBytesIsTheBodyLimit) {
   EXPECT_THAT(refused.body, HasSubstr("(16384 bytes)"));
 }
 
-// A client that stops reading: its socket buffers fill, the output kept for
-// it passes --max_stream_pending_bytes, and the generation is cancelled
-// while the client is still connected.
 // best_of > n holds every sample's output until the best are known and then
 // hands them over at once: ~15 x 100 tokens with 5 alternatives each, far
 // past a 16 KiB bound on output not yet sent. It used to be cut, and the
@@ -944,6 +941,9 @@ TEST_F(OpenAiHttpTest, BestOfOutputReleasedAtTheEndIsWhole) {
   for (int i = 0; i < 15; ++i) EXPECT_EQ(texts[i], r.json["choices"][i]["text"]) << i;
 }
 
+// A client that stops reading: its socket buffers fill, the output kept for
+// it passes --max_stream_pending_bytes, and the generation is cancelled
+// while the client is still connected.
 TEST_F(OpenAiHttpTest, ClientThatDoesNotReadIsCut) {
   std::unique_ptr<ServerProcess> small = Start({"--max_stream_pending_bytes=16KiB"});
   ASSERT_NE(small, nullptr);

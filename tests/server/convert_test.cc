@@ -164,9 +164,10 @@ TEST_F(ConvertTest, InvalidInputsNameTheField) {
   ExpectInvalid(InputToIds(Ids({}), "input", false, limits_), {"input.tokens.ids is empty"});
   ExpectInvalid(InputToIds(Text("\xff\xfe"), "input", false, limits_),
                 {"input.text", "UTF-8"});
-  // Token ids out of range and inputs longer than the model's positions are
-  // the request check's (tests/server/request_checks_test.cc); a converted
-  // request has passed it.
+  // Token ids out of range and text inputs longer than the model's positions
+  // are the request check's (tests/server/request_checks_test.cc); a
+  // converted request has passed it. (More token ids than max_positions are
+  // refused here, before the copy: tests/server/limits_test.cc.)
   v1::AttentionRequest attention;
   *attention.mutable_input() = Ids({1, 259});
   ExpectInvalid(Checked(ToAttentionRequest(attention, limits_)), {"input[1] = 259", "0..258"});

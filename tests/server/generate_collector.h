@@ -51,6 +51,7 @@ class GenerateCollector : public GenerateObserver {
       prompt_logprobs_ = std::move(chunk.prompt_logprobs);
     }
     ++chunks_;
+    if (chunk.held) ++held_chunks_;
   }
   void OnFinish(GenerateSummary summary) override {
     dikkat::MutexLock lock(&mu_);
@@ -78,6 +79,11 @@ class GenerateCollector : public GenerateObserver {
     dikkat::MutexLock lock(&mu_);
     return chunks_;
   }
+  // Chunks marked GeneratedChunk::held (released at the end: best_of > n, beams).
+  int held_chunks() {
+    dikkat::MutexLock lock(&mu_);
+    return held_chunks_;
+  }
   GenerateSummary summary() {
     dikkat::MutexLock lock(&mu_);
     return summary_;
@@ -95,6 +101,7 @@ class GenerateCollector : public GenerateObserver {
   std::vector<GeneratedToken> prompt_logprobs_;
   GenerateSummary summary_;
   int chunks_ = 0;
+  int held_chunks_ = 0;
   dikkat::Notification done_;
 };
 

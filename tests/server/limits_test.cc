@@ -130,10 +130,11 @@ TEST_F(LimitsTest, AttentionResponseEstimateSaturates) {
   EXPECT_EQ(EstimateAttentionResponseBytes(r, config_, v1::DTYPE_FLOAT32),
             std::numeric_limits<int64_t>::max());
   limits_.max_response_bytes = 64 << 20;
-  EXPECT_EQ(CheckResponseBytes(EstimateAttentionResponseBytes(r, config_, v1::DTYPE_FLOAT32),
-                               limits_.max_response_bytes, "the Attention response", "")
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  const absl::Status s =
+      CheckResponseBytes(EstimateAttentionResponseBytes(r, config_, v1::DTYPE_FLOAT32),
+                         limits_.max_response_bytes, "the Attention response", "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("would be more than 2^63 bytes"));
 }
 
 // Token ids past max_positions are refused before they are copied (a message
@@ -145,7 +146,7 @@ TEST_F(LimitsTest, TokenIdsPastMaxPositionsAreRefusedBeforeTheCopy) {
   absl::Status s = ToEncodeRequest(request, limits_).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()),
-              AllOf(HasSubstr("inputs[0].tokens.ids has 513 tokens"),
+              AllOf(HasSubstr("inputs[0].tokens.ids has 513 tokens, more than model 'lm'"),
                     HasSubstr("max_positions=512")));
   input->mutable_tokens()->mutable_ids()->RemoveLast();
   EXPECT_TRUE(ToEncodeRequest(request, limits_).ok());

@@ -90,6 +90,7 @@ TEST_F(SamplesTest, EachSampleEqualsTheSingleRunWithItsSeed) {
     EXPECT_EQ(summary.samples, 3);
     EXPECT_EQ(summary.seed, 1234u);
     EXPECT_EQ(summary.generated_tokens, 36);
+    EXPECT_EQ(c->held_chunks(), 0);  // streamed as generated, not held to the end
     const auto samples = c->samples();
     ASSERT_EQ(samples.size(), 3u);
     std::vector<std::vector<int32_t>> distinct;
@@ -148,6 +149,10 @@ TEST_F(SamplesTest, BestOfReturnsTheMostLikelySamplesBestFirst) {
   auto c = Run(*engine, call);
   EXPECT_EQ(c->summary().samples, 4);
   EXPECT_EQ(c->summary().generated_tokens, 32);
+  // Held to the end and released at once: every chunk marked so, for the
+  // front doors' slow-reader bound (GeneratedChunk::held).
+  EXPECT_GT(c->chunks(), 0);
+  EXPECT_EQ(c->held_chunks(), c->chunks());
   const auto samples = c->samples();
   ASSERT_EQ(samples.size(), 2u);
   for (int rank = 0; rank < 2; ++rank) {
@@ -248,6 +253,7 @@ TEST_F(SamplesTest, BeamSearchChecksAndCancellation) {
   ASSERT_EQ(b->samples().size(), 1u);
   EXPECT_EQ(b->samples().at(0).ids.size(), 10u);
   EXPECT_TRUE(b->samples().at(0).finish.has_value());
+  EXPECT_EQ(b->held_chunks(), b->chunks());  // the final beams: released at the end
   ExpectIdle(*engine);
 }
 

@@ -470,7 +470,7 @@ TEST_F(DetokenizeLimitTest, TextPastTheLimitIsRefusedBeforeItIsBuilt) {
   ASSERT_TRUE(Detokenize('a', 12000, false, &text).ok());
   EXPECT_EQ(text, std::string(12000, 'a'));
   // "<bos>" is 5 bytes: 1,000,000 of them would be 5 MB of text. Refused
-  // after the fifth piece (5 x 4096 x 5 bytes > 20000 + 5 x 16).
+  // after the first piece (4096 x 5 bytes > 20000 + 16).
   grpc::Status status = Detokenize(257, 1000000, false, &text);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(),
