@@ -131,7 +131,7 @@ absl::Status CheckDetokenizeBytes(const model::Tokenizer& tokenizer,
       return absl::InvalidArgumentError(absl::StrCat(
           "the Detokenize response would be larger than ", limit, " bytes (the first ",
           std::min(n, i + kDetokenizePiece), " of ", n,
-          " ids already decode to ~", bytes, "); the server sends at most ", limit,
+          " ids already decode to ~", bytes, " bytes); the server sends at most ", limit,
           " bytes per message (--max_response_bytes): send the ids in several calls"));
     }
   }
