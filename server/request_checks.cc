@@ -182,7 +182,7 @@ absl::Status CheckSamples(const GenerateRequest& r, int64_t prompt_len) {
 
 }  // namespace
 
-absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view field,
+absl::Status ValidateTokenIds(absl::Span<const int32_t> ids, absl::string_view field,
                               int64_t vocab_size) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_size) {

@@ -20,13 +20,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "model/io/config.h"
 #include "server/engine.h"
 
 namespace dikkat::server {
 
-// Every id in [0, vocab_size). `field` names the list in errors.
-absl::Status ValidateTokenIds(const std::vector<int32_t>& ids, absl::string_view field,
+// Every id in [0, vocab_size). `field` names the list in errors. A span, so
+// that ids still in a request message are checked without a copy.
+absl::Status ValidateTokenIds(absl::Span<const int32_t> ids, absl::string_view field,
                               int64_t vocab_size);
 
 // `max_new_tokens` asked for explicitly: 1..options.max_new_tokens_cap.

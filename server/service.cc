@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -113,13 +114,7 @@ absl::Status CheckDetokenizeBytes(const model::Tokenizer& tokenizer,
                                   const google::protobuf::RepeatedField<int32_t>& wire,
                                   int64_t vocab, bool skip_special_tokens, int64_t limit) {
   const int64_t n = wire.size();
-  for (int64_t i = 0; i < n; ++i) {
-    if (wire[i] < 0 || wire[i] >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("ids[", i, "] = ", wire[i],
-                                                     " is not a token id: allowed 0..", vocab - 1,
-                                                     " (vocab_size ", vocab, ")"));
-    }
-  }
+  DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(absl::MakeConstSpan(wire.data(), n), "ids", vocab));
   if (limit <= 0 || n <= kDetokenizePiece) return absl::OkStatus();
   std::vector<int32_t> piece;
   int64_t bytes = 0, pieces = 0;
