@@ -56,6 +56,17 @@ const char* FinishReasonName(FinishReason r) {
   return "unknown";
 }
 
+int64_t ChunkBytes(const GeneratedChunk& chunk) {
+  int64_t bytes = static_cast<int64_t>(sizeof(GeneratedChunk) + chunk.text.size());
+  for (const GeneratedToken& t : chunk.tokens) {
+    bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
+  }
+  for (const GeneratedToken& t : chunk.prompt_logprobs) {
+    bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
+  }
+  return bytes;
+}
+
 namespace engine_internal {
 
 using model::Architecture;
@@ -425,7 +436,8 @@ void EngineImpl::Deliver(Request* r, GeneratedChunk chunk) {
     r->prompt_scores_sent = true;
   }
   if (r->group != nullptr) {
-    r->group->OnChunk(r->sample_index, std::move(chunk));
+    // Past the engine's bound on held output the call ends (SampleGroup).
+    if (r->group->OnChunk(r->sample_index, std::move(chunk))) StopSamples(*r->group);
   } else {
     r->observer->OnChunk(std::move(chunk));
   }

@@ -87,6 +87,12 @@ struct GeneratedChunk {
   bool held = false;
 };
 
+// The memory a chunk holds while it waits (an estimate, in bytes): its text,
+// and per token the id, the logprob and the alternatives as structs (the
+// wire message is smaller). The unit of the engine's and the front doors'
+// bounds on output held.
+int64_t ChunkBytes(const GeneratedChunk& chunk);
+
 struct GenerateSummary {
   FinishReason reason = FinishReason::kLength;
   absl::Status status;                  // non-OK only with kError
@@ -239,6 +245,11 @@ struct EngineOptions {
   int32_t max_stop_string_bytes = 256;  // bytes per stop string
   int32_t max_stop_token_ids = 32;      // `stop_token_ids` entries per request
   int64_t max_attention_values = 16ll << 20;  // floats per Attention response
+  // Generate output the engine holds until its call ends (best_of > n: every
+  // sample's chunks until the last sample finishes), all calls together, in
+  // ChunkBytes. The call whose chunk would pass it ends with
+  // RESOURCE_EXHAUSTED and its samples are stopped. 0 = no limit.
+  int64_t max_held_output_bytes = 256ll << 20;
 };
 
 struct EngineStats {
@@ -254,6 +265,7 @@ struct EngineStats {
   int64_t weights_bytes = 0;
   int64_t requests_finished = 0;
   int64_t preemptions = 0;
+  int64_t held_output_bytes = 0;  // EngineOptions::max_held_output_bytes' count
   // Generate requests waiting (queued or preempted), by priority; only
   // priorities with at least one.
   std::map<int32_t, int32_t> waiting_by_priority;

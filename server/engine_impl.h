@@ -210,6 +210,9 @@ class EngineImpl final : public Engine {
   mutable dikkat::Mutex stats_mu_;
   std::map<int32_t, int32_t> waiting_by_priority_ ABSL_GUARDED_BY(stats_mu_);
   std::atomic<int64_t> stat_finished_{0}, stat_preemptions_{0};
+  // Output held by sample groups (best_of > n), shared with each group.
+  const std::shared_ptr<HeldOutputBudget> held_budget_ =
+      std::make_shared<HeldOutputBudget>(options_.max_held_output_bytes);
 };
 
 }  // namespace dikkat::server::engine_internal

@@ -146,7 +146,7 @@ absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
   // Several samples: one request each, sharing the prompt through the prefix
   // cache; sample 0 alone scores the prompt.
   auto group = std::make_shared<SampleGroup>(std::move(observer), request.n, request.best_of,
-                                             request.sampling.seed);
+                                             request.sampling.seed, held_budget_);
   std::vector<std::unique_ptr<Request>> samples;
   for (int32_t i = 0; i < request.best_of; ++i) {
     auto sample = std::make_unique<Request>();
@@ -204,6 +204,7 @@ EngineStats EngineImpl::stats() const {
   s.weights_bytes = description_.weights_bytes;
   s.requests_finished = stat_finished_.load();
   s.preemptions = stat_preemptions_.load();
+  s.held_output_bytes = held_budget_->used.load(std::memory_order_relaxed);
   {
     dikkat::MutexLock lock(&stats_mu_);
     s.waiting_by_priority = waiting_by_priority_;
@@ -293,6 +294,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
     return absl::InvalidArgumentError(
         "max_batch_size, max_batch_tokens, max_queue, kv_block_size, max_new_tokens_cap, "
         "default_max_new_tokens, max_batch_entries and max_attention_values must all be > 0");
+  }
+  if (options.max_held_output_bytes < 0) {
+    return absl::InvalidArgumentError("max_held_output_bytes must be >= 0 (0: no limit)");
   }
   model::LoadOptions load;
   load.dtype = dtype;

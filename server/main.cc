@@ -144,6 +144,10 @@ ABSL_FLAG(ByteSize, max_stream_pending_bytes, ByteSize{4ll << 20},
 ABSL_FLAG(ByteSize, max_pending_output_bytes, ByteSize{256ll << 20},
           "Generate output held for all such streams together; the stream that would pass it "
           "is cut the same way. 0 = no limit.");
+ABSL_FLAG(ByteSize, max_held_output_bytes, ByteSize{256ll << 20},
+          "Generate output a model's engine holds until the call ends (best_of > n: every "
+          "sample's tokens and logprobs until the last sample finishes), all calls together. "
+          "The call that would pass it fails with RESOURCE_EXHAUSTED. 0 = no limit.");
 ABSL_FLAG(int32_t, max_batch_entries, 64, "Most inputs one Encode call may carry.");
 ABSL_FLAG(int64_t, max_attention_values, 16ll << 20,
           "Most attention weights (layers x heads x queries x keys) one Attention call may "
@@ -207,6 +211,7 @@ EngineOptions OptionsFromFlags() {
   o.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
   o.max_batch_entries = absl::GetFlag(FLAGS_max_batch_entries);
   o.max_attention_values = absl::GetFlag(FLAGS_max_attention_values);
+  o.max_held_output_bytes = absl::GetFlag(FLAGS_max_held_output_bytes).bytes;
   return o;
 }
 

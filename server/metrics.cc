@@ -247,6 +247,11 @@ struct Families {
                       .Help("KV cache blocks no request holds, kept for prefix reuse "
                             "(evicted, least recently used first, when blocks run out).")
                       .Register(r)),
+        held_output(prometheus::BuildGauge()
+                        .Name("dikkat_held_output_bytes")
+                        .Help("Generate output the engine holds until the call ends (best_of > "
+                              "n), in bytes; bounded by --max_held_output_bytes.")
+                        .Register(r)),
         prefix_query_tokens(prometheus::BuildCounter()
                                 .Name("dikkat_prefix_cache_query_tokens_total")
                                 .Help("Generate prompt tokens looked up in the prefix cache "
@@ -324,6 +329,7 @@ struct Families {
   Family<Gauge>& kv_used;
   Family<Gauge>& kv_total;
   Family<Gauge>& kv_cached;
+  Family<Gauge>& held_output;
   Family<Counter>& prefix_query_tokens;
   Family<Counter>& prefix_hit_tokens;
   Family<Counter>& preemptions;
@@ -366,6 +372,7 @@ class ModelMetrics final : public EngineListener {
         kv_used_(f.kv_used.Add({{"model", model}})),
         kv_total_(f.kv_total.Add({{"model", model}})),
         kv_cached_(f.kv_cached.Add({{"model", model}})),
+        held_output_(f.held_output.Add({{"model", model}})),
         prefix_query_tokens_(f.prefix_query_tokens.Add({{"model", model}})),
         prefix_hit_tokens_(f.prefix_hit_tokens.Add({{"model", model}})),
         preemptions_(f.preemptions.Add({{"model", model}})),
@@ -473,6 +480,7 @@ class ModelMetrics final : public EngineListener {
     kv_used_.Set(s.kv_blocks_used);
     kv_total_.Set(s.kv_blocks_total);
     kv_cached_.Set(s.kv_blocks_cached);
+    held_output_.Set(static_cast<double>(s.held_output_bytes));
     // Series of priorities seen before stay, at 0, so rate() and alerts see the drop.
     dikkat::MutexLock lock(&priority_mu_);  // scrapes run on several threads
     for (auto& [priority, gauge] : waiting_by_priority_) gauge->Set(0);
@@ -511,6 +519,7 @@ class ModelMetrics final : public EngineListener {
   Gauge& kv_used_;
   Gauge& kv_total_;
   Gauge& kv_cached_;
+  Gauge& held_output_;
   dikkat::Mutex priority_mu_;
   std::map<int32_t, Gauge*> waiting_by_priority_ ABSL_GUARDED_BY(priority_mu_);
   Counter& prefix_query_tokens_;

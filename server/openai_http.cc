@@ -111,9 +111,7 @@ class GenerateOutput final : public GenerateObserver {
   }
 
   void OnChunk(GeneratedChunk chunk) override {
-    const int64_t bytes = static_cast<int64_t>(
-        chunk.text.size() + 16 * (chunk.tokens.size() + chunk.prompt_logprobs.size()) +
-        (chunk.tokens.empty() ? 0 : 16 * chunk.tokens.size() * chunk.tokens[0].top.size()));
+    const int64_t bytes = ChunkBytes(chunk);
     {
       dikkat::MutexLock lock(&mu_);
       if (cut_) return;

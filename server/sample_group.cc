@@ -2,19 +2,35 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/status_util.h"
 
 namespace dikkat::server {
 
 SampleGroup::SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of,
-                         std::optional<uint64_t> seed)
+                         std::optional<uint64_t> seed,
+                         std::shared_ptr<HeldOutputBudget> budget)
     : observer_(std::move(observer)),
       n_(n),
       best_of_(best_of),
       held_(best_of > n ? best_of : 0),
       reasons_(best_of, FinishReason::kLength),
       cumulative_(best_of, 0.0),
-      base_seed_(seed) {}
+      base_seed_(seed),
+      budget_(std::move(budget)) {}
+
+SampleGroup::~SampleGroup() { ReleaseHeld(); }
+
+void SampleGroup::ReleaseHeld() {
+  held_.clear();
+  if (budget_ != nullptr && held_bytes_ != 0) {
+    budget_->used.fetch_sub(held_bytes_, std::memory_order_relaxed);
+  }
+  held_bytes_ = 0;
+}
 
 void SampleGroup::Forward(GeneratedChunk chunk) {
   if (!prompt_logprobs_.empty()) chunk.prompt_logprobs = std::move(prompt_logprobs_);
@@ -22,17 +38,39 @@ void SampleGroup::Forward(GeneratedChunk chunk) {
   observer_->OnChunk(std::move(chunk));
 }
 
-void SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
+bool SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
   chunk.index = index;
   if (!chunk.prompt_logprobs.empty()) {
     prompt_logprobs_ = std::move(chunk.prompt_logprobs);
     chunk.prompt_logprobs.clear();
   }
-  if (best_of_ > n_) {
-    held_[index].push_back(std::move(chunk));
-  } else {
+  if (best_of_ == n_) {
     Forward(std::move(chunk));
+    return false;
   }
+  if (ended_.has_value()) return false;  // nothing held will be sent
+  const int64_t bytes = ChunkBytes(chunk);
+  if (budget_ != nullptr) {
+    const int64_t used = budget_->used.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    if (budget_->limit > 0 && used > budget_->limit) {
+      budget_->used.fetch_sub(bytes, std::memory_order_relaxed);
+      // Alone past the bound, the call would fail again on a retry.
+      const bool alone = held_bytes_ + bytes > budget_->limit;
+      const std::string message = absl::StrCat(
+          "best_of = ", best_of_, " > n = ", n_,
+          " holds every sample's output until the last sample ends, and the output held so ",
+          alone ? "by this call alone" : "for all calls together", " would pass the server's bound of ",
+          budget_->limit, " bytes (--max_held_output_bytes); ",
+          alone ? "ask for fewer samples, tokens or logprobs" : "retry later");
+      error_ = alone ? NeverFitsError(message) : absl::ResourceExhaustedError(message);
+      ended_ = FinishReason::kError;
+      ReleaseHeld();
+      return true;
+    }
+  }
+  held_bytes_ += bytes;
+  held_[index].push_back(std::move(chunk));
+  return false;
 }
 
 bool SampleGroup::OnSampleFinish(int32_t index, const GenerateSummary& summary,
@@ -56,6 +94,10 @@ bool SampleGroup::OnSampleFinish(int32_t index, const GenerateSummary& summary,
   }
   // Sample i used seed + i; a call whose samples never started reports 0.
   summary_.seed = base_seed_.value_or(0);
+  if (!error_.ok()) {  // the budget ended the call (OnChunk)
+    summary_.reason = FinishReason::kError;
+    summary_.status = error_;
+  }
   if (ended_.has_value()) return false;  // the others are being stopped already
   const bool ends_call = summary.reason == FinishReason::kError ||
                          summary.reason == FinishReason::kDeadline ||
@@ -97,7 +139,7 @@ void SampleGroup::Finish() {
       Forward(std::move(end));
     }
   }
-  held_.clear();
+  ReleaseHeld();
   observer_->OnFinish(summary_);
 }
 

@@ -13,26 +13,42 @@
 // A sample that ends in an error, a deadline or a cancellation ends the call
 // so: the engine stops the other samples, and nothing held is sent.
 //
-// Memory: with best_of > n the held chunks are bounded by best_of x
-// max_new_tokens tokens. Thread-safety: none; the engine thread owns it.
+// Memory: with best_of > n the held chunks count against the engine's
+// HeldOutputBudget (EngineOptions::max_held_output_bytes, all calls
+// together); the chunk that would pass it ends its call with
+// RESOURCE_EXHAUSTED, and what the call held is dropped. Thread-safety: none;
+// the engine thread owns it (the budget's count is atomic, for stats()).
 #ifndef DIKKAT_SERVER_SAMPLE_GROUP_H_
 #define DIKKAT_SERVER_SAMPLE_GROUP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <random>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "server/engine.h"
 
 namespace dikkat::server {
 
+// The engine's count of output held by its sample groups, and its bound.
+struct HeldOutputBudget {
+  explicit HeldOutputBudget(int64_t limit_bytes) : limit(limit_bytes) {}
+  const int64_t limit;  // 0: no limit
+  std::atomic<int64_t> used{0};
+};
+
 class SampleGroup {
  public:
   // `seed`: the call's, when it gave one (else drawn at the first admission).
+  // `budget` (may be null: no bound) counts what the group holds.
   SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of,
-              std::optional<uint64_t> seed);
+              std::optional<uint64_t> seed, std::shared_ptr<HeldOutputBudget> budget = nullptr);
+  ~SampleGroup();
+  SampleGroup(const SampleGroup&) = delete;
+  SampleGroup& operator=(const SampleGroup&) = delete;
 
   int32_t n() const { return n_; }
   int32_t best_of() const { return best_of_; }
@@ -47,8 +63,10 @@ class SampleGroup {
     return *base_seed_;
   }
 
-  // A chunk of sample `index` (its `index` field is set here).
-  void OnChunk(int32_t index, GeneratedChunk chunk);
+  // A chunk of sample `index` (its `index` field is set here). Returns true
+  // when the other samples must be stopped: holding it would pass the
+  // budget, and the call now ends with RESOURCE_EXHAUSTED.
+  bool OnChunk(int32_t index, GeneratedChunk chunk);
 
   // Sample `index` finished with `summary` after tokens whose logprobs sum to
   // `cumulative_logprob`. Returns true when the other samples must be
@@ -64,6 +82,8 @@ class SampleGroup {
 
  private:
   void Forward(GeneratedChunk chunk);
+  // Drops what is held and gives its bytes back to the budget.
+  void ReleaseHeld();
 
   std::shared_ptr<GenerateObserver> observer_;
   const int32_t n_;
@@ -78,6 +98,9 @@ class SampleGroup {
   GenerateSummary summary_;
   std::optional<FinishReason> ended_;  // kError / kDeadline / kCancelled of the first such sample
   std::optional<uint64_t> base_seed_;
+  std::shared_ptr<HeldOutputBudget> budget_;
+  int64_t held_bytes_ = 0;  // of held_, counted in budget_
+  absl::Status error_;      // the call's end when the budget refused a chunk
 };
 
 }  // namespace dikkat::server

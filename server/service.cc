@@ -137,19 +137,6 @@ absl::Status CheckDetokenizeBytes(const model::Tokenizer& tokenizer,
 
 class GenerateReactor;
 
-// What a chunk costs while it is held: its text, and per token the id, the
-// log-probability and the alternatives (as structs; the message is smaller).
-int64_t ChunkBytes(const GeneratedChunk& chunk) {
-  int64_t bytes = static_cast<int64_t>(sizeof(GeneratedChunk) + chunk.text.size());
-  for (const GeneratedToken& t : chunk.tokens) {
-    bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
-  }
-  for (const GeneratedToken& t : chunk.prompt_logprobs) {
-    bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
-  }
-  return bytes;
-}
-
 // The engine's handle on one Generate call. The engine may keep its
 // shared_ptr after OnFinish; the reactor it points to stays alive until
 // OnFinish has returned (the engine holds one of the reactor's two owner

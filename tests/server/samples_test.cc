@@ -16,6 +16,7 @@
 
 #include "common/sync.h"
 #include "server/engine.h"
+#include "server/status_util.h"
 #include "tests/server/generate_collector.h"
 
 namespace dikkat::server {
@@ -160,6 +161,66 @@ TEST_F(SamplesTest, BestOfReturnsTheMostLikelySamplesBestFirst) {
     EXPECT_NEAR(samples.at(rank).cumulative, runs[rank].first, 1e-3);
   }
   EXPECT_GE(samples.at(0).cumulative, samples.at(1).cumulative);
+}
+
+// best_of > n holds every sample's output until the last one ends: counted
+// in the engine's budget (stats, metrics) and bounded by it. The call whose
+// chunk would pass it ends with RESOURCE_EXHAUSTED, nothing of it sent, its
+// samples stopped; the count returns to zero and smaller calls go on.
+TEST_F(SamplesTest, HeldOutputIsCountedAndBounded) {
+  EngineOptions options;
+  options.max_held_output_bytes = 64 << 10;
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+
+  // Counted while held: a long call, cancelled once some output is held.
+  GenerateRequest counted = Sampled("hold me", 400, 3);
+  counted.n = 1;
+  counted.best_of = 2;
+  auto held = std::make_shared<GenerateCollector>();
+  absl::StatusOr<RequestId> id = engine->SubmitGenerate(counted, held);
+  ASSERT_TRUE(id.ok()) << id.status();
+  int64_t seen = 0;
+  for (int i = 0; i < 5000 && seen == 0; ++i) {
+    seen = engine->stats().held_output_bytes;
+    if (seen == 0) absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_GT(seen, 0);
+  EXPECT_LE(seen, options.max_held_output_bytes);
+  engine->Cancel(*id);
+  ASSERT_TRUE(held->Wait());
+  EXPECT_EQ(held->chunks(), 0);
+  ExpectIdle(*engine);
+  EXPECT_EQ(engine->stats().held_output_bytes, 0);
+
+  // Past the bound: 4 samples x 400 tokens x (a token and 5 alternatives,
+  // ~100 bytes) need ~160 KB.
+  GenerateRequest big = Sampled("too much to hold", 400, 4);
+  big.n = 1;
+  big.best_of = 4;
+  big.sampling.top_logprobs = 5;
+  auto refused = Run(*engine, big);
+  EXPECT_EQ(refused->summary().reason, FinishReason::kError);
+  EXPECT_EQ(refused->summary().status.code(), absl::StatusCode::kResourceExhausted)
+      << refused->summary().status;
+  EXPECT_NE(refused->summary().status.message().find("--max_held_output_bytes"),
+            std::string::npos)
+      << refused->summary().status;
+  EXPECT_TRUE(NeverFits(refused->summary().status));  // alone past it: no retry hint
+  EXPECT_EQ(refused->chunks(), 0);  // nothing of a refused call is sent
+  EXPECT_LT(refused->summary().generated_tokens, 4 * 400);  // its samples were stopped
+  ExpectIdle(*engine);
+  EXPECT_EQ(engine->stats().held_output_bytes, 0);
+
+  // A call within the bound still runs whole.
+  GenerateRequest small = Sampled("fits", 8, 5);
+  small.n = 1;
+  small.best_of = 3;
+  auto ok = Run(*engine, small);
+  EXPECT_EQ(ok->summary().reason, FinishReason::kLength) << ok->summary().status;
+  ASSERT_EQ(ok->samples().size(), 1u);
+  EXPECT_EQ(ok->samples().at(0).ids.size(), 8u);
+  EXPECT_EQ(engine->stats().held_output_bytes, 0);
 }
 
 TEST_F(SamplesTest, CancellingTheCallStopsEverySample) {
