@@ -135,9 +135,14 @@ for pass in $(seq 1 "$PASSES"); do
         "$BUILD/bench/engine_bench" \
         --benchmark_filter='^BM_(MemoryTriad|Prefill)/' --benchmark_min_time=1 \
         --benchmark_out="$dir/engine.json" --benchmark_out_format=json >/dev/null
-      dikkat_e2e "$isa" float32 "$dir/dikkat_float32" 1 8 32
-      # float32 weights over a float16 KV cache: llama.cpp's default cache.
-      dikkat_e2e "$isa" float32:float16 "$dir/dikkat_float32_kv16" 8 32
+      dikkat_e2e "$isa" float32 "$dir/dikkat_float32" 1
+      # float32 weights over a float16 KV cache (llama.cpp's default cache),
+      # each concurrency right after float32's: run minutes apart, the two
+      # compared the machine's moods more than the cache dtypes (session 39).
+      for c in 8 32; do
+        dikkat_e2e "$isa" float32 "$dir/dikkat_float32" "$c"
+        dikkat_e2e "$isa" float32:float16 "$dir/dikkat_float32_kv16" "$c"
+      done
       dikkat_e2e "$isa" bfloat16 "$dir/dikkat_bfloat16" 1
       dikkat_e2e "$isa" int8 "$dir/dikkat_int8" 1
       if [ "$have_llama" = 1 ] && [ "$isa" != generic ]; then

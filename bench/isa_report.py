@@ -259,6 +259,12 @@ def section(res, model_dir):
         if ttft and itl:
             w(f"- Time to first token of the 16-token prompt {ttft:.1f} ms, one decode step {itl:.1f} ms "
               f"({ttft / itl:.2f}x).")
+        kv = [f"{c} streams {d[f'fp32kv16_c{c}_tokens_per_s'] / d[f'fp32_c{c}_tokens_per_s']:.2f}x"
+              for c in (8, 32)
+              if d.get(f"fp32kv16_c{c}_tokens_per_s") and d.get(f"fp32_c{c}_tokens_per_s")]
+        if kv:
+            w("- float16 KV cache / float32 KV cache, wall clock, each run right after the other: "
+              + ", ".join(kv) + ".")
         w("")
         targets += [(isa,) + t for t in targets_of(isa, d, streamed)]
     per_pass = [{isa: targets_of(isa, pd[isa], streamed) for isa in pd} for pd in load_passes(res)]

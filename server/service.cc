@@ -116,11 +116,11 @@ absl::Status CheckDetokenizeBytes(const model::Tokenizer& tokenizer,
   const int64_t n = wire.size();
   DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(absl::MakeConstSpan(wire.data(), n), "ids", vocab));
   if (limit <= 0 || n <= kDetokenizePiece) return absl::OkStatus();
-  std::vector<int32_t> piece;
+  const absl::Span<const int32_t> ids(wire.data(), n);
   int64_t bytes = 0, pieces = 0;
   for (int64_t i = 0; i < n; i += kDetokenizePiece) {
-    piece.assign(wire.begin() + i, wire.begin() + std::min(n, i + kDetokenizePiece));
-    bytes += static_cast<int64_t>(tokenizer.Decode(piece, skip_special_tokens).size());
+    bytes += static_cast<int64_t>(
+        tokenizer.Decode(ids.subspan(i, kDetokenizePiece), skip_special_tokens).size());
     ++pieces;
     if (bytes > limit + kPieceBoundaryBytes * pieces) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -806,8 +806,9 @@ grpc::ServerUnaryReactor* DikkatService::Detokenize(grpc::CallbackServerContext*
                                               request->skip_special_tokens(),
                                               options_.max_response_bytes);
   if (!bounded.ok()) return FinishInline(context, record, bounded);
-  const std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
-  response->set_text(tokenizer.Decode(ids, request->skip_special_tokens()));
+  response->set_text(tokenizer.Decode(
+      absl::MakeConstSpan(request->ids().data(), request->ids().size()),
+      request->skip_special_tokens()));
   return FinishInline(context, record,
                       CheckFilledResponse(response, options_.max_response_bytes,
                                           "the Detokenize response"));

@@ -90,7 +90,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     return enc;
   }
 
-  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override {
     std::string bytes;
     for (int32_t id : ids) {
       if (id < 0 || id >= vocab_size()) continue;

@@ -41,7 +41,7 @@ class ByteTokenizer final : public Tokenizer {
     return enc;
   }
 
-  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override {
     std::string bytes;
     bytes.reserve(ids.size());
     for (int32_t id : ids) {

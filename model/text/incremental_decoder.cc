@@ -23,8 +23,7 @@ IncrementalDecoder::IncrementalDecoder(const Tokenizer* tokenizer, bool skip_spe
 }
 
 std::string IncrementalDecoder::DecodeRange(size_t begin, size_t end) const {
-  return tokenizer_->Decode(std::vector<int32_t>(ids_.begin() + begin, ids_.begin() + end),
-                            skip_special_);
+  return tokenizer_->Decode(absl::MakeConstSpan(ids_.data() + begin, end - begin), skip_special_);
 }
 
 std::string IncrementalDecoder::TakeDelta(bool flush) {

@@ -103,7 +103,7 @@ class LlamaBpeTokenizer final : public Tokenizer {
   // Runs of ordinary ids decode together; the prefix space is dropped at the
   // start of each run, as SentencePiece does at the start of a text (the
   // SentencePiece tokenizer treats kept specials the same way).
-  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override {
     std::string out;
     bool run_start = true;
     for (int32_t id : ids) {

@@ -137,7 +137,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   // Runs of ordinary ids are decoded together so SentencePiece applies its
   // whitespace rules across them; kept specials are inserted as their piece.
-  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override {
     std::string out;
     std::vector<int> run;
     const auto flush = [&] {

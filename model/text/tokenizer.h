@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace dikkat::model {
 
@@ -54,7 +55,7 @@ class Tokenizer {
   // Ids -> text. Ids out of range are skipped; special tokens are dropped
   // when `skip_special_tokens`. Bytes that do not form valid UTF-8 become
   // U+FFFD.
-  virtual std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const = 0;
+  virtual std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const = 0;
 
   // The vocabulary entry of one id as a readable string (for attention axis
   // labels; byte-level pieces are shown as their text, e.g. "Ġthe" -> " the").

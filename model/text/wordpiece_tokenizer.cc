@@ -106,7 +106,7 @@ class WordPieceTokenizer final : public Tokenizer {
     return enc;
   }
 
-  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override {
     std::string out;
     const std::string& prefix = options_.continuing_subword_prefix;
     for (int32_t id : ids) {

@@ -45,7 +45,7 @@ class ThreadNotingTokenizer final : public model::Tokenizer {
     ++encode_calls_;
     return inner_->Encode(text, add_special_tokens);
   }
-  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override {
     return inner_->Decode(ids, skip_special_tokens);
   }
   std::string TokenText(int32_t id) const override {

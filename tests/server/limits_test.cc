@@ -197,7 +197,7 @@ class CountingTokenizer final : public model::Tokenizer {
     ++encodes_;
     return inner_->Encode(text, add_special);
   }
-  std::string Decode(const std::vector<int32_t>& ids, bool skip) const override {
+  std::string Decode(absl::Span<const int32_t> ids, bool skip) const override {
     return inner_->Decode(ids, skip);
   }
   std::string TokenText(int32_t id) const override { return inner_->TokenText(id); }
