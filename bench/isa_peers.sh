@@ -8,7 +8,8 @@
 #              `dikkat bench` (greedy, 16-token prompt): 1 stream x 128 new
 #              tokens for float32, bfloat16 and int8 (tokens/s, time to first
 #              token, inter-token time); 8 and 32 streams float32 (2 waves of
-#              16-token prompts x 128 new tokens, llama-batched-bench's shape); prefill of
+#              16-token prompts x 128 new tokens, llama-batched-bench's shape), each
+#              followed by the same over a float16 KV cache; prefill of
 #              512 tokens and the memory triad in-process (engine_bench)
 #   llama.cpp  ../shared/tools/llama.cpp (not part of dikkat) on GGUFs of the
 #              same shape (random weights; its make_gguf.py for F32 and F16,

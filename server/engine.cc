@@ -56,17 +56,6 @@ const char* FinishReasonName(FinishReason r) {
   return "unknown";
 }
 
-int64_t ChunkBytes(const GeneratedChunk& chunk) {
-  int64_t bytes = static_cast<int64_t>(sizeof(GeneratedChunk) + chunk.text.size());
-  for (const GeneratedToken& t : chunk.tokens) {
-    bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
-  }
-  for (const GeneratedToken& t : chunk.prompt_logprobs) {
-    bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
-  }
-  return bytes;
-}
-
 namespace engine_internal {
 
 using model::Architecture;

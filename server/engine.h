@@ -91,7 +91,15 @@ struct GeneratedChunk {
 // and per token the id, the logprob and the alternatives as structs (the
 // wire message is smaller). The unit of the engine's and the front doors'
 // bounds on output held.
-int64_t ChunkBytes(const GeneratedChunk& chunk);
+inline int64_t ChunkBytes(const GeneratedChunk& chunk) {
+  int64_t bytes = static_cast<int64_t>(sizeof(GeneratedChunk) + chunk.text.size());
+  for (const std::vector<GeneratedToken>* list : {&chunk.tokens, &chunk.prompt_logprobs}) {
+    for (const GeneratedToken& t : *list) {
+      bytes += static_cast<int64_t>(sizeof(GeneratedToken) + t.top.size() * sizeof(t.top[0]));
+    }
+  }
+  return bytes;
+}
 
 struct GenerateSummary {
   FinishReason reason = FinishReason::kLength;

@@ -164,7 +164,7 @@ class EngineImpl final : public Engine {
   void ScorePrompt(Request* r, int64_t chunk_len, const float* logits, int64_t row, int64_t vocab);
   // Hands a chunk to the request's observer or sample group.
   void Deliver(Request* r, GeneratedChunk chunk);
-  // Stops every other sample of `r`'s group (its call has ended).
+  // Stops every sample of `group` (its call has ended).
   void StopSamples(const SampleGroup& group);
   void FinishGenerate(Request* r, FinishReason reason, absl::Status status = absl::OkStatus());
   void FinishAuxiliary(Request* r, absl::Status status);

@@ -25,7 +25,8 @@ SampleGroup::SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, 
 SampleGroup::~SampleGroup() { ReleaseHeld(); }
 
 void SampleGroup::ReleaseHeld() {
-  held_.clear();
+  for (std::vector<GeneratedChunk>& chunks : held_) chunks.clear();
+  prompt_logprobs_.clear();
   if (budget_ != nullptr && held_bytes_ != 0) {
     budget_->used.fetch_sub(held_bytes_, std::memory_order_relaxed);
   }
@@ -40,27 +41,24 @@ void SampleGroup::Forward(GeneratedChunk chunk) {
 
 bool SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
   chunk.index = index;
-  if (!chunk.prompt_logprobs.empty()) {
-    prompt_logprobs_ = std::move(chunk.prompt_logprobs);
-    chunk.prompt_logprobs.clear();
-  }
-  if (best_of_ == n_) {
-    Forward(std::move(chunk));
-    return false;
-  }
-  if (ended_.has_value()) return false;  // nothing held will be sent
-  const int64_t bytes = ChunkBytes(chunk);
-  if (budget_ != nullptr) {
-    const int64_t used = budget_->used.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    if (budget_->limit > 0 && used > budget_->limit) {
-      budget_->used.fetch_sub(bytes, std::memory_order_relaxed);
+  int64_t bytes = 0;
+  if (best_of_ > n_) {
+    if (ended_.has_value()) return false;  // nothing held will be sent
+    // With the prompt's logprobs (sample 0's first chunk): held as long.
+    bytes = ChunkBytes(chunk);
+    // One writer (the engine thread): checked, then counted, so the count
+    // never passes the limit.
+    if (budget_ != nullptr && budget_->limit > 0 &&
+        budget_->used.load(std::memory_order_relaxed) + bytes > budget_->limit) {
       // Alone past the bound, the call would fail again on a retry.
       const bool alone = held_bytes_ + bytes > budget_->limit;
       const std::string message = absl::StrCat(
           "best_of = ", best_of_, " > n = ", n_,
-          " holds every sample's output until the last sample ends, and the output held so ",
-          alone ? "by this call alone" : "for all calls together", " would pass the server's bound of ",
-          budget_->limit, " bytes (--max_held_output_bytes); ",
+          " holds every sample's output until the last sample ends, and the output held that "
+          "way ",
+          alone ? "by this call alone" : "by all such calls together",
+          " would pass the server's bound of ", budget_->limit,
+          " bytes (--max_held_output_bytes); ",
           alone ? "ask for fewer samples, tokens or logprobs" : "retry later");
       error_ = alone ? NeverFitsError(message) : absl::ResourceExhaustedError(message);
       ended_ = FinishReason::kError;
@@ -68,6 +66,15 @@ bool SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
       return true;
     }
   }
+  if (!chunk.prompt_logprobs.empty()) {
+    prompt_logprobs_ = std::move(chunk.prompt_logprobs);
+    chunk.prompt_logprobs.clear();
+  }
+  if (best_of_ <= n_) {
+    Forward(std::move(chunk));
+    return false;
+  }
+  if (budget_ != nullptr) budget_->used.fetch_add(bytes, std::memory_order_relaxed);
   held_bytes_ += bytes;
   held_[index].push_back(std::move(chunk));
   return false;

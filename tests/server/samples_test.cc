@@ -174,7 +174,9 @@ TEST_F(SamplesTest, HeldOutputIsCountedAndBounded) {
   ASSERT_NE(engine, nullptr);
 
   // Counted while held: a long call, cancelled once some output is held.
-  GenerateRequest counted = Sampled("hold me", 400, 3);
+  // 2 samples x 100 tokens (~170 bytes each as counted) stay under the bound
+  // however late the poll below sees them.
+  GenerateRequest counted = Sampled("hold me", 100, 3);
   counted.n = 1;
   counted.best_of = 2;
   auto held = std::make_shared<GenerateCollector>();
@@ -190,11 +192,12 @@ TEST_F(SamplesTest, HeldOutputIsCountedAndBounded) {
   engine->Cancel(*id);
   ASSERT_TRUE(held->Wait());
   EXPECT_EQ(held->chunks(), 0);
+  EXPECT_EQ(held->summary().reason, FinishReason::kCancelled);  // not the bound
   ExpectIdle(*engine);
   EXPECT_EQ(engine->stats().held_output_bytes, 0);
 
-  // Past the bound: 4 samples x 400 tokens x (a token and 5 alternatives,
-  // ~100 bytes) need ~160 KB.
+  // Past the bound: 4 samples x 400 tokens x (a chunk of a token and 5
+  // alternatives, ~200 bytes as counted) need ~320 KB.
   GenerateRequest big = Sampled("too much to hold", 400, 4);
   big.n = 1;
   big.best_of = 4;
@@ -220,6 +223,49 @@ TEST_F(SamplesTest, HeldOutputIsCountedAndBounded) {
   EXPECT_EQ(ok->summary().reason, FinishReason::kLength) << ok->summary().status;
   ASSERT_EQ(ok->samples().size(), 1u);
   EXPECT_EQ(ok->samples().at(0).ids.size(), 8u);
+  EXPECT_EQ(engine->stats().held_output_bytes, 0);
+}
+
+// Calls that each fit the bound but not together: the one whose chunk would
+// pass it ends with a retryable RESOURCE_EXHAUSTED (a retry hint: not
+// NeverFits), the other runs whole.
+TEST_F(SamplesTest, HeldOutputOfCallsTogetherIsRetryable) {
+  EngineOptions options;
+  // 2 samples x 400 chunks of ~161 bytes (one token, no logprobs): ~129 KB a
+  // call, ~258 KB for two. The bound is passed ~250 steps in, so the two
+  // need only overlap in their last ~150 steps.
+  options.max_held_output_bytes = 160 << 10;
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+  std::vector<std::shared_ptr<GenerateCollector>> calls;
+  for (uint64_t seed : {11, 12}) {
+    GenerateRequest r = Sampled("two at once", 400, seed);
+    r.n = 1;
+    r.best_of = 2;
+    auto c = std::make_shared<GenerateCollector>();
+    ASSERT_TRUE(engine->SubmitGenerate(r, c).ok());
+    calls.push_back(c);
+  }
+  int refused = 0, whole = 0;
+  for (auto& c : calls) {
+    ASSERT_TRUE(c->Wait());
+    const GenerateSummary s = c->summary();
+    if (s.reason == FinishReason::kError) {
+      ++refused;
+      EXPECT_EQ(s.status.code(), absl::StatusCode::kResourceExhausted) << s.status;
+      EXPECT_FALSE(NeverFits(s.status)) << s.status;
+      EXPECT_NE(s.status.message().find("together"), std::string::npos) << s.status;
+      EXPECT_EQ(c->chunks(), 0);
+    } else {
+      ++whole;
+      EXPECT_EQ(s.reason, FinishReason::kLength) << s.status;
+      ASSERT_EQ(c->samples().size(), 1u);
+      EXPECT_EQ(c->samples().at(0).ids.size(), 400u);
+    }
+  }
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(whole, 1);
+  ExpectIdle(*engine);
   EXPECT_EQ(engine->stats().held_output_bytes, 0);
 }
 

@@ -373,7 +373,8 @@ HttpAbuseResult RunHttpAbuse(HttpAbuse abuse, const HttpTarget& t, int variant) 
         result.outcomes.push_back("connect failed");
         break;
       }
-      // ~100 bytes per token and sample (5 alternatives): ~120 KB in all,
+      // ~200 bytes per token and sample as the server counts them (ChunkBytes,
+      // 5 alternatives): ~240 KB in all,
       // past the soak server's --max_stream_pending_bytes (32 KiB) once the
       // socket buffers are full, so the server cancels it.
       c.Send(Post(t, "/v1/completions",
