@@ -233,6 +233,7 @@ def section(res, model_dir):
     w("context 128 (no prefill).")
     w("")
     targets = []
+    passes = load_passes(res)
     for isa in ISAS:
         if isa not in data:
             continue
@@ -264,7 +265,7 @@ def section(res, model_dir):
         kv = []
         for c in (8, 32):
             a, b = f"fp32kv16_c{c}_tokens_per_s", f"fp32_c{c}_tokens_per_s"
-            by_pass = [pd[isa][a] / pd[isa][b] for pd in load_passes(res)
+            by_pass = [pd[isa][a] / pd[isa][b] for pd in passes
                        if isa in pd and pd[isa].get(a) and pd[isa].get(b)]
             if by_pass:
                 kv.append(f"{c} streams {median(by_pass):.2f}x ("
@@ -274,7 +275,7 @@ def section(res, model_dir):
               "back to back, median (by pass): " + ", ".join(kv) + ".")
         w("")
         targets += [(isa,) + t for t in targets_of(isa, d, streamed)]
-    per_pass = [{isa: targets_of(isa, pd[isa], streamed) for isa in pd} for pd in load_passes(res)]
+    per_pass = [{isa: targets_of(isa, pd[isa], streamed) for isa in pd} for pd in passes]
     if targets:
         w("### Targets (issue \"Fast on every CPU\")")
         w("")

@@ -20,6 +20,7 @@
 #include "common/sync.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "server/convert.h"
 #include "server/status_util.h"
 
@@ -111,12 +112,11 @@ constexpr int64_t kDetokenizePiece = 4096;
 constexpr int64_t kPieceBoundaryBytes = 16;
 
 absl::Status CheckDetokenizeBytes(const model::Tokenizer& tokenizer,
-                                  const google::protobuf::RepeatedField<int32_t>& wire,
-                                  int64_t vocab, bool skip_special_tokens, int64_t limit) {
-  const int64_t n = wire.size();
-  DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(absl::MakeConstSpan(wire.data(), n), "ids", vocab));
+                                  absl::Span<const int32_t> ids, int64_t vocab,
+                                  bool skip_special_tokens, int64_t limit) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(ids, "ids", vocab));
   if (limit <= 0 || n <= kDetokenizePiece) return absl::OkStatus();
-  const absl::Span<const int32_t> ids(wire.data(), n);
   int64_t bytes = 0, pieces = 0;
   for (int64_t i = 0; i < n; i += kDetokenizePiece) {
     bytes += static_cast<int64_t>(
@@ -802,13 +802,13 @@ grpc::ServerUnaryReactor* DikkatService::Detokenize(grpc::CallbackServerContext*
   // vocabulary (padded tables); those decode to nothing rather than fail.
   const int64_t vocab = std::max<int64_t>(tokenizer.vocab_size(),
                                           (*engine)->description().config.vocab_size);
-  absl::Status bounded = CheckDetokenizeBytes(tokenizer, request->ids(), vocab,
+  // The request's ids where they are: no copy.
+  const absl::Span<const int32_t> ids(request->ids().data(), request->ids().size());
+  absl::Status bounded = CheckDetokenizeBytes(tokenizer, ids, vocab,
                                               request->skip_special_tokens(),
                                               options_.max_response_bytes);
   if (!bounded.ok()) return FinishInline(context, record, bounded);
-  response->set_text(tokenizer.Decode(
-      absl::MakeConstSpan(request->ids().data(), request->ids().size()),
-      request->skip_special_tokens()));
+  response->set_text(tokenizer.Decode(ids, request->skip_special_tokens()));
   return FinishInline(context, record,
                       CheckFilledResponse(response, options_.max_response_bytes,
                                           "the Detokenize response"));
