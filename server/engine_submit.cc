@@ -64,6 +64,28 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
         "the prompt needs ", needed, " KV blocks but the cache has ",
         cache_->allocator().num_blocks(), "; raise --kv_cache_bytes or shorten the prompt"));
   }
+  const int32_t best_of = r.best_of == 0 ? r.n : r.best_of;
+  if (best_of > r.n && r.beam_width <= 1 && options_.max_held_output_bytes > 0) {
+    // best_of > n holds every sample's output until the last ends
+    // (SampleGroup). A call that must produce more than the bound would run
+    // until it passed it: refused here, before any compute.
+    const bool runs_whole = r.ignore_eos && r.stop_token_ids.empty() && r.stop_strings.empty();
+    const int32_t requested = r.max_new_tokens > 0 ? r.max_new_tokens : options_.default_max_new_tokens;
+    const int64_t new_tokens =
+        runs_whole ? std::min<int64_t>(requested, config_.max_positions - decoder_len) : 0;
+    const int64_t least = LeastHeldOutputBytes(r, best_of, new_tokens, config_.vocab_size);
+    if (least > options_.max_held_output_bytes) {
+      return NeverFitsError(absl::StrCat(
+          "best_of = ", best_of, " > n = ", r.n,
+          " holds every sample's output until the last sample ends, and this call's ",
+          best_of, " x ", new_tokens, " tokens",
+          r.sampling.top_logprobs > 0 ? absl::StrCat(" with ", r.sampling.top_logprobs, " logprobs each")
+                                      : "",
+          r.prompt_logprobs >= 0 ? " and the prompt's logprobs" : "", " need at least ", least,
+          " bytes held, past the server's bound of ", options_.max_held_output_bytes,
+          " bytes (--max_held_output_bytes); ask for fewer samples, tokens or logprobs"));
+    }
+  }
   if (r.beam_width > 1) {
     // Started only when its worst case fits (engine_beams.cc): it must fit in
     // the whole cache.

@@ -10,6 +10,22 @@
 
 namespace dikkat::server {
 
+int64_t LeastHeldOutputBytes(const GenerateRequest& request, int32_t best_of,
+                             int64_t new_tokens, int64_t vocab_size) {
+  const auto entry = [&](int32_t alternatives) {
+    return static_cast<int64_t>(sizeof(GeneratedToken)) +
+           std::min<int64_t>(std::max(alternatives, 0), vocab_size) *
+               static_cast<int64_t>(sizeof(TokenAlternative));
+  };
+  const int64_t per_token =
+      static_cast<int64_t>(sizeof(GeneratedChunk)) + entry(request.sampling.top_logprobs);
+  int64_t bytes = static_cast<int64_t>(best_of) * std::max<int64_t>(new_tokens, 0) * per_token;
+  if (request.prompt_logprobs >= 0 && request.prompt.size() > 1) {
+    bytes += static_cast<int64_t>(request.prompt.size() - 1) * entry(request.prompt_logprobs);
+  }
+  return bytes;
+}
+
 SampleGroup::SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of,
                          std::optional<uint64_t> seed,
                          std::shared_ptr<HeldOutputBudget> budget)

@@ -40,6 +40,17 @@ struct HeldOutputBudget {
   std::atomic<int64_t> used{0};
 };
 
+// The least output a call with best_of > n must hold, in ChunkBytes' bytes:
+// each sample's `new_tokens` tokens (one chunk each, at least the structs of
+// the token and its alternatives, no text), and the prompt's logprobs.
+// `new_tokens` is the number every sample must generate: max_new_tokens when
+// nothing can end it early (ignore_eos, no stop tokens or strings), else 0.
+// `vocab_size` caps the alternatives. A call past the bound by this much
+// cannot finish, whatever it samples: the engine refuses it before any
+// compute.
+int64_t LeastHeldOutputBytes(const GenerateRequest& request, int32_t best_of,
+                             int64_t new_tokens, int64_t vocab_size);
+
 class SampleGroup {
  public:
   // `seed`: the call's, when it gave one (else drawn at the first admission).

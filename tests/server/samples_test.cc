@@ -16,6 +16,7 @@
 
 #include "common/sync.h"
 #include "server/engine.h"
+#include "server/sample_group.h"
 #include "server/status_util.h"
 #include "tests/server/generate_collector.h"
 
@@ -197,11 +198,14 @@ TEST_F(SamplesTest, HeldOutputIsCountedAndBounded) {
   EXPECT_EQ(engine->stats().held_output_bytes, 0);
 
   // Past the bound: 4 samples x 400 tokens x (a chunk of a token and 5
-  // alternatives, ~200 bytes as counted) need ~320 KB.
+  // alternatives, ~200 bytes as counted) need ~320 KB. A stop string (never
+  // met) could end it early, so it is not refused at submission
+  // (LeastHeldOutputIsRefusedBeforeCompute): it runs until it passes.
   GenerateRequest big = Sampled("too much to hold", 400, 4);
   big.n = 1;
   big.best_of = 4;
   big.sampling.top_logprobs = 5;
+  big.stop_strings = {"\x01\x02\x03\x04\x05\x06\x07\x08"};
   auto refused = Run(*engine, big);
   EXPECT_EQ(refused->summary().reason, FinishReason::kError);
   EXPECT_EQ(refused->summary().status.code(), absl::StatusCode::kResourceExhausted)
@@ -267,6 +271,49 @@ TEST_F(SamplesTest, HeldOutputOfCallsTogetherIsRetryable) {
   EXPECT_EQ(whole, 1);
   ExpectIdle(*engine);
   EXPECT_EQ(engine->stats().held_output_bytes, 0);
+}
+
+// A call that must hold more than the bound (nothing can end it early:
+// ignore_eos, no stop tokens or strings) is refused at submission, before
+// any compute, as NeverFits; the same call that could stop early is taken.
+TEST_F(SamplesTest, LeastHeldOutputIsRefusedBeforeCompute) {
+  EngineOptions options;
+  options.max_held_output_bytes = 64 << 10;
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+  // 4 samples x 400 tokens x (a chunk, a token, 5 alternatives) > 64 KiB.
+  GenerateRequest r = Sampled("too much to hold", 400, 4);
+  r.n = 1;
+  r.best_of = 4;
+  r.sampling.top_logprobs = 5;
+  EXPECT_GT(LeastHeldOutputBytes(r, 4, 400, 256), options.max_held_output_bytes);
+  auto c = std::make_shared<GenerateCollector>();
+  absl::Status refused = engine->SubmitGenerate(r, c).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_TRUE(NeverFits(refused)) << refused;
+  EXPECT_NE(refused.message().find("--max_held_output_bytes"), std::string::npos) << refused;
+  EXPECT_EQ(engine->stats().requests_finished, 0);  // nothing ran
+
+  // The bound counts from the tokens every sample must make: a short call,
+  // or one n == best_of (nothing held), is taken.
+  GenerateRequest shorter = r;
+  shorter.max_new_tokens = 8;
+  EXPECT_EQ(Run(*engine, shorter)->summary().reason, FinishReason::kLength);
+  GenerateRequest streamed = r;
+  streamed.n = 4;
+  EXPECT_EQ(Run(*engine, streamed)->summary().reason, FinishReason::kLength);
+  // Nor is a call that could stop early refused here (its held output is
+  // bounded as it runs: HeldOutputIsCountedAndBounded).
+  GenerateRequest may_stop = r;
+  may_stop.ignore_eos = false;
+  EXPECT_EQ(LeastHeldOutputBytes(may_stop, 4, 0, 256), 0);
+  // The prompt's logprobs are held whatever is generated.
+  GenerateRequest scored = r;
+  scored.prompt_logprobs = 2;
+  EXPECT_EQ(LeastHeldOutputBytes(scored, 4, 0, 256),
+            static_cast<int64_t>(r.prompt.size() - 1) *
+                static_cast<int64_t>(sizeof(GeneratedToken) + 2 * sizeof(TokenAlternative)));
+  ExpectIdle(*engine);
 }
 
 TEST_F(SamplesTest, CancellingTheCallStopsEverySample) {
