@@ -18,6 +18,8 @@
 #              for avx2 a copy of its bin/ holding only the haswell CPU
 #              variant; for generic not run (its lowest variant needs AVX)
 #   PyTorch    bench/pytorch_baseline.py with ATEN_CPU_CAPABILITY forced
+#   paired     batch 1 (fp32, bf16, int8) against llama.cpp F32, F16, Q8_0
+#              round by round, the two back to back (PAIRED_ROUNDS, below)
 # Every process of a round gets the same OPENBLAS_CORETYPE (SkylakeX, Haswell,
 # or OpenBLAS's own choice for generic). Rounds interleave: pass 1 runs every
 # ISA, then pass 2... Results: $OUT/pass<N>/<isa>/*.{json,csv,txt}; the report
@@ -124,6 +126,41 @@ dikkat_e2e() {  # isa dtype[:kv_cache_dtype] out_prefix concurrency...
   rm -f "$log"
 }
 
+# Batch 1 beside llama.cpp round by round. This machine kind's memory
+# bandwidth moves by up to 1.5x within minutes (session 41, a Zen 4: 2-thread
+# reads 33-50 GB/s, batch-1 decode 61-95 tokens/s, minutes apart), so rows run
+# minutes apart can compare two moods of the machine rather than two programs.
+# Each round runs llama-bench tg128 (one repetition) and `dikkat bench` (one
+# stream, 2 requests of 128 tokens) back to back, the order alternating round
+# by round; one dikkat server per dtype, idle while llama.cpp runs. The report
+# takes each round's ratio and their median. PAIRED_ROUNDS=0 skips it.
+PAIRED_ROUNDS=${PAIRED_ROUNDS:-4}
+dikkat_paired() {  # isa dtype gguf_type llama_bin out_dir
+  local isa=$1 dtype=$2 q=$3 bin=$4 dir=$5 log server addr k
+  log=$(mktemp)
+  DIKKAT_ISA=$isa "$BUILD/server/dikkat-server" --model="$MODEL" --listen=127.0.0.1:0 \
+    --metrics_listen= --threads="$THREADS" --dtype="$dtype" --kv_cache_bytes=512MiB \
+    > "$log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 600); do grep -q "serving" "$log" && break; sleep 0.1; done
+  addr=$(sed -n 's/^listening on //p' "$log")
+  run_llama() {
+    LD_LIBRARY_PATH=$bin "$bin/llama-bench" -m "$WORK/gpt2-$q.gguf" -t "$THREADS" \
+      -p 0 -n 128 -r 1 -o json > "$dir/paired_llama_${q}_r$k.json" 2>/dev/null || true
+  }
+  run_dikkat() {
+    "$BUILD/client/dikkat" --target="$addr" --timeout=300 bench --concurrency=1 \
+      --requests=2 --max-tokens=128 --temperature=0 --ignore-eos --warmup=1 \
+      --prompt="$PROMPT" > "$dir/paired_dikkat_${dtype}_r$k.txt" || true
+  }
+  for k in $(seq 1 "$PAIRED_ROUNDS"); do
+    if [ $((k % 2)) = 1 ]; then run_llama; run_dikkat; else run_dikkat; run_llama; fi
+  done
+  kill -TERM $server
+  wait $server || true
+  rm -f "$log"
+}
+
 for pass in $(seq 1 "$PASSES"); do
   for isa in "${isas[@]}"; do
     dir=$OUT/pass$pass/$isa
@@ -158,6 +195,11 @@ for pass in $(seq 1 "$PASSES"); do
         grep -m1 -o "CPU : [A-Z_0-9 =|]*" "$dir/llama_f32.log" > "$dir/llama_cpu.txt" || true
         sed -n 's/.*load_backend: loaded CPU backend from //p' "$dir/llama_f32.log" \
           >> "$dir/llama_cpu.txt" || true
+        if [ "$PAIRED_ROUNDS" -gt 0 ]; then
+          for pair in float32:f32 bfloat16:f16 int8:q8_0; do
+            dikkat_paired "$isa" "${pair%%:*}" "${pair#*:}" "$bin" "$dir"
+          done
+        fi
       fi
       ATEN_CPU_CAPABILITY=$(aten_capability "$isa") /usr/bin/python3 bench/pytorch_baseline.py \
         "$MODEL" --threads "$THREADS" > "$dir/pytorch_float32.json"

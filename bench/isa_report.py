@@ -17,6 +17,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import find, load_engine, median, model_params, rate  # noqa: E402
 
 ISAS = ("avx512", "avx2", "generic")
+# Batch 1 paired with llama.cpp round by round: (key, dikkat dtype, GGUF type).
+PAIRED = (("fp32", "float32", "f32"), ("bf16", "bfloat16", "f16"), ("int8", "int8", "q8_0"))
+PAIRED_TARGETS = {"fp32": 1.1, "bf16": 1.3, "int8": 1.2}
 
 
 def grpc_bench(path):
@@ -104,6 +107,19 @@ def load_round(folder):
             itl = r.get(f"{dt}_c{c}_itl_ms")
             if itl:
                 r[f"{dt}_c{c}_gen_tokens_per_s"] = c * 1000.0 / itl
+    # Batch 1 round by round (isa_peers.sh, dikkat_paired): each round's
+    # ratio, and their median for this pass.
+    for dt, name, q in PAIRED:
+        ratios = []
+        for path in sorted(glob.glob(os.path.join(folder, f"paired_dikkat_{name}_r*.txt"))):
+            k = path.rsplit("_r", 1)[1][:-len(".txt")]
+            ours = grpc_bench(path).get("tokens_per_s")
+            theirs = llama_bench(os.path.join(folder, f"paired_llama_{q}_r{k}.json")).get("tg128")
+            if ours and theirs:
+                ratios.append(ours / theirs)
+        if ratios:
+            r[f"paired_{dt}_rounds"] = ratios
+            r[f"paired_{dt}"] = median(ratios)
     pt = os.path.join(folder, "pytorch_float32.json")
     try:
         p = json.load(open(pt))
@@ -135,7 +151,13 @@ def load(res):
         out[isa] = {}
         for k in keys:
             vals = [r[k] for r in rs if k in r]
-            out[isa][k] = vals[0] if isinstance(vals[0], str) else median(vals)
+            if isinstance(vals[0], list):  # per-round ratios: all rounds of all passes
+                out[isa][k] = [v for vs in vals for v in vs]
+            else:
+                out[isa][k] = vals[0] if isinstance(vals[0], str) else median(vals)
+        for dt, _, _ in PAIRED:  # the median of every round, not of the passes' medians
+            if f"paired_{dt}_rounds" in out[isa]:
+                out[isa][f"paired_{dt}"] = median(out[isa][f"paired_{dt}_rounds"])
     return out, len(passes)
 
 
@@ -186,6 +208,12 @@ def targets_of(isa, d, streamed):
     ttft, itl = d.get("fp32_c1_ttft_ms"), d.get("fp32_c1_itl_ms")
     if ttft and itl:
         out.append(("time to first token ≤ 1.5x one decode step", ttft / itl, ttft / itl <= 1.5))
+    for dt, _, q in PAIRED:
+        v = d.get(f"paired_{dt}")
+        if v is not None:
+            t = PAIRED_TARGETS[dt]
+            out.append((f"batch-1 decode {dt}, paired round by round (llama.cpp {q.upper()}): "
+                        f"≥ {t}x llama.cpp", v, v >= t))
     return out
 
 
@@ -273,6 +301,19 @@ def section(res, model_dir):
         if kv:
             w("- float16 KV cache / float32 KV cache, wall clock, each pass's ratio of the two run "
               "back to back, median (by pass): " + ", ".join(kv) + ".")
+        paired = []
+        for dt, _, q in PAIRED:
+            rounds = d.get(f"paired_{dt}_rounds")
+            if rounds:
+                by_pass = [f"{pd[isa][f'paired_{dt}']:.2f}" for pd in passes
+                           if isa in pd and f"paired_{dt}" in pd[isa]]
+                paired.append(f"{dt} / {q.upper()} {median(rounds):.2f}x (of {len(rounds)} rounds, "
+                              f"{min(rounds):.2f}-{max(rounds):.2f}; pass medians "
+                              + " / ".join(by_pass) + ")")
+        if paired:
+            w("- Batch 1 against llama.cpp round by round (llama-bench tg128 and one dikkat stream "
+              "back to back, the order alternating; the median of every round's ratio): "
+              + ", ".join(paired) + ".")
         w("")
         targets += [(isa,) + t for t in targets_of(isa, d, streamed)]
     per_pass = [{isa: targets_of(isa, pd[isa], streamed) for isa in pd} for pd in passes]
