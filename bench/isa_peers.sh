@@ -121,14 +121,15 @@ dikkat_e2e() {  # isa dtype[:kv_cache_dtype] out_prefix concurrency...
       --prompt="$PROMPT" > "${prefix}_c${c}.txt" ||
       echo "isa_peers: dikkat $isa $dtype at $c streams failed (see ${prefix}_c${c}.txt)" >&2
   done
-  kill -TERM $server
+  kill -TERM "$server" 2>/dev/null || true  # a server that died: the pass goes on
   wait $server || true
   rm -f "$log"
 }
 
 # Batch 1 beside llama.cpp round by round. This machine kind's memory
 # bandwidth moves by up to 1.5x within minutes (session 41, a Zen 4: 2-thread
-# reads 33-50 GB/s, batch-1 decode 61-95 tokens/s, minutes apart), so rows run
+# reads 33-50 GB/s; batch-1 decode of dikkat 61-95 tokens/s and of llama.cpp
+# 56-77, minutes apart), so rows run
 # minutes apart can compare two moods of the machine rather than two programs.
 # Each round runs llama-bench tg128 (one repetition) and `dikkat bench` (one
 # stream, 2 requests of 128 tokens) back to back, the order alternating round
@@ -146,17 +147,19 @@ dikkat_paired() {  # isa dtype gguf_type llama_bin out_dir
   addr=$(sed -n 's/^listening on //p' "$log")
   run_llama() {
     LD_LIBRARY_PATH=$bin "$bin/llama-bench" -m "$WORK/gpt2-$q.gguf" -t "$THREADS" \
-      -p 0 -n 128 -r 1 -o json > "$dir/paired_llama_${q}_r$k.json" 2>/dev/null || true
+      -p 0 -n 128 -r 1 -o json > "$dir/paired_llama_${q}_r$k.json" 2>/dev/null ||
+      echo "isa_peers: llama.cpp $isa $q paired round $k failed" >&2
   }
   run_dikkat() {
     "$BUILD/client/dikkat" --target="$addr" --timeout=300 bench --concurrency=1 \
       --requests=2 --max-tokens=128 --temperature=0 --ignore-eos --warmup=1 \
-      --prompt="$PROMPT" > "$dir/paired_dikkat_${dtype}_r$k.txt" || true
+      --prompt="$PROMPT" > "$dir/paired_dikkat_${dtype}_r$k.txt" ||
+      echo "isa_peers: dikkat $isa $dtype paired round $k failed" >&2
   }
   for k in $(seq 1 "$PAIRED_ROUNDS"); do
     if [ $((k % 2)) = 1 ]; then run_llama; run_dikkat; else run_dikkat; run_llama; fi
   done
-  kill -TERM $server
+  kill -TERM "$server" 2>/dev/null || true  # a server that died: the pass goes on
   wait $server || true
   rm -f "$log"
 }

@@ -75,15 +75,23 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
         runs_whole ? std::min<int64_t>(requested, config_.max_positions - decoder_len) : 0;
     const int64_t least = LeastHeldOutputBytes(r, best_of, new_tokens, config_.vocab_size);
     if (least > options_.max_held_output_bytes) {
+      // With no tokens it must make, the prompt's logprobs alone pass it.
+      const std::string what =
+          new_tokens > 0
+              ? absl::StrCat(best_of, " x ", new_tokens, " tokens",
+                             r.sampling.top_logprobs > 0
+                                 ? absl::StrCat(" with ", r.sampling.top_logprobs, " logprobs each")
+                                 : "",
+                             r.prompt_logprobs >= 0 ? " and the prompt's logprobs" : "")
+              : absl::StrCat("prompt logprobs (", r.prompt.size(), " tokens x ",
+                             r.prompt_logprobs + 1, " entries)");
       return NeverFitsError(absl::StrCat(
           "best_of = ", best_of, " > n = ", r.n,
-          " holds every sample's output until the last sample ends, and this call's ",
-          best_of, " x ", new_tokens, " tokens",
-          r.sampling.top_logprobs > 0 ? absl::StrCat(" with ", r.sampling.top_logprobs, " logprobs each")
-                                      : "",
-          r.prompt_logprobs >= 0 ? " and the prompt's logprobs" : "", " need at least ", least,
-          " bytes held, past the server's bound of ", options_.max_held_output_bytes,
-          " bytes (--max_held_output_bytes); ask for fewer samples, tokens or logprobs"));
+          " holds every sample's output until the last sample ends, and this call's ", what,
+          " need at least ", least, " bytes held, past the server's bound of ",
+          options_.max_held_output_bytes, " bytes (--max_held_output_bytes); ",
+          new_tokens > 0 ? "ask for fewer samples, tokens or logprobs"
+                         : "ask for fewer prompt_logprobs or send a shorter prompt"));
     }
   }
   if (r.beam_width > 1) {

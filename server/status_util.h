@@ -40,8 +40,9 @@ void SetRetryAfterMs(absl::Status& status, int64_t ms);
 
 // RESOURCE_EXHAUSTED that no retry on this server can cure: the request can
 // never fit its KV cache (a prompt needing more blocks than the cache has, a
-// beam search whose worst case is larger). gRPC keeps the code (another
-// replica may have a larger cache) but sends no `retry-after-ms`; the
+// beam search whose worst case is larger), or a best_of > n call's output
+// would pass --max_held_output_bytes by itself. gRPC keeps the code (another
+// replica may have a larger bound) but sends no `retry-after-ms`; the
 // OpenAI-compatible port answers 400 instead of 429 (whose clients retry).
 inline constexpr char kNeverFitsPayloadUrl[] = "type.dikkat.dev/never-fits";
 absl::Status NeverFitsError(absl::string_view message);

@@ -7,6 +7,7 @@
 #ifndef DIKKAT_TESTS_SERVER_GENERATE_COLLECTOR_H_
 #define DIKKAT_TESTS_SERVER_GENERATE_COLLECTOR_H_
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@ class GenerateCollector : public GenerateObserver {
  public:
   void OnChunk(GeneratedChunk chunk) override {
     dikkat::MutexLock lock(&mu_);
+    chunk_bytes_ += ChunkBytes(chunk);  // before the prompt logprobs move out
     EXPECT_FALSE(done_.HasBeenNotified()) << "a chunk after OnFinish";
     CollectedSample& s = samples_[chunk.index];
     EXPECT_FALSE(s.finish.has_value()) << "sample " << chunk.index << " has a chunk after its end";
@@ -80,6 +82,11 @@ class GenerateCollector : public GenerateObserver {
     return chunks_;
   }
   // Chunks marked GeneratedChunk::held (released at the end: best_of > n, beams).
+  // The chunks' ChunkBytes, summed (what the engine counts while it holds them).
+  int64_t chunk_bytes() {
+    dikkat::MutexLock lock(&mu_);
+    return chunk_bytes_;
+  }
   int held_chunks() {
     dikkat::MutexLock lock(&mu_);
     return held_chunks_;
@@ -102,6 +109,7 @@ class GenerateCollector : public GenerateObserver {
   GenerateSummary summary_;
   int chunks_ = 0;
   int held_chunks_ = 0;
+  int64_t chunk_bytes_ = 0;
   dikkat::Notification done_;
 };
 

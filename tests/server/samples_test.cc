@@ -302,18 +302,79 @@ TEST_F(SamplesTest, LeastHeldOutputIsRefusedBeforeCompute) {
   GenerateRequest streamed = r;
   streamed.n = 4;
   EXPECT_EQ(Run(*engine, streamed)->summary().reason, FinishReason::kLength);
-  // Nor is a call that could stop early refused here (its held output is
-  // bounded as it runs: HeldOutputIsCountedAndBounded).
+  // Nor is a call that could stop early (at EOS, a stop token or a stop
+  // string) refused here: its held output is bounded as it runs
+  // (HeldOutputIsCountedAndBounded).
   GenerateRequest may_stop = r;
   may_stop.ignore_eos = false;
-  EXPECT_EQ(LeastHeldOutputBytes(may_stop, 4, 0, 256), 0);
-  // The prompt's logprobs are held whatever is generated.
+  GenerateRequest stop_token = r;
+  stop_token.stop_token_ids = {1};
+  GenerateRequest stop_string = r;
+  stop_string.stop_strings = {"\x01\x02\x03\x04\x05\x06\x07\x08"};
+  for (const GenerateRequest& taken : {may_stop, stop_token, stop_string}) {
+    auto c = std::make_shared<GenerateCollector>();
+    absl::StatusOr<RequestId> id = engine->SubmitGenerate(taken, c);
+    ASSERT_TRUE(id.ok()) << id.status();
+    engine->Cancel(*id);
+    ASSERT_TRUE(c->Wait());
+  }
+  // The tokens counted are those the context leaves: a call asking for more
+  // than fit after its prompt is bounded by what it can make. Here the
+  // capped call fits with a margin, the uncapped one would not.
+  GenerateRequest one = r;
+  one.sampling.top_logprobs = 0;
+  const int64_t per_token = LeastHeldOutputBytes(one, 1, 1, 259);
+  const int64_t fits = options.max_held_output_bytes / (2 * per_token) - 16;
+  GenerateRequest capped = Sampled(std::string(512 - fits, 'a'), 400, 6);
+  capped.n = 1;
+  capped.best_of = 2;
+  ASSERT_LT(fits, 400);
+  EXPECT_GT(LeastHeldOutputBytes(capped, 2, 400, 259), options.max_held_output_bytes);
+  {
+    auto c = std::make_shared<GenerateCollector>();
+    absl::StatusOr<RequestId> id = engine->SubmitGenerate(capped, c);
+    ASSERT_TRUE(id.ok()) << id.status();
+    engine->Cancel(*id);
+    ASSERT_TRUE(c->Wait());
+  }
+  // The prompt's logprobs are held whatever is generated: alone past the
+  // bound, the call is refused too, and says what to shorten.
   GenerateRequest scored = r;
+  scored.ignore_eos = false;
   scored.prompt_logprobs = 2;
-  EXPECT_EQ(LeastHeldOutputBytes(scored, 4, 0, 256),
+  EXPECT_EQ(LeastHeldOutputBytes(scored, 4, 0, 259),
             static_cast<int64_t>(r.prompt.size() - 1) *
                 static_cast<int64_t>(sizeof(GeneratedToken) + 2 * sizeof(TokenAlternative)));
+  scored.prompt.assign(400, 'b');
+  scored.prompt_logprobs = 20;
+  ASSERT_GT(LeastHeldOutputBytes(scored, 4, 0, 259), options.max_held_output_bytes);
+  absl::Status too_many = engine->SubmitGenerate(scored, std::make_shared<GenerateCollector>()).status();
+  EXPECT_TRUE(NeverFits(too_many)) << too_many;
+  EXPECT_NE(too_many.message().find("prompt_logprobs"), std::string::npos) << too_many;
   ExpectIdle(*engine);
+}
+
+// LeastHeldOutputBytes is a lower bound of what the engine counts: the same
+// call streamed (n == best_of, nothing held) delivers at least that many
+// bytes of chunks, as ChunkBytes counts them.
+TEST_F(SamplesTest, LeastHeldOutputIsALowerBound) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest r = Sampled("count what you hold", 40, 8);
+  r.n = 3;
+  r.best_of = 3;
+  r.sampling.top_logprobs = 4;
+  r.prompt_logprobs = 3;
+  auto c = Run(*engine, r);
+  EXPECT_EQ(c->summary().reason, FinishReason::kLength) << c->summary().status;
+  const int64_t least = LeastHeldOutputBytes(r, 3, 40, 259);
+  EXPECT_GT(least, 0);
+  EXPECT_GE(c->chunk_bytes(), least);
+  // Tight: beyond the bound, only the text and the samples' end chunks.
+  int64_t text = 0;
+  for (const auto& [index, sample] : c->samples()) text += static_cast<int64_t>(sample.text.size());
+  EXPECT_LE(c->chunk_bytes(),
+            least + text + 3 * static_cast<int64_t>(sizeof(GeneratedChunk)));
 }
 
 TEST_F(SamplesTest, CancellingTheCallStopsEverySample) {
