@@ -242,12 +242,7 @@ absl::Status EngineImpl::Admit(Request* r) {
     stat_prefix_query_tokens_.fetch_add(r->prompt_len);
     if (listener_ != nullptr) listener_->OnPrefixLookup(r->prompt_len, r->num_matched);
     r->sampler->ObserveAll(r->tokens);
-    const int32_t requested =
-        r->gen.max_new_tokens > 0 ? r->gen.max_new_tokens : options_.default_max_new_tokens;
-    r->max_new =
-        r->gen.prompt_only
-            ? 0
-            : static_cast<int32_t>(std::min<int64_t>(requested, config_.max_positions - r->prompt_len));
+    r->max_new = r->gen.prompt_only ? 0 : MaxNewTokens(r->gen, r->prompt_len);
   }
   if (config_.architecture == Architecture::kEncoderDecoder && r->cross == nullptr) {
     try {

@@ -32,10 +32,7 @@ using model::Architecture;
 bool EngineImpl::StartBeam(Request* r) {
   model::KvBlockAllocator& allocator = cache_->allocator();
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
-  const int32_t requested =
-      r->gen.max_new_tokens > 0 ? r->gen.max_new_tokens : options_.default_max_new_tokens;
-  const int32_t max_new =
-      static_cast<int32_t>(std::min<int64_t>(requested, config_.max_positions - prompt));
+  const int32_t max_new = MaxNewTokens(r->gen, prompt);
   const int64_t worst = static_cast<int64_t>(r->gen.beam_width) * allocator.BlocksFor(prompt + max_new);
   if (worst > allocator.num_available()) return false;  // waits
   r->scheduled_at = absl::Now();

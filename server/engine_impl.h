@@ -11,6 +11,7 @@
 #ifndef DIKKAT_SERVER_ENGINE_IMPL_H_
 #define DIKKAT_SERVER_ENGINE_IMPL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -132,6 +133,15 @@ class EngineImpl final : public Engine {
   absl::StatusOr<RequestId> Enqueue(std::unique_ptr<Request> request);
   absl::StatusOr<RequestId> EnqueueAll(std::vector<std::unique_ptr<Request>> requests);
   absl::Status ValidateGenerate(const GenerateRequest& request) const;
+  // The tokens `request` generates at most after a decoder input of
+  // `decoder_len` tokens: its max_new_tokens (0: the default), capped by
+  // what the context leaves (the same number at submission, admission and
+  // a beam search's start).
+  int32_t MaxNewTokens(const GenerateRequest& request, int64_t decoder_len) const {
+    const int32_t requested =
+        request.max_new_tokens > 0 ? request.max_new_tokens : options_.default_max_new_tokens;
+    return static_cast<int32_t>(std::min<int64_t>(requested, config_.max_positions - decoder_len));
+  }
 
   // ---- engine thread: engine.cc ----
   void Loop();

@@ -70,9 +70,7 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
     // (SampleGroup). A call that must produce more than the bound would run
     // until it passed it: refused here, before any compute.
     const bool runs_whole = r.ignore_eos && r.stop_token_ids.empty() && r.stop_strings.empty();
-    const int32_t requested = r.max_new_tokens > 0 ? r.max_new_tokens : options_.default_max_new_tokens;
-    const int64_t new_tokens =
-        runs_whole ? std::min<int64_t>(requested, config_.max_positions - decoder_len) : 0;
+    const int64_t new_tokens = runs_whole ? MaxNewTokens(r, decoder_len) : 0;
     const int64_t least = LeastHeldOutputBytes(r, best_of, new_tokens, config_.vocab_size);
     if (least > options_.max_held_output_bytes) {
       // With no tokens it must make, the prompt's logprobs alone pass it.
@@ -97,8 +95,7 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
   if (r.beam_width > 1) {
     // Started only when its worst case fits (engine_beams.cc): it must fit in
     // the whole cache.
-    const int32_t requested = r.max_new_tokens > 0 ? r.max_new_tokens : options_.default_max_new_tokens;
-    const int64_t length = std::min<int64_t>(decoder_len + requested, config_.max_positions);
+    const int64_t length = decoder_len + MaxNewTokens(r, decoder_len);
     const int64_t worst = static_cast<int64_t>(r.beam_width) * cache_->allocator().BlocksFor(length);
     if (worst > cache_->allocator().num_blocks()) {
       return NeverFitsError(absl::StrCat(
