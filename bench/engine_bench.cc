@@ -530,6 +530,63 @@ void BM_Int8OneRowInt16XPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())) + (int16 ? "" : " (not AVX-512: same code)"));
 }
 
+// Args: {work, base}. One-row int8 linears through the AVX512_VNNI form of
+// the int16-x kernel (SetInt8OneRowVnni(1)) against `base`: 0 the float32-x
+// stream (SetInt8OneRowInt16X(0), Zen 4's kernel before it), 1 the int16-x
+// kernel's 512-bit multiply-adds (SetInt8OneRowVnni(0)); on `work` as
+// BM_Int8OneRowInt16XPaired's (0 the batch-1 decode step, 1 GPT-2 small's 48
+// linears), alternating (RunPaired). Counters: ms of each and the speedup
+// base / VNNI. The label says where the CPU has no AVX512_VNNI (the same
+// code both sides).
+void BM_Int8OneRowVnniPaired(benchmark::State& state) {
+  std::unique_ptr<DecodeSteps> steps;
+  std::vector<LinearWeight> weights;
+  std::vector<at::Tensor> biases;
+  at::manual_seed(1);
+  if (state.range(0) == 0) {
+    steps = std::make_unique<DecodeSteps>(Model(at::kChar), at::kChar, 1, 128);
+  } else {
+    const int64_t shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+    for (int layer = 0; layer < 12; ++layer) {
+      for (const auto& s : shapes) {
+        weights.push_back(QuantizeInt8(at::randn({s[1], s[0]}) * 0.02));
+        biases.push_back(at::randn({s[1]}) * 0.02);
+      }
+    }
+  }
+  const at::Tensor x768 = at::randn({1, 768}), x3072 = at::randn({1, 3072});
+  const auto run = [&] {
+    if (steps != nullptr) return steps->Run();
+    for (size_t j = 0; j < weights.size(); ++j) {
+      const at::Tensor& x = weights[j].in_features() == 768 ? x768 : x3072;
+      benchmark::DoNotOptimize(Int8Linear(x, weights[j], biases[j]).data_ptr());
+    }
+  };
+  const bool float_base = state.range(1) == 0;
+  SetInt8OneRowInt16X(1);
+  SetInt8OneRowVnni(1);
+  const bool vnni = Int8OneRowVnniActive();
+  RunPaired(
+      state,
+      [&] {
+        if (float_base) {
+          SetInt8OneRowInt16X(0);
+        } else {
+          SetInt8OneRowVnni(0);
+        }
+        run();
+      },
+      [&] {
+        SetInt8OneRowInt16X(1);
+        SetInt8OneRowVnni(1);
+        run();
+      },
+      float_base ? "float_x_ms" : "madd_ms", "vnni_ms", "vnni_speedup");
+  SetInt8OneRowInt16X(-1);
+  SetInt8OneRowVnni(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())) + (vnni ? "" : " (no AVX512_VNNI: same code)"));
+}
+
 // Args: {rows, threads}. GeluTanh (layers.h: x * sigmoid(2u) in five
 // vectorized operators) against LibTorch's at::gelu(x, "tanh") on [rows,
 // 3072] (GPT-2 small's feed-forward width) with LibTorch on that many
@@ -1549,6 +1606,12 @@ BENCHMARK(BM_Int8OneRowInt16XPaired)
     ->ArgNames({"work"})
     ->Arg(0)
     ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(3.0)
+    ->UseRealTime();
+BENCHMARK(BM_Int8OneRowVnniPaired)
+    ->ArgNames({"work", "base"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(3.0)
     ->UseRealTime();

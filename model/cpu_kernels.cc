@@ -28,6 +28,7 @@ std::atomic<int> tile_prefetch_shares{-1};  // SetTilePrefetchShares
 std::atomic<int> prefetch_to_l2{-1};        // SetPrefetchToL2
 std::atomic<int> bf16_dot{-1};          // SetBf16DotProducts
 std::atomic<int> int8_row_int16{-1};    // SetInt8OneRowInt16X
+std::atomic<int> int8_row_vnni{-1};     // SetInt8OneRowVnni
 std::atomic<int> spread_tiles{-1};  // SetSpreadTiles
 std::atomic<int64_t> spread_prefetch_bytes{0};  // SetSpreadTilePrefetch
 std::atomic<int> spread_prefetch_l2{-1};        // SetSpreadTilePrefetch
@@ -204,21 +205,35 @@ bool TableInt8Int16X(const KernelTable& k) {
   return k.quantize_x_int16 != nullptr && int8_int16_x.load(std::memory_order_relaxed);
 }
 
-// The one-row int8 kernels with x as int16 (512-bit integer multiply-adds)
-// where the active ISA is AVX-512 and SetInt8OneRowInt16X has turned them on
-// or left the choice to the CPU: on Intel's (IntelCpu). On an Intel Xeon
-// (Sapphire / Granite Rapids class) they ran the 48 GPT-2-small linears
-// 1.28-1.32x and the batch-1 int8 decode step 1.14-1.15x faster than the
-// float32-x blocks (BM_Int8OneRowInt16XPaired, session 28; other Intel
-// AVX-512 CPUs, Skylake-SP and Ice Lake, not measured). AMD's CPUs keep
-// the float32-x kernels until measured there: Zen 4 runs one row as a stream
-// (OneRowStreams) with 512-bit operations in halves; Zen 5 was not measured.
+// The one-row int8 kernels with x as int16 where the active ISA is AVX-512
+// and SetInt8OneRowInt16X has turned them on or left the choice to the CPU:
+//   - on Intel's (IntelCpu), the 512-bit multiply-adds. On an Intel Xeon
+//     (Sapphire / Granite Rapids class) they ran the 48 GPT-2-small linears
+//     1.28-1.32x and the batch-1 int8 decode step 1.14-1.15x faster than the
+//     float32-x blocks (BM_Int8OneRowInt16XPaired, session 28; other Intel
+//     AVX-512 CPUs, Skylake-SP and Ice Lake, not measured; nor the VNNI form
+//     there);
+//   - on CPUs that run 512-bit operations in halves (Zen 4) with
+//     AVX512_VNNI, the VNNI form (SetInt8OneRowVnni), in 4 far-apart streams
+//     with prefetches into L2. On a Zen 4 EPYC (session 42,
+//     BM_Int8OneRowVnniPaired against the float32-x stream, Int8Spread, which
+//     had been 1.5x faster there than the multiply-adds): the batch-1 int8
+//     decode step 1.03x / 1.06x, the 48 linears 1.08x / 1.21x; the
+//     multiply-adds took 1.54-1.83x its time. In 2 streams with prefetches
+//     into L1 it had been level with the float32-x stream (0.98-1.01x): both
+//     at the memory's speed there, the VNNI form with a third of the
+//     instructions. Zen 5 was not measured.
 // Not where SetInt8Int16Activations(false) asks for float32 x.
 const kernels::Int8RowInt16Kernels* ActiveInt8OneRowInt16X() {
-  const bool wanted = kernels::OverrideOr(kernels::int8_row_int16, IntelCpu()) &&
+  const kernels::Int8RowInt16Kernels* vnni = kernels::Avx512VnniInt8RowKernels();
+  const bool zen4_vnni = Avx512InHalves() && vnni != nullptr;
+  const bool wanted = kernels::OverrideOr(kernels::int8_row_int16, IntelCpu() || zen4_vnni) &&
                       int8_int16_x.load(std::memory_order_relaxed);
-  return ActiveIsa() == CpuIsa::kAvx512 && wanted ? kernels::Avx512Int8RowInt16Kernels()
-                                                  : nullptr;
+  if (ActiveIsa() != CpuIsa::kAvx512 || !wanted) return nullptr;
+  if (vnni != nullptr && kernels::OverrideOr(kernels::int8_row_vnni, Avx512InHalves())) {
+    return vnni;
+  }
+  return kernels::Avx512Int8RowInt16Kernels();
 }
 
 // The most input rows the dot products take: all they can (1-4) where
@@ -349,6 +364,11 @@ void SetBf16DotProducts(int mode) {
 bool Bf16DotProductsActive() { return ActiveBf16Dot() != nullptr; }
 
 void SetInt8OneRowInt16X(int mode) { kernels::SetOverride(kernels::int8_row_int16, mode); }
+void SetInt8OneRowVnni(int mode) { kernels::SetOverride(kernels::int8_row_vnni, mode); }
+bool Int8OneRowVnniActive() {
+  const kernels::Int8RowInt16Kernels* row = ActiveInt8OneRowInt16X();
+  return row != nullptr && row == kernels::Avx512VnniInt8RowKernels();
+}
 
 bool Int8OneRowInt16XActive() { return ActiveInt8OneRowInt16X() != nullptr; }
 
@@ -584,7 +604,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
     fn = k.int8_rows;
   }
   if (quantize != nullptr) {
-    xq.resize(rows * in);
+    xq.resize(row_int16 != nullptr ? row_int16->xq_size(in) : rows * in);
     xs.resize(rows * groups);
     quantize(xp, xq.data(), xs.data(), rows, in, groups);
   }

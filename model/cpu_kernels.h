@@ -198,10 +198,12 @@ void SetBf16DotProducts(int mode);
 
 // True where int8 linears of one input row (a batch-1 decode step) round x
 // to int16 per group of 32 inputs and sum each group's products as integers
-// with 512-bit multiply-adds (cpu_kernels_avx512_int8_row.cc): the active
-// ISA is AVX-512, SetInt8Int16Activations has not asked for float32 x, and
+// with 512-bit multiply-adds or AVX512_VNNI's byte dot products
+// (cpu_kernels_avx512_int8_row.cc): the active ISA is AVX-512,
+// SetInt8Int16Activations has not asked for float32 x, and
 // SetInt8OneRowInt16X has turned it on or left the choice to the CPU (on
-// Intel's, where measured faster; not on AMD's until measured). Within the int16 rounding bound of the float32-x kernels
+// Intel's the multiply-adds, on Zen 4 with AVX512_VNNI the dot products:
+// where measured faster; Zen 5 not measured). Within the int16 rounding bound of the float32-x kernels
 // (int8_linear_test), not the same bits: such a row alone differs slightly
 // from the same row in a step of several, as bfloat16's one-row dot
 // products do.
@@ -210,6 +212,14 @@ bool Int8OneRowInt16XActive();
 // float32-x kernels, 1 through the int16-x kernel wherever AVX-512 is active,
 // -1 (the default) as the CPU's choice.
 void SetInt8OneRowInt16X(int mode);
+// For tests and benchmarks: where the one-row int16-x kernel runs
+// (Int8OneRowInt16XActive), 1 takes its AVX512_VNNI form where the CPU has
+// those instructions, 0 the 512-bit multiply-adds, -1 (the default) the
+// CPU's choice (the VNNI form on Zen 4). The same int32 sums per group;
+// float32 sums in another order.
+void SetInt8OneRowVnni(int mode);
+// True where one-row int8 linears take that VNNI form.
+bool Int8OneRowVnniActive();
 
 // Most output rows per task of a linear of at most kSmallBatchMaxRows rows,
 // in units of 24 (fewer where a thread would otherwise get fewer than 2

@@ -24,6 +24,7 @@
 #include "model/cpu_kernels_isa.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (GCC bug
@@ -185,11 +186,217 @@ DIKKAT_ROW_KERNEL void OneRow(const float* /*x*/, const int16_t* xq, const float
   for (; o < o1; ++o) Block<1>(xq, xs, w, scales, b, y, in, groups, o);
 }
 
-const Int8RowInt16Kernels kRow = {&QuantizeX, &OneRow};
+int64_t XqSize(int64_t in) { return in; }
+
+const Int8RowInt16Kernels kRow = {&QuantizeX, &OneRow, &XqSize};
+
+// ---- The same integer sums with AVX512_VNNI -----------------------------------
+//
+// vpdpbusd multiplies 4 unsigned bytes by 4 signed bytes and adds the four
+// products to an int32 lane: 64 weights a 512-bit instruction. An int16 x
+// is 256 * hi + lo, hi = x >> 8 (signed, -128..127) and lo = x & 255
+// (unsigned), so w * x = 256 * (w * hi) + lo * w:
+//   - lo * w is vpdpbusd(lo, w) as it stands;
+//   - w * hi has no unsigned side: (w ^ 0x80) = w + 128 is one, and
+//     vpdpbusd(w ^ 0x80, hi) = w * hi + 128 * hi, so the accumulator starts
+//     from -128 * (the lane's four hi), precomputed once per call.
+// A lane's sum (4 products of each) is w * hi over its 4 inputs, shifted
+// left by 8, plus lo * w: exactly the int16-x kernel's pairs summed (every
+// partial sum fits int32: |w * hi| <= 4 * 128 * 128 before the shift). Per
+// 64 weights and row: an xor, two vpdpbusd, a shift, a conversion, a
+// permute (the two groups' scales to their 8 lanes each) and an FMA, where
+// the float32-x stream (Int8Spread) widens, converts, scales and multiplies
+// 16 at a time, 16 operations. The groups' int32 sums are the int16-x
+// kernel's; the float32 sums differ in order (lanes hold 4 inputs of one
+// group here, 2 there).
+
+#define DIKKAT_VNNI_KERNEL \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define DIKKAT_VNNI_INLINE                                                              \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"), always_inline)) \
+  inline
+
+// One row's scratch (xq of QuantizeXInt16Fn's contract points at it, in
+// int16s): xq itself [in], then, p = in rounded up to 64, hi [p] (int8),
+// lo [p] (uint8) and the accumulators' start [p / 4] (int32), zero past in.
+int64_t Padded(int64_t in) { return (in + 63) / 64 * 64; }
+int64_t VnniXqSize(int64_t in) { return in + Padded(in) * 3 / 2; }
+
+struct VnniX {
+  const int16_t* xq;
+  const int8_t* hi;
+  const uint8_t* lo;
+  const int32_t* start;
+};
+VnniX VnniParts(const int16_t* scratch, int64_t in) {
+  const int64_t p = Padded(in);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(scratch + in);
+  return {scratch, reinterpret_cast<const int8_t*>(bytes), bytes + p,
+          reinterpret_cast<const int32_t*>(bytes + 2 * p)};
+}
+
+// x [1, in] -> xq and xs (QuantizeX's bits), then hi, lo and the starts.
+DIKKAT_VNNI_KERNEL void VnniQuantize(const float* x, int16_t* scratch, float* xs, int64_t rows,
+                                     int64_t in, int64_t groups) {
+  QuantizeX(x, scratch, xs, rows, in, groups);  // rows is 1 (one_row)
+  const int64_t p = Padded(in);
+  auto* bytes = reinterpret_cast<uint8_t*>(scratch + in);
+  auto* start = reinterpret_cast<int32_t*>(bytes + 2 * p);
+  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t i = 0; i < p; i += 64) {
+    const int64_t n = in - i;  // > 0: p - 64 < in
+    const __mmask32 m0 = n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+    const __mmask32 m1 =
+        n >= 64 ? ~__mmask32{0}
+                : (n > 32 ? static_cast<__mmask32>((1u << (n - 32)) - 1) : __mmask32{0});
+    const __m512i a = _mm512_maskz_loadu_epi16(m0, scratch + i);
+    const __m512i b = _mm512_maskz_loadu_epi16(m1, scratch + i + 32);
+    const __m512i hi =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(a, 8))),
+                           _mm512_cvtepi16_epi8(_mm512_srai_epi16(b, 8)), 1);
+    const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(a)),
+                                          _mm512_cvtepi16_epi8(b), 1);
+    _mm512_storeu_si512(bytes + i, hi);
+    _mm512_storeu_si512(bytes + p + i, lo);
+    // 128 * (each lane's four hi), negated.
+    const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, hi);
+    _mm512_storeu_si512(start + i / 4, _mm512_sub_epi32(_mm512_setzero_si512(), sum));
+  }
+}
+
+// The 16 int32 lane sums of one row's 64 weights at wr (two groups, 8 lanes
+// each; masked: the first 32 only) times x's parts at input i.
+template <bool kHalf>
+DIKKAT_VNNI_INLINE __m512i VnniSums(const int8_t* wr, const VnniX& xp, int64_t i,
+                                    __m512i xh, __m512i xl) {
+  const __m512i wv = kHalf ? _mm512_maskz_loadu_epi8(__mmask64{0xffffffff}, wr)
+                           : _mm512_loadu_si512(wr);
+  const __m512i u = _mm512_xor_si512(wv, _mm512_set1_epi8(static_cast<char>(0x80)));
+  __m512i a = _mm512_dpbusd_epi32(_mm512_loadu_si512(xp.start + i / 4), u, xh);
+  a = _mm512_slli_epi32(a, 8);
+  return _mm512_dpbusd_epi32(a, xl, wv);
+}
+
+// One input row, output rows [o0, o1) as S far-apart streams (Int8Spread's
+// order; the rest one stream), each next row prefetched as Int8Spread does.
+template <int S>
+DIKKAT_VNNI_KERNEL void VnniSpread(const VnniX& xp, const float* xs, const int8_t* w,
+                                   const float* scales, const float* b, float* y, int64_t in,
+                                   int64_t groups, int64_t o0, int64_t o1, bool l2) {
+  const int64_t whole = in / 32, pairs = whole / 2;
+  const int64_t part = (o1 - o0) / S;
+  const int64_t ldw = part * in, lds = part * groups;
+  // Lanes 0-7 take a pair's first group's scale, 8-15 its second's.
+  const __m512i pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  for (int64_t j = 0; j < part; ++j) {
+    const int64_t o = o0 + j;
+    const int8_t* wo = w + o * in;
+    const float* so = scales + o * groups;
+    __m512 acc[S];
+#pragma GCC unroll 8
+    for (int r = 0; r < S; ++r) {
+      acc[r] = _mm512_setzero_ps();
+      _mm_prefetch(reinterpret_cast<const char*>(so + r * lds + groups), _MM_HINT_T0);
+    }
+    for (int64_t c0 = 0; c0 < pairs; c0 += 8) {
+      // The combined scales ws * xs of 16 groups (8 pairs) at once.
+      const int64_t g0 = 2 * c0, ng = std::min<int64_t>(16, 2 * pairs - g0);
+      const __mmask16 gm = ng >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << ng) - 1);
+      const __m512 xsv = _mm512_maskz_loadu_ps(gm, xs + g0);
+      __m512 cw[S];
+#pragma GCC unroll 8
+      for (int r = 0; r < S; ++r) {
+        cw[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(gm, so + r * lds + g0), xsv);
+      }
+      const int64_t nc = ng / 2;
+      for (int64_t k = 0; k < nc; ++k) {
+        const int64_t i = (c0 + k) * 64;
+        const __m512i xh = _mm512_loadu_si512(xp.hi + i), xl = _mm512_loadu_si512(xp.lo + i);
+        const __m512i idx = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(static_cast<int>(2 * k)));
+#pragma GCC unroll 8
+        for (int r = 0; r < S; ++r) {
+          const int8_t* wr = wo + r * ldw;
+          if (l2) {
+            _mm_prefetch(reinterpret_cast<const char*>(wr + in + i), _MM_HINT_T1);
+          } else {
+            _mm_prefetch(reinterpret_cast<const char*>(wr + in + i), _MM_HINT_T0);
+          }
+          const __m512i sum = VnniSums<false>(wr + i, xp, i, xh, xl);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_permutexvar_ps(idx, cw[r]),
+                                   acc[r]);
+        }
+      }
+    }
+    if (whole % 2 != 0) {
+      // One whole group left: its 32 weights in lanes 0-7, the scale there only.
+      const int64_t g = whole - 1, i = g * 32;
+      const __m512i xh = _mm512_loadu_si512(xp.hi + i), xl = _mm512_loadu_si512(xp.lo + i);
+#pragma GCC unroll 8
+      for (int r = 0; r < S; ++r) {
+        const __m512i sum = VnniSums<true>(wo + r * ldw + i, xp, i, xh, xl);
+        const __m512 c = _mm512_maskz_mov_ps(__mmask16{0x00ff},
+                                             _mm512_set1_ps(so[r * lds + g] * xs[g]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), c, acc[r]);
+      }
+    }
+    // A last group shorter than 32: scalar integer sums of xq (the same).
+    float tail[S] = {};
+    if (whole * 32 < in) {
+#pragma GCC unroll 8
+      for (int r = 0; r < S; ++r) {
+        const int8_t* wr = wo + r * ldw;
+        int32_t sum = 0;
+        for (int64_t i = whole * 32; i < in; ++i) sum += int32_t{wr[i]} * int32_t{xp.xq[i]};
+        tail[r] = static_cast<float>(sum) * xs[whole] * so[r * lds + whole];
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < S; ++r) {
+      const float bias = b != nullptr ? b[o + r * part] : 0.0f;
+      y[o + r * part] = (_mm512_reduce_add_ps(acc[r]) + tail[r]) + bias;
+    }
+  }
+  if constexpr (S > 1) {
+    VnniSpread<1>(xp, xs, w, scales, b, y, in, groups, o0 + S * part, o1, l2);
+  }
+}
+
+// Output rows [o0, o1) of one input row (Int8RowsFn; xq is VnniQuantize's
+// scratch; rows is 1, x and ldy unused). In the float weights' number of
+// far-apart streams (OneRowSpread(false)), not the float32-x int8
+// stream's: with a third of its instructions a row, this kernel is bound
+// by memory as theirs are. Its prefetches go to L2 where PrefetchToL2 says
+// so for one row (Zen 4). Each row's sums are the same either way.
+DIKKAT_VNNI_KERNEL void VnniOneRow(const float* /*x*/, const int16_t* xq, const float* xs,
+                                   const int8_t* w, const float* scales, const float* b, float* y,
+                                   int64_t /*rows*/, int64_t in, int64_t groups,
+                                   int64_t /*ldy*/, int64_t o0, int64_t o1) {
+  const VnniX xp = VnniParts(xq, in);
+  const bool l2 = PrefetchToL2(1, 1, 1);
+  switch (OneRowSpread(false)) {
+    case 2: return VnniSpread<2>(xp, xs, w, scales, b, y, in, groups, o0, o1, l2);
+    case 4: return VnniSpread<4>(xp, xs, w, scales, b, y, in, groups, o0, o1, l2);
+    case 8: return VnniSpread<8>(xp, xs, w, scales, b, y, in, groups, o0, o1, l2);
+    default: return VnniSpread<1>(xp, xs, w, scales, b, y, in, groups, o0, o1, l2);
+  }
+}
+
+// CPUID leaf 7 (subleaf 0), ECX bit 11: AVX512_VNNI.
+bool HasAvx512Vnni() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 11)) != 0;
+}
+
+const Int8RowInt16Kernels kVnniRow = {&VnniQuantize, &VnniOneRow, &VnniXqSize};
 
 }  // namespace
 
 const Int8RowInt16Kernels* Avx512Int8RowInt16Kernels() { return &kRow; }
+
+const Int8RowInt16Kernels* Avx512VnniInt8RowKernels() {
+  static const bool supported = HasAvx512Vnni();
+  return supported ? &kVnniRow : nullptr;
+}
 
 }  // namespace dikkat::model::kernels
 
@@ -197,6 +404,7 @@ const Int8RowInt16Kernels* Avx512Int8RowInt16Kernels() { return &kRow; }
 
 namespace dikkat::model::kernels {
 const Int8RowInt16Kernels* Avx512Int8RowInt16Kernels() { return nullptr; }
+const Int8RowInt16Kernels* Avx512VnniInt8RowKernels() { return nullptr; }
 }  // namespace dikkat::model::kernels
 
 #endif

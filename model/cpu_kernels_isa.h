@@ -165,9 +165,12 @@ struct Bf16DotKernels {
 // integer multiply-adds (cpu_kernels_avx512_int8_row.cc; AVX-512 only).
 // quantize: QuantizeXInt16Fn's contract (the same bits as the AVX2 table's).
 // one_row: Int8RowsFn's contract for rows == 1 (x itself unused).
+// xq_size: the int16s quantize writes for one row of `in` inputs (in, or
+// more where the kernel keeps x in its own form beside it: the VNNI one's).
 struct Int8RowInt16Kernels {
   QuantizeXInt16Fn quantize;
   Int8RowsFn one_row;
+  int64_t (*xq_size)(int64_t in);
 };
 
 // Input rows per row block of the kernels that run several row blocks over a
@@ -307,6 +310,11 @@ const Bf16DotKernels* Avx512Bf16DotKernels();
 // The one-row int8 kernels with int16 x (null where not built: not x86-64).
 // Calling them on a CPU without AVX-512 is undefined (SIGILL).
 const Int8RowInt16Kernels* Avx512Int8RowInt16Kernels();
+// The same integer sums with AVX512_VNNI's byte dot products (x split into
+// its high and low bytes; cpu_kernels_avx512_int8_row.cc), or null on a CPU
+// without them. quantize gives xs and xq with QuantizeXInt16Fn's bits and
+// the kernel's own form of x after xq (xq_size).
+const Int8RowInt16Kernels* Avx512VnniInt8RowKernels();
 
 // The tables, one per ISA. Calling a table's functions on a CPU without its
 // ISA is undefined (SIGILL): use Kernels().

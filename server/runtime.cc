@@ -84,9 +84,12 @@ std::string DescribeCpuKernels() {
   } else if (model::ActiveIsa() == model::CpuIsa::kAvx512 && model::Avx512InHalves()) {
     bf16 = "; 512-bit operations in halves on this CPU: bfloat16 linears by widening";
   }
-  // Int8OneRowInt16XActive (model/cpu_kernels.h): Intel's AVX-512 CPUs.
-  const char* int8 =
-      model::Int8OneRowInt16XActive() ? "; one-row int8 linears with x as int16" : "";
+  // Int8OneRowInt16XActive (model/cpu_kernels.h): Intel's AVX-512 CPUs,
+  // and Zen 4's with AVX512_VNNI (Int8OneRowVnniActive).
+  const char* int8 = !model::Int8OneRowInt16XActive() ? ""
+                     : model::Int8OneRowVnniActive()
+                         ? "; one-row int8 linears with x as int16 and avx512_vnni dot products"
+                         : "; one-row int8 linears with x as int16";
   // PrefetchToL2 (model/cpu_kernels_isa.h): on these CPUs, whatever the ISA.
   const char* prefetch =
       model::Avx512InHalves() ? "; weights prefetched into L2 at decode sizes" : "";

@@ -121,6 +121,7 @@ void ExpectMatchesReference(int64_t m, const Shape& s, bool with_bias) {
 struct ResetInt8Overrides {
   ~ResetInt8Overrides() {
     SetInt8OneRowInt16X(-1);
+    SetInt8OneRowVnni(-1);
     SetInt8Int16Activations(true);
   }
 };
@@ -303,7 +304,8 @@ TEST(Int8LinearTest, KeepsLeadingDimensionsAndLinearDispatchesToIt) {
 }
 
 // One input row with x as int16 and 512-bit integer multiply-adds
-// (SetInt8OneRowInt16X(1); on by default on Intel CPUs), wherever AVX-512 is
+// (SetInt8OneRowInt16X(1), SetInt8OneRowVnni(0); on by default on Intel
+// CPUs; Zen 4 with AVX512_VNNI takes the VNNI form), wherever AVX-512 is
 // active: every odd size of kShapes and GPT-2-small's within the float32 and
 // x-rounding bounds of the reference, and not the float32-x kernel's bits
 // (so the test sees the int16-x kernel run). Elsewhere (another ISA forced
@@ -311,7 +313,13 @@ TEST(Int8LinearTest, KeepsLeadingDimensionsAndLinearDispatchesToIt) {
 TEST(Int8LinearTest, OneRowWithInt16XOnAvx512MatchesTheReference) {
   const ResetInt8Overrides reset;
   const bool can = ActiveIsa() == CpuIsa::kAvx512 && kernels::Avx512Int8RowInt16Kernels() != nullptr;
-  EXPECT_EQ(Int8OneRowInt16XActive(), can && IntelCpu());
+  // By default on Intel's AVX-512 and on Zen 4's with AVX512_VNNI (its VNNI form).
+  EXPECT_EQ(Int8OneRowInt16XActive(),
+            can && (IntelCpu() ||
+                    (Avx512InHalves() && kernels::Avx512VnniInt8RowKernels() != nullptr)));
+  EXPECT_EQ(Int8OneRowVnniActive(), can && Avx512InHalves() &&
+                                        kernels::Avx512VnniInt8RowKernels() != nullptr);
+  SetInt8OneRowVnni(0);  // the multiply-adds below; the VNNI form has its own test
   SetInt8OneRowInt16X(0);
   EXPECT_FALSE(Int8OneRowInt16XActive());
   SetInt8OneRowInt16X(1);
@@ -337,6 +345,74 @@ TEST(Int8LinearTest, OneRowWithInt16XOnAvx512MatchesTheReference) {
   EXPECT_TRUE(Int8Linear(x, w, at::Tensor()).equal(float_x));
   SetInt8Int16Activations(true);
   SetInt8OneRowInt16X(-1);
+}
+
+// The AVX512_VNNI form of the one-row int16-x kernel (SetInt8OneRowVnni(1)),
+// wherever AVX-512 is active and the CPU has AVX512_VNNI: every odd size of
+// kShapes (no whole group, one, an odd number of them, a short last group),
+// 33 groups (two chunks of 16 and one left) and GPT-2 small's within the
+// float32 and x-rounding bounds of the reference; its groups' integer sums
+// are the multiply-add kernel's, so the two agree to float32 rounding (and
+// a NaN or infinity in x still reaches the output).
+TEST(Int8LinearTest, OneRowWithVnniMatchesTheReferenceAndTheMultiplyAdds) {
+  const ResetInt8Overrides reset;
+  const bool can = ActiveIsa() == CpuIsa::kAvx512 && kernels::Avx512VnniInt8RowKernels() != nullptr;
+  SetInt8OneRowInt16X(1);
+  SetInt8OneRowVnni(1);
+  EXPECT_EQ(Int8OneRowVnniActive(), can);
+  SetInt8OneRowVnni(0);
+  EXPECT_FALSE(Int8OneRowVnniActive());
+  if (!can) GTEST_SKIP() << "AVX-512 is not the active ISA or the CPU has no AVX512_VNNI";
+  SetInt8OneRowVnni(1);
+  at::manual_seed(47);
+  for (const Shape& s : kShapes) {
+    for (bool with_bias : {false, true}) ExpectMatchesReference(1, s, with_bias);
+  }
+  for (const Shape& s : {Shape{1056, 50}, Shape{768, 2304}, Shape{3072, 768}}) {
+    ExpectMatchesReference(1, s, true);
+  }
+  for (const Shape& s : kShapes) {
+    LinearWeight w = QuantizeInt8(RandomWeights(s.out, s.in));
+    const at::Tensor x = RandomInput(1, s.in);
+    const at::Tensor b = at::randn({s.out});
+    SetInt8OneRowVnni(1);
+    const at::Tensor vnni = Int8Linear(x, w, b);
+    SetInt8OneRowVnni(0);
+    const at::Tensor madd = Int8Linear(x, w, b);
+    const at::Tensor magnitude =
+        at::matmul(x.abs().to(at::kDouble), w.Dequantize().abs().to(at::kDouble).t()) +
+        b.abs().to(at::kDouble);
+    const double err = ((vnni.to(at::kDouble) - madd.to(at::kDouble)).abs() / magnitude).max()
+                           .item<double>();
+    EXPECT_LT(err, kRelativeToMagnitude) << "in " << s.in << " out " << s.out;
+  }
+  // 1-8 far-apart streams, prefetches into L1 or L2: the same bits.
+  {
+    SetInt8OneRowVnni(1);
+    LinearWeight w = QuantizeInt8(RandomWeights(203, 1056));
+    const at::Tensor x = RandomInput(1, 1056);
+    const at::Tensor want = Int8Linear(x, w, at::Tensor());
+    for (int streams : {1, 2, 4, 8}) {
+      for (int l2 : {0, 1}) {
+        SetOneRowSpread(streams);
+        SetPrefetchToL2(l2);
+        EXPECT_TRUE(Int8Linear(x, w, at::Tensor()).equal(want))
+            << streams << " streams, prefetch to L2 " << l2;
+      }
+    }
+    SetOneRowSpread(0);
+    SetPrefetchToL2(-1);
+  }
+  SetInt8OneRowVnni(1);
+  LinearWeight w = QuantizeInt8(RandomWeights(29, 100));
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    for (int64_t at_input : {3, 70, 99}) {  // the pair, the odd whole group, the short last one
+      at::Tensor x = at::randn({1, 100});
+      x[0][at_input] = bad;
+      EXPECT_FALSE(at::isfinite(Int8Linear(x, w, at::Tensor())).any().item<bool>())
+          << bad << " at " << at_input;
+    }
+  }
 }
 
 // The AVX-512 one-row kernel's x quantizer gives the AVX2 table's bits (the
