@@ -399,9 +399,11 @@ std::string DescribeOneRowSpread() {
   // never spread.
   if (ActiveIsa() == CpuIsa::kGeneric) return "";
   const bool avx512 = ActiveIsa() == CpuIsa::kAvx512;
+  // int8's one row in the VNNI kernel: the float weights' count (VnniOneRow).
+  const int int8_one_row = Int8OneRowVnniActive() ? streams : kernels::OneRowSpread(true);
   return std::string("1-3 input rows as ") + (avx512 ? "" : "up to ") + std::to_string(streams) +
-         " far-apart streams of W a task (int8: 1 row as " +
-         std::to_string(kernels::OneRowSpread(true)) + (avx512 ? ", 3 rows as 4)" : ")");
+         " far-apart streams of W a task (int8: 1 row as " + std::to_string(int8_one_row) +
+         (avx512 ? ", 3 rows as 4)" : ")");
 }
 
 void SetSmallBatchLinearRowBlocks(bool enabled) {

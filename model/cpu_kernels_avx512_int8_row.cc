@@ -217,10 +217,11 @@ const Int8RowInt16Kernels kRow = {&QuantizeX, &OneRow, &XqSize};
   inline
 
 // One row's scratch (xq of QuantizeXInt16Fn's contract points at it, in
-// int16s): xq itself [in], then, p = in rounded up to 64, hi [p] (int8),
-// lo [p] (uint8) and the accumulators' start [p / 4] (int32), zero past in.
+// int16s): xq itself [in], then from the next multiple of 64 bytes, p = in
+// rounded up to 64, hi [p] (int8), lo [p] (uint8) and the accumulators'
+// start [p / 4] (int32), zero past in.
 int64_t Padded(int64_t in) { return (in + 63) / 64 * 64; }
-int64_t VnniXqSize(int64_t in) { return in + Padded(in) * 3 / 2; }
+int64_t VnniXqSize(int64_t in) { return Padded(2 * in) / 2 + Padded(in) * 3 / 2; }
 
 struct VnniX {
   const int16_t* xq;
@@ -230,7 +231,7 @@ struct VnniX {
 };
 VnniX VnniParts(const int16_t* scratch, int64_t in) {
   const int64_t p = Padded(in);
-  const auto* bytes = reinterpret_cast<const uint8_t*>(scratch + in);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(scratch) + Padded(2 * in);
   return {scratch, reinterpret_cast<const int8_t*>(bytes), bytes + p,
           reinterpret_cast<const int32_t*>(bytes + 2 * p)};
 }
@@ -240,7 +241,7 @@ DIKKAT_VNNI_KERNEL void VnniQuantize(const float* x, int16_t* scratch, float* xs
                                      int64_t in, int64_t groups) {
   QuantizeX(x, scratch, xs, rows, in, groups);  // rows is 1 (one_row)
   const int64_t p = Padded(in);
-  auto* bytes = reinterpret_cast<uint8_t*>(scratch + in);
+  auto* bytes = reinterpret_cast<uint8_t*>(scratch) + Padded(2 * in);
   auto* start = reinterpret_cast<int32_t*>(bytes + 2 * p);
   const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t i = 0; i < p; i += 64) {
