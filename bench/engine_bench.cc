@@ -258,7 +258,8 @@ void BM_DecodeRowBlocksPaired(benchmark::State& state) {
 }
 
 // Args: {batch, prompt}. int8 weights: x as int16 (the AVX2 kernel; one row
-// on Intel's AVX-512, SetInt8OneRowInt16X) against x as float32 (each weight
+// on Intel's AVX-512 and, in the VNNI form, Zen 4's, SetInt8OneRowInt16X)
+// against x as float32 (each weight
 // widened; SetInt8Int16Activations), side by
 // side: each iteration runs one decode step of `batch` sequences at context
 // 128 with each, or with prompt > 0 a prefill of that many tokens (batch
@@ -460,13 +461,16 @@ void BM_HugePagesPaired(benchmark::State& state) {
 }
 
 // Args: {dtype}. A batch-1 int8 decode step (context 128) with the AVX-512
-// one-row stream broadcasting each output row's scale once per vector
-// against once per group of 32 (SetInt8OneRowScalePerGroup 0 / 1), side by
-// side. Same sums. Counters: ms of each and per_group_speedup. Elsewhere
-// than AVX-512 (and where OneRowStreams is false) both are the same code.
+// one-row float32-x stream (SetInt8OneRowInt16X(0): not the int16-x kernels
+// Intel and Zen 4 take by default) broadcasting each output row's scale once
+// per vector against once per group of 32 (SetInt8OneRowScalePerGroup 0 /
+// 1), side by side. Same sums. Counters: ms of each and per_group_speedup.
+// Elsewhere than AVX-512 (and where OneRowStreams is false) both are the
+// same code.
 void BM_Int8OneRowScalesPaired(benchmark::State& state) {
   const c10::ScalarType dtype = DType(state.range(0));
   DecodeSteps steps(Model(dtype), dtype, 1, 128);
+  SetInt8OneRowInt16X(0);
   RunPaired(
       state,
       [&] {
@@ -479,89 +483,80 @@ void BM_Int8OneRowScalesPaired(benchmark::State& state) {
       },
       "per_vector_ms", "per_group_ms", "per_group_speedup");
   SetInt8OneRowScalePerGroup(-1);
+  SetInt8OneRowInt16X(-1);
   state.SetLabel(std::string(IsaName(ActiveIsa())) +
                  (kernels::OneRowStreams() ? " (one-row streams)" : ""));
 }
 
-// Args: {work}: 0 a batch-1 int8 decode step (context 128), 1 the 48
-// GPT-2-small linears of one input row (int8, streamed from memory). One-row
-// int8 linears through the float32-x kernels against x as int16 with 512-bit
-// integer multiply-adds (SetInt8OneRowInt16X 0 / 1), side by side. Counters:
-// ms of each and int16_speedup. Where AVX-512 is not active both are the
-// float32-x kernels (the label says so).
-void BM_Int8OneRowInt16XPaired(benchmark::State& state) {
-  std::unique_ptr<DecodeSteps> steps;
-  std::vector<LinearWeight> weights;
-  std::vector<at::Tensor> biases;
-  at::manual_seed(1);
-  if (state.range(0) == 0) {
-    steps = std::make_unique<DecodeSteps>(Model(at::kChar), at::kChar, 1, 128);
-  } else {
+// The work of the one-row int8 benchmarks below: `work` 0 a batch-1 int8
+// decode step (context 128), 1 the 48 GPT-2-small linears of one input row
+// (int8, streamed from memory).
+class OneRowInt8Work {
+ public:
+  explicit OneRowInt8Work(int64_t work) {
+    at::manual_seed(1);
+    if (work == 0) {
+      steps_ = std::make_unique<DecodeSteps>(Model(at::kChar), at::kChar, 1, 128);
+      return;
+    }
     const int64_t shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
     for (int layer = 0; layer < 12; ++layer) {
       for (const auto& s : shapes) {
-        weights.push_back(QuantizeInt8(at::randn({s[1], s[0]}) * 0.02));
-        biases.push_back(at::randn({s[1]}) * 0.02);
+        weights_.push_back(QuantizeInt8(at::randn({s[1], s[0]}) * 0.02));
+        biases_.push_back(at::randn({s[1]}) * 0.02);
       }
     }
   }
-  const at::Tensor x768 = at::randn({1, 768}), x3072 = at::randn({1, 3072});
-  const auto run = [&] {
-    if (steps != nullptr) return steps->Run();
-    for (size_t j = 0; j < weights.size(); ++j) {
-      const at::Tensor& x = weights[j].in_features() == 768 ? x768 : x3072;
-      benchmark::DoNotOptimize(Int8Linear(x, weights[j], biases[j]).data_ptr());
+  void Run() {
+    if (steps_ != nullptr) return steps_->Run();
+    for (size_t j = 0; j < weights_.size(); ++j) {
+      const at::Tensor& x = weights_[j].in_features() == 768 ? x768_ : x3072_;
+      benchmark::DoNotOptimize(Int8Linear(x, weights_[j], biases_[j]).data_ptr());
     }
-  };
+  }
+
+ private:
+  std::unique_ptr<DecodeSteps> steps_;
+  std::vector<LinearWeight> weights_;
+  std::vector<at::Tensor> biases_;
+  at::Tensor x768_ = at::randn({1, 768}), x3072_ = at::randn({1, 3072});
+};
+
+// Args: {work} (OneRowInt8Work). One-row int8 linears through the float32-x
+// kernels against x as int16 with 512-bit integer multiply-adds
+// (SetInt8OneRowInt16X 0 / 1, SetInt8OneRowVnni(0): not the VNNI form Zen 4
+// takes by default), side by side. Counters: ms of each and int16_speedup.
+// Where AVX-512 is not active both are the float32-x kernels (the label
+// says so).
+void BM_Int8OneRowInt16XPaired(benchmark::State& state) {
+  OneRowInt8Work work(state.range(0));
+  SetInt8OneRowVnni(0);
   SetInt8OneRowInt16X(1);
   const bool int16 = Int8OneRowInt16XActive();
   RunPaired(
       state,
       [&] {
         SetInt8OneRowInt16X(0);
-        run();
+        work.Run();
       },
       [&] {
         SetInt8OneRowInt16X(1);
-        run();
+        work.Run();
       },
       "float_x_ms", "int16_x_ms", "int16_speedup");
   SetInt8OneRowInt16X(-1);
+  SetInt8OneRowVnni(-1);
   state.SetLabel(std::string(IsaName(ActiveIsa())) + (int16 ? "" : " (not AVX-512: same code)"));
 }
 
 // Args: {work, base}. One-row int8 linears through the AVX512_VNNI form of
 // the int16-x kernel (SetInt8OneRowVnni(1)) against `base`: 0 the float32-x
 // stream (SetInt8OneRowInt16X(0), Zen 4's kernel before it), 1 the int16-x
-// kernel's 512-bit multiply-adds (SetInt8OneRowVnni(0)); on `work` as
-// BM_Int8OneRowInt16XPaired's (0 the batch-1 decode step, 1 GPT-2 small's 48
-// linears), alternating (RunPaired). Counters: ms of each and the speedup
-// base / VNNI. The label says where the CPU has no AVX512_VNNI (the same
-// code both sides).
+// kernel's 512-bit multiply-adds (SetInt8OneRowVnni(0)); on `work`
+// (OneRowInt8Work), alternating (RunPaired). Counters: ms of each and the
+// speedup base / VNNI. The label says where the VNNI form cannot run.
 void BM_Int8OneRowVnniPaired(benchmark::State& state) {
-  std::unique_ptr<DecodeSteps> steps;
-  std::vector<LinearWeight> weights;
-  std::vector<at::Tensor> biases;
-  at::manual_seed(1);
-  if (state.range(0) == 0) {
-    steps = std::make_unique<DecodeSteps>(Model(at::kChar), at::kChar, 1, 128);
-  } else {
-    const int64_t shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
-    for (int layer = 0; layer < 12; ++layer) {
-      for (const auto& s : shapes) {
-        weights.push_back(QuantizeInt8(at::randn({s[1], s[0]}) * 0.02));
-        biases.push_back(at::randn({s[1]}) * 0.02);
-      }
-    }
-  }
-  const at::Tensor x768 = at::randn({1, 768}), x3072 = at::randn({1, 3072});
-  const auto run = [&] {
-    if (steps != nullptr) return steps->Run();
-    for (size_t j = 0; j < weights.size(); ++j) {
-      const at::Tensor& x = weights[j].in_features() == 768 ? x768 : x3072;
-      benchmark::DoNotOptimize(Int8Linear(x, weights[j], biases[j]).data_ptr());
-    }
-  };
+  OneRowInt8Work work(state.range(0));
   const bool float_base = state.range(1) == 0;
   SetInt8OneRowInt16X(1);
   SetInt8OneRowVnni(1);
@@ -574,17 +569,18 @@ void BM_Int8OneRowVnniPaired(benchmark::State& state) {
         } else {
           SetInt8OneRowVnni(0);
         }
-        run();
+        work.Run();
       },
       [&] {
         SetInt8OneRowInt16X(1);
         SetInt8OneRowVnni(1);
-        run();
+        work.Run();
       },
       float_base ? "float_x_ms" : "madd_ms", "vnni_ms", "vnni_speedup");
   SetInt8OneRowInt16X(-1);
   SetInt8OneRowVnni(-1);
-  state.SetLabel(std::string(IsaName(ActiveIsa())) + (vnni ? "" : " (no AVX512_VNNI: same code)"));
+  state.SetLabel(std::string(IsaName(ActiveIsa())) +
+                 (vnni ? "" : " (the VNNI form not active: AVX-512 off or no AVX512_VNNI)"));
 }
 
 // Args: {rows, threads}. GeluTanh (layers.h: x * sigmoid(2u) in five

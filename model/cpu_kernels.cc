@@ -217,12 +217,16 @@ bool TableInt8Int16X(const KernelTable& k) {
 //     AVX512_VNNI, the VNNI form (SetInt8OneRowVnni), in 4 far-apart streams
 //     with prefetches into L2. On a Zen 4 EPYC (session 42,
 //     BM_Int8OneRowVnniPaired against the float32-x stream, Int8Spread, which
-//     had been 1.5x faster there than the multiply-adds): the batch-1 int8
-//     decode step 1.03x / 1.06x, the 48 linears 1.08x / 1.21x; the
-//     multiply-adds took 1.54-1.83x its time. In 2 streams with prefetches
-//     into L1 it had been level with the float32-x stream (0.98-1.01x): both
-//     at the memory's speed there, the VNNI form with a third of the
-//     instructions. Zen 5 was not measured.
+//     the multiply-adds had run at 0.64-0.69x of there in session 41,
+//     BM_Int8OneRowInt16XPaired): the batch-1 int8 decode step 1.03x /
+//     1.06x, the 48 linears 1.08x / 1.21x; the multiply-adds took
+//     1.54-1.83x its time. In 2 streams with prefetches into L1 it had been
+//     level with the float32-x stream (0.98-1.01x): both at the memory's
+//     speed there, the VNNI form with under half of the instructions. Zen 5
+//     was not measured.
+// SetInt8OneRowVnni(0) on Zen 4 leaves the multiply-adds (for benchmarks of
+// the two int16-x forms), not the float32-x stream: SetInt8OneRowInt16X(0)
+// gives that.
 // Not where SetInt8Int16Activations(false) asks for float32 x.
 const kernels::Int8RowInt16Kernels* ActiveInt8OneRowInt16X() {
   const kernels::Int8RowInt16Kernels* vnni = kernels::Avx512VnniInt8RowKernels();
@@ -606,7 +610,7 @@ at::Tensor Int8Linear(const at::Tensor& x, const LinearWeight& w, const at::Tens
     fn = k.int8_rows;
   }
   if (quantize != nullptr) {
-    xq.resize(row_int16 != nullptr ? row_int16->xq_size(in) : rows * in);
+    xq.resize(row_int16 != nullptr ? row_int16->scratch_int16s(in) : rows * in);
     xs.resize(rows * groups);
     quantize(xp, xq.data(), xs.data(), rows, in, groups);
   }

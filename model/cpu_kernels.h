@@ -182,7 +182,8 @@ void SetSmallBatchLinearLongTiledTasks(bool enabled);
 bool Bf16DotProductsActive();
 // For the server's log: which input rows read W as several far-apart
 // streams a task (OneRowSpread, cpu_kernels_isa.h), e.g. "1-3 input rows as
-// 4 far-apart streams of W a task (int8: 1 row as 2, 3 rows as 4)" or, on
+// 4 far-apart streams of W a task (int8: 1 row as 4, 3 rows as 4)" (Zen 4:
+// int8's one row in the VNNI kernel takes the float weights' count) or, on
 // Intel and AVX2-only CPUs, "float32 / bfloat16 / float16 linears of 1-16
 // input rows as 4 far-apart streams of W a task, tile by tile" (SpreadTiles),
 // on AVX2-only CPUs followed by "; int8 linears of 1 input row as 2
@@ -317,7 +318,8 @@ void SetInt8Int16Activations(bool enabled);
 // task's slice of the matrix from the cache (the int8 matrix is read from
 // memory once); from it, tiles of W dequantized into a cache-sized float32
 // buffer go through LibTorch's GEMM. Below Int8GemmMinRows() on AVX2 (and
-// for one row where Int8OneRowInt16XActive), x is rounded to int16 per row
+// for one row where Int8OneRowInt16XActive: Intel's AVX-512, Zen 4's with
+// AVX512_VNNI), x is rounded to int16 per row
 // and group of 32 (absmax / 32767 steps: about 1/256 of the weights' own
 // rounding) and each group's products are summed as integers. Below
 // Int8GemmMinRows() every row is computed as if it were alone, except that

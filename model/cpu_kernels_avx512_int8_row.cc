@@ -11,11 +11,15 @@
 // linears ran 1.28-1.32x faster (BM_Int8OneRowInt16XPaired). The int16
 // rounding of x adds at most absmax_g(x) / 65534 per input to each
 // product's error, ~1/256 of the weights' own rounding (int8_linear_test
-// bounds it).
+// bounds it). Below, the same integer sums with AVX512_VNNI's byte dot
+// products (Zen 4's one-row int8 kernel; see "The same integer sums with
+// AVX512_VNNI").
 //
-// Compiled for AVX-512 (avx512f, avx512bw, avx512vl) in its own file so
-// that only these functions carry that target here; callers check that
-// AVX-512 is active (cpu_kernels.cc) or supported (the tests).
+// Compiled for AVX-512 (avx512f, avx512bw, avx512vl; the VNNI functions also
+// avx512vnni) in its own file so that only these functions carry those
+// targets here; callers check that AVX-512 is active (cpu_kernels.cc) or
+// supported (the tests), and the VNNI table is null on a CPU without
+// AVX512_VNNI.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -186,9 +190,9 @@ DIKKAT_ROW_KERNEL void OneRow(const float* /*x*/, const int16_t* xq, const float
   for (; o < o1; ++o) Block<1>(xq, xs, w, scales, b, y, in, groups, o);
 }
 
-int64_t XqSize(int64_t in) { return in; }
+int64_t ScratchInt16s(int64_t in) { return in; }
 
-const Int8RowInt16Kernels kRow = {&QuantizeX, &OneRow, &XqSize};
+const Int8RowInt16Kernels kRow = {&QuantizeX, &OneRow, &ScratchInt16s};
 
 // ---- The same integer sums with AVX512_VNNI -----------------------------------
 //
@@ -204,9 +208,9 @@ const Int8RowInt16Kernels kRow = {&QuantizeX, &OneRow, &XqSize};
 // left by 8, plus lo * w: exactly the int16-x kernel's pairs summed (every
 // partial sum fits int32: |w * hi| <= 4 * 128 * 128 before the shift). Per
 // 64 weights and row: an xor, two vpdpbusd, a shift, a conversion, a
-// permute (the two groups' scales to their 8 lanes each) and an FMA, where
-// the float32-x stream (Int8Spread) widens, converts, scales and multiplies
-// 16 at a time, 16 operations. The groups' int32 sums are the int16-x
+// permute (the two groups' scales to their 8 lanes each) and an FMA, 7
+// operations where the float32-x stream (Int8Spread) takes 16 (it widens,
+// converts, scales and multiplies 16 weights at a time). The groups' int32 sums are the int16-x
 // kernel's; the float32 sums differ in order (lanes hold 4 inputs of one
 // group here, 2 there).
 
@@ -217,11 +221,16 @@ const Int8RowInt16Kernels kRow = {&QuantizeX, &OneRow, &XqSize};
   inline
 
 // One row's scratch (xq of QuantizeXInt16Fn's contract points at it, in
-// int16s): xq itself [in], then from the next multiple of 64 bytes, p = in
-// rounded up to 64, hi [p] (int8), lo [p] (uint8) and the accumulators'
-// start [p / 4] (int32), zero past in.
+// int16s): xq itself [in], then from the next address that is a multiple of
+// 64 (a cache line: the kernel loads them 64 bytes at a time), p = in rounded
+// up to 64, hi [p] (int8), lo [p] (uint8) and the accumulators' start
+// [p / 4] (int32), zero past in.
 int64_t Padded(int64_t in) { return (in + 63) / 64 * 64; }
-int64_t VnniXqSize(int64_t in) { return Padded(2 * in) / 2 + Padded(in) * 3 / 2; }
+int64_t VnniScratchInt16s(int64_t in) { return in + 32 + Padded(in) * 3 / 2; }
+uintptr_t VnniBytes(const int16_t* scratch, int64_t in) {
+  const auto end = reinterpret_cast<uintptr_t>(scratch + in);
+  return (end + 63) / 64 * 64;
+}
 
 struct VnniX {
   const int16_t* xq;
@@ -231,17 +240,19 @@ struct VnniX {
 };
 VnniX VnniParts(const int16_t* scratch, int64_t in) {
   const int64_t p = Padded(in);
-  const auto* bytes = reinterpret_cast<const uint8_t*>(scratch) + Padded(2 * in);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(VnniBytes(scratch, in));
   return {scratch, reinterpret_cast<const int8_t*>(bytes), bytes + p,
           reinterpret_cast<const int32_t*>(bytes + 2 * p)};
 }
 
 // x [1, in] -> xq and xs (QuantizeX's bits), then hi, lo and the starts.
-DIKKAT_VNNI_KERNEL void VnniQuantize(const float* x, int16_t* scratch, float* xs, int64_t rows,
-                                     int64_t in, int64_t groups) {
-  QuantizeX(x, scratch, xs, rows, in, groups);  // rows is 1 (one_row)
+// One row only (the scratch holds one; Int8Linear calls it for one row):
+// `rows` is not used.
+DIKKAT_VNNI_KERNEL void VnniQuantize(const float* x, int16_t* scratch, float* xs,
+                                     int64_t /*rows*/, int64_t in, int64_t groups) {
+  QuantizeX(x, scratch, xs, 1, in, groups);
   const int64_t p = Padded(in);
-  auto* bytes = reinterpret_cast<uint8_t*>(scratch) + Padded(2 * in);
+  auto* bytes = reinterpret_cast<uint8_t*>(VnniBytes(scratch, in));
   auto* start = reinterpret_cast<int32_t*>(bytes + 2 * p);
   const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t i = 0; i < p; i += 64) {
@@ -297,7 +308,12 @@ DIKKAT_VNNI_KERNEL void VnniSpread(const VnniX& xp, const float* xs, const int8_
 #pragma GCC unroll 8
     for (int r = 0; r < S; ++r) {
       acc[r] = _mm512_setzero_ps();
-      _mm_prefetch(reinterpret_cast<const char*>(so + r * lds + groups), _MM_HINT_T0);
+      const char* next_scales = reinterpret_cast<const char*>(so + r * lds + groups);
+      if (l2) {
+        _mm_prefetch(next_scales, _MM_HINT_T1);
+      } else {
+        _mm_prefetch(next_scales, _MM_HINT_T0);
+      }
     }
     for (int64_t c0 = 0; c0 < pairs; c0 += 8) {
       // The combined scales ws * xs of 16 groups (8 pairs) at once.
@@ -363,11 +379,14 @@ DIKKAT_VNNI_KERNEL void VnniSpread(const VnniX& xp, const float* xs, const int8_
 }
 
 // Output rows [o0, o1) of one input row (Int8RowsFn; xq is VnniQuantize's
-// scratch; rows is 1, x and ldy unused). In the float weights' number of
-// far-apart streams (OneRowSpread(false)), not the float32-x int8
-// stream's: with a third of its instructions a row, this kernel is bound
-// by memory as theirs are. Its prefetches go to L2 where PrefetchToL2 says
-// so for one row (Zen 4). Each row's sums are the same either way.
+// scratch; rows is 1, x and ldy unused). Always output row after output row
+// in far-apart streams (SetOneRowStreams does not apply), as many as the
+// float weights take (OneRowSpread(false): 4 on Zen 4), not the float32-x
+// int8 stream's 2: with under half of its instructions a row this kernel is
+// bound by memory as theirs are (on Zen 4, 4 streams against one measured
+// 1.06x / 1.08x, 2 1.11x / 1.07x: level within the noise). Its prefetches go
+// to L2 where PrefetchToL2 says so for one row (Zen 4: 1.09x / 1.12x against
+// L1). Each row's sums are the same either way.
 DIKKAT_VNNI_KERNEL void VnniOneRow(const float* /*x*/, const int16_t* xq, const float* xs,
                                    const int8_t* w, const float* scales, const float* b, float* y,
                                    int64_t /*rows*/, int64_t in, int64_t groups,
@@ -388,7 +407,7 @@ bool HasAvx512Vnni() {
   return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 11)) != 0;
 }
 
-const Int8RowInt16Kernels kVnniRow = {&VnniQuantize, &VnniOneRow, &VnniXqSize};
+const Int8RowInt16Kernels kVnniRow = {&VnniQuantize, &VnniOneRow, &VnniScratchInt16s};
 
 }  // namespace
 

@@ -162,15 +162,17 @@ struct Bf16DotKernels {
 };
 
 // int8 weights times x quantized to int16, one input row, with 512-bit
-// integer multiply-adds (cpu_kernels_avx512_int8_row.cc; AVX-512 only).
+// integer multiply-adds or AVX512_VNNI's byte dot products
+// (cpu_kernels_avx512_int8_row.cc; AVX-512 only).
 // quantize: QuantizeXInt16Fn's contract (the same bits as the AVX2 table's).
 // one_row: Int8RowsFn's contract for rows == 1 (x itself unused).
-// xq_size: the int16s quantize writes for one row of `in` inputs (in, or
-// more where the kernel keeps x in its own form beside it: the VNNI one's).
+// scratch_int16s: the int16s xq must hold for one row of `in` inputs (in,
+// or more where the kernel keeps x in its own form after it: the VNNI
+// one's, whose quantize takes one row only).
 struct Int8RowInt16Kernels {
   QuantizeXInt16Fn quantize;
   Int8RowsFn one_row;
-  int64_t (*xq_size)(int64_t in);
+  int64_t (*scratch_int16s)(int64_t in);
 };
 
 // Input rows per row block of the kernels that run several row blocks over a
@@ -205,7 +207,9 @@ bool OneRowStreams();
 //   float32   AVX-512 2: 1.09-1.12x, 4: 1.21-1.26x, 8: 1.27x; AVX2 2: 1.08x, 4: 1.19x
 //   bfloat16  AVX-512 2: 1.07x, 4: 1.14x, 8: 1.16x; AVX2 2: 1.06x, 4: 1.23x, 8: 1.17x
 //   int8      AVX-512 2: 1.09x, 4: 1.07x, 8: 1.03x; AVX2 2: 1.08x, 4: 1.00x, 8: 0.97x
-// so 4 for float weights and 2 for int8 where Avx512InHalves (Zen 4). int8
+// so 4 for float weights and 2 for int8 where Avx512InHalves (Zen 4); int8's
+// one row in the AVX512_VNNI kernel (Zen 4's default since session 42) takes
+// the float weights' count (OneRowSpread(false); VnniOneRow). int8
 // takes 2 on CPUs whose best ISA is AVX2 too (DetectedIsa; their float
 // weights take SpreadTiles instead): on an AMD EPYC Zen 3 (family 25 model 1,
 // session 35, three rounds), the batch-1 int8 decode step against one
@@ -297,7 +301,10 @@ bool TilePrefetchShares(int64_t rows, int lo, int hi);
 // 1.07-1.41x at 2-8, float16 1.08-1.47x at 2-8, int8 1.29x / 1.17x at 2 / 3
 // but 0.96x at 1 and 0.99-1.07x at 4-8; AVX2 (forced) float 1.02-1.45x at
 // 2-8, bfloat16 1.02x at 1, int8 1.16x at 2 but 0.93-0.99x at 1 and 3-8. At
-// 16-32 rows (bound by compute) and in a 16-token prefill: 0.95-1.02x. On a
+// 16-32 rows (bound by compute) and in a 16-token prefill: 0.95-1.02x. (The
+// int8 figures at 1 row are the float32-x stream's; the AVX512_VNNI one-row
+// kernel asks PrefetchToL2(1, 1, 1): L2 on Zen 4, where it measured 1.09x /
+// 1.12x against L1, session 42.) On a
 // Zen 5 EPYC, hints T1/T2 for the tiles had measured 0.96-1.01x (session
 // 17, before the blocks shared the tile's prefetches): other CPUs keep L1
 // until measured. SetPrefetchToL2 (cpu_kernels.h) forces either for
@@ -313,7 +320,7 @@ const Int8RowInt16Kernels* Avx512Int8RowInt16Kernels();
 // The same integer sums with AVX512_VNNI's byte dot products (x split into
 // its high and low bytes; cpu_kernels_avx512_int8_row.cc), or null on a CPU
 // without them. quantize gives xs and xq with QuantizeXInt16Fn's bits and
-// the kernel's own form of x after xq (xq_size).
+// the kernel's own form of x after xq (scratch_int16s).
 const Int8RowInt16Kernels* Avx512VnniInt8RowKernels();
 
 // The tables, one per ISA. Calling a table's functions on a CPU without its

@@ -386,6 +386,21 @@ TEST(Int8LinearTest, OneRowWithVnniMatchesTheReferenceAndTheMultiplyAdds) {
                            .item<double>();
     EXPECT_LT(err, kRelativeToMagnitude) << "in " << s.in << " out " << s.out;
   }
+  {
+    // Not the multiply-adds' bits (the float32 sums run in another order),
+    // so the test sees the VNNI form run; float32 x asked for turns it off.
+    LinearWeight w = QuantizeInt8(RandomWeights(77, 768));
+    const at::Tensor x = RandomInput(1, 768);
+    SetInt8OneRowVnni(1);
+    const at::Tensor vnni = Int8Linear(x, w, at::Tensor());
+    SetInt8OneRowVnni(0);
+    EXPECT_FALSE(vnni.equal(Int8Linear(x, w, at::Tensor()))) << "the VNNI form ran";
+    SetInt8OneRowVnni(1);
+    SetInt8Int16Activations(false);
+    EXPECT_FALSE(Int8OneRowVnniActive());
+    EXPECT_FALSE(Int8OneRowInt16XActive());
+    SetInt8Int16Activations(true);
+  }
   // 1-8 far-apart streams, prefetches into L1 or L2: the same bits.
   {
     SetInt8OneRowVnni(1);
