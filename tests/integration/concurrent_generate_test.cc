@@ -150,9 +150,9 @@ TEST(ConcurrentGenerateTest, PreemptedStreamsStillMatchTheirSoloRuns) {
 // chunks next to decodes) give every stream the tokens of its solo run, and
 // the model describes itself as int8. The solo runs' one-row steps go
 // through the float32-x kernel as the batches' rows do
-// (SetInt8OneRowInt16X(0)): by default on Intel's AVX-512 a one-row step
-// rounds x to int16, within the int16 rounding bound of these logits but
-// not their bits (model/cpu_kernels.h).
+// (SetInt8OneRowInt16X(0)): by default on Intel's AVX-512, and on Zen 4's
+// with AVX512_VNNI, a one-row step rounds x to int16, within the int16
+// rounding bound of these logits but not their bits (model/cpu_kernels.h).
 TEST(ConcurrentGenerateTest, Int8WeightsStreamsMatchTheirSoloRuns) {
   struct FloatXOneRow {  // restored however the test ends
     FloatXOneRow() { model::SetInt8OneRowInt16X(0); }
