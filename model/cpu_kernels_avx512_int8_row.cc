@@ -276,17 +276,25 @@ DIKKAT_VNNI_KERNEL void VnniQuantize(const float* x, int16_t* scratch, float* xs
   }
 }
 
+// x's parts at input i (a multiple of 64), loaded once for every row.
+struct VnniXAt {
+  __m512i hi, lo, start;
+};
+DIKKAT_VNNI_INLINE VnniXAt LoadVnniX(const VnniX& xp, int64_t i) {
+  return {_mm512_loadu_si512(xp.hi + i), _mm512_loadu_si512(xp.lo + i),
+          _mm512_loadu_si512(xp.start + i / 4)};
+}
+
 // The 16 int32 lane sums of one row's 64 weights at wr (two groups, 8 lanes
-// each; masked: the first 32 only) times x's parts at input i.
+// each; masked: the first 32 only) times x's parts there.
 template <bool kHalf>
-DIKKAT_VNNI_INLINE __m512i VnniSums(const int8_t* wr, const VnniX& xp, int64_t i,
-                                    __m512i xh, __m512i xl) {
+DIKKAT_VNNI_INLINE __m512i VnniSums(const int8_t* wr, const VnniXAt& x) {
   const __m512i wv = kHalf ? _mm512_maskz_loadu_epi8(__mmask64{0xffffffff}, wr)
                            : _mm512_loadu_si512(wr);
   const __m512i u = _mm512_xor_si512(wv, _mm512_set1_epi8(static_cast<char>(0x80)));
-  __m512i a = _mm512_dpbusd_epi32(_mm512_loadu_si512(xp.start + i / 4), u, xh);
+  __m512i a = _mm512_dpbusd_epi32(x.start, u, x.hi);
   a = _mm512_slli_epi32(a, 8);
-  return _mm512_dpbusd_epi32(a, xl, wv);
+  return _mm512_dpbusd_epi32(a, x.lo, wv);
 }
 
 // One input row, output rows [o0, o1) as S far-apart streams (Int8Spread's
@@ -328,7 +336,7 @@ DIKKAT_VNNI_KERNEL void VnniSpread(const VnniX& xp, const float* xs, const int8_
       const int64_t nc = ng / 2;
       for (int64_t k = 0; k < nc; ++k) {
         const int64_t i = (c0 + k) * 64;
-        const __m512i xh = _mm512_loadu_si512(xp.hi + i), xl = _mm512_loadu_si512(xp.lo + i);
+        const VnniXAt xi = LoadVnniX(xp, i);
         const __m512i idx = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(static_cast<int>(2 * k)));
 #pragma GCC unroll 8
         for (int r = 0; r < S; ++r) {
@@ -338,7 +346,7 @@ DIKKAT_VNNI_KERNEL void VnniSpread(const VnniX& xp, const float* xs, const int8_
           } else {
             _mm_prefetch(reinterpret_cast<const char*>(wr + in + i), _MM_HINT_T0);
           }
-          const __m512i sum = VnniSums<false>(wr + i, xp, i, xh, xl);
+          const __m512i sum = VnniSums<false>(wr + i, xi);
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_permutexvar_ps(idx, cw[r]),
                                    acc[r]);
         }
@@ -347,10 +355,10 @@ DIKKAT_VNNI_KERNEL void VnniSpread(const VnniX& xp, const float* xs, const int8_
     if (whole % 2 != 0) {
       // One whole group left: its 32 weights in lanes 0-7, the scale there only.
       const int64_t g = whole - 1, i = g * 32;
-      const __m512i xh = _mm512_loadu_si512(xp.hi + i), xl = _mm512_loadu_si512(xp.lo + i);
+      const VnniXAt xi = LoadVnniX(xp, i);
 #pragma GCC unroll 8
       for (int r = 0; r < S; ++r) {
-        const __m512i sum = VnniSums<true>(wo + r * ldw + i, xp, i, xh, xl);
+        const __m512i sum = VnniSums<true>(wo + r * ldw + i, xi);
         const __m512 c = _mm512_maskz_mov_ps(__mmask16{0x00ff},
                                              _mm512_set1_ps(so[r * lds + g] * xs[g]));
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), c, acc[r]);
