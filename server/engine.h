@@ -344,6 +344,19 @@ class Engine {
   // on error it is never called.
   virtual absl::StatusOr<RequestId> SubmitGenerate(GenerateRequest request,
                                                    std::shared_ptr<GenerateObserver> observer) = 0;
+  // The requests of one call that stand or fall together (an OpenAI call
+  // with several prompts; observers[i] is requests[i]'s): each checked as
+  // SubmitGenerate checks it, then queued all at once or none (their samples
+  // take as many places in the queue). With best_of > n, what they must hold
+  // counts as one call's against --max_held_output_bytes, at submission and
+  // while they run: a request whose chunk would pass the bound ends with the
+  // NeverFits error when the call's requests alone would pass it (a retry
+  // would fail again), else with a retryable RESOURCE_EXHAUSTED. Returns each
+  // request's id, in order. This default submits them one by one, cancelling
+  // those before a refused one; the engine's own does all of the above.
+  virtual absl::StatusOr<std::vector<RequestId>> SubmitGenerateAll(
+      std::vector<GenerateRequest> requests,
+      std::vector<std::shared_ptr<GenerateObserver>> observers);
   virtual absl::StatusOr<RequestId> SubmitEncode(EncodeRequest request, EncodeCallback done) = 0;
   virtual absl::StatusOr<RequestId> SubmitAttention(AttentionRequest request,
                                                     AttentionCallback done) = 0;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -120,6 +121,9 @@ class EngineImpl final : public Engine {
   absl::Status Warmup() override;
   absl::StatusOr<RequestId> SubmitGenerate(GenerateRequest request,
                                            std::shared_ptr<GenerateObserver> observer) override;
+  absl::StatusOr<std::vector<RequestId>> SubmitGenerateAll(
+      std::vector<GenerateRequest> requests,
+      std::vector<std::shared_ptr<GenerateObserver>> observers) override;
   absl::StatusOr<RequestId> SubmitEncode(EncodeRequest request, EncodeCallback done) override;
   absl::StatusOr<RequestId> SubmitAttention(AttentionRequest request,
                                             AttentionCallback done) override;
@@ -133,6 +137,17 @@ class EngineImpl final : public Engine {
   absl::StatusOr<RequestId> Enqueue(std::unique_ptr<Request> request);
   absl::StatusOr<RequestId> EnqueueAll(std::vector<std::unique_ptr<Request>> requests);
   absl::Status ValidateGenerate(const GenerateRequest& request) const;
+  // The least output `request` must hold (LeastHeldOutputBytes; 0 when it
+  // holds none: best_of <= n, beams); `what` it is, for messages, and the
+  // new `tokens` every sample must make (0 when it could stop early).
+  int64_t LeastHeld(const GenerateRequest& request, std::string* what = nullptr,
+                    int64_t* tokens = nullptr) const;
+  // A checked request's engine requests (one, or one per sample); the
+  // samples' group counts what it holds in `call_held` too when that is set
+  // (the held output of all of one call's requests, SubmitGenerateAll).
+  std::vector<std::unique_ptr<Request>> MakeGenerate(GenerateRequest request,
+                                                     std::shared_ptr<GenerateObserver> observer,
+                                                     std::shared_ptr<int64_t> call_held);
   // The tokens `request` generates at most after a decoder input of
   // `decoder_len` tokens: its max_new_tokens (0: the default), capped by
   // what the context leaves (the same number at submission, admission and

@@ -64,33 +64,18 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
         "the prompt needs ", needed, " KV blocks but the cache has ",
         cache_->allocator().num_blocks(), "; raise --kv_cache_bytes or shorten the prompt"));
   }
-  const int32_t best_of = r.best_of == 0 ? r.n : r.best_of;
-  if (best_of > r.n && r.beam_width <= 1 && options_.max_held_output_bytes > 0) {
-    // best_of > n holds every sample's output until the last ends
-    // (SampleGroup). A call that must produce more than the bound would run
-    // until it passed it: refused here, before any compute.
-    const bool runs_whole = r.ignore_eos && r.stop_token_ids.empty() && r.stop_strings.empty();
-    const int64_t new_tokens = runs_whole ? MaxNewTokens(r, decoder_len) : 0;
-    const int64_t least = LeastHeldOutputBytes(r, best_of, new_tokens, config_.vocab_size);
-    if (least > options_.max_held_output_bytes) {
-      // With no tokens it must make, the prompt's logprobs alone pass it.
-      const std::string what =
-          new_tokens > 0
-              ? absl::StrCat(best_of, " x ", new_tokens, " tokens",
-                             r.sampling.top_logprobs > 0
-                                 ? absl::StrCat(" with ", r.sampling.top_logprobs, " logprobs each")
-                                 : "",
-                             r.prompt_logprobs >= 0 ? " and the prompt's logprobs" : "")
-              : absl::StrCat("prompt logprobs (", r.prompt.size(), " tokens x ",
-                             r.prompt_logprobs + 1, " entries)");
-      return NeverFitsError(absl::StrCat(
-          "best_of = ", best_of, " > n = ", r.n,
-          " holds every sample's output until the last sample ends, and this call's ", what,
-          " need at least ", least, " bytes held, past the server's bound of ",
-          options_.max_held_output_bytes, " bytes (--max_held_output_bytes); ",
-          new_tokens > 0 ? "ask for fewer samples, tokens or logprobs"
-                         : "ask for fewer prompt_logprobs or send a shorter prompt"));
-    }
+  std::string what;
+  int64_t new_tokens = 0;
+  const int64_t least = LeastHeld(r, &what, &new_tokens);
+  if (options_.max_held_output_bytes > 0 && least > options_.max_held_output_bytes) {
+    const int32_t best_of = r.best_of == 0 ? r.n : r.best_of;
+    return NeverFitsError(absl::StrCat(
+        "best_of = ", best_of, " > n = ", r.n,
+        " holds every sample's output until the last sample ends, and this call's ", what,
+        " need at least ", least, " bytes held, past the server's bound of ",
+        options_.max_held_output_bytes, " bytes (--max_held_output_bytes); ",
+        new_tokens > 0 ? "ask for fewer samples, tokens or logprobs"
+                       : "ask for fewer prompt_logprobs or send a shorter prompt"));
   }
   if (r.beam_width > 1) {
     // Started only when its worst case fits (engine_beams.cc): it must fit in
@@ -105,6 +90,33 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
     }
   }
   return absl::OkStatus();
+}
+
+int64_t EngineImpl::LeastHeld(const GenerateRequest& r, std::string* what,
+                              int64_t* tokens) const {
+  const int32_t best_of = r.best_of == 0 ? r.n : r.best_of;
+  if (best_of <= r.n || r.beam_width > 1) return 0;
+  // best_of > n holds every sample's output until the last ends
+  // (SampleGroup). A call that must produce more than the bound would run
+  // until it passed it: refused at submission, before any compute.
+  const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) +
+                              (config_.architecture == Architecture::kEncoderDecoder ? 1 : 0);
+  const bool runs_whole = r.ignore_eos && r.stop_token_ids.empty() && r.stop_strings.empty();
+  const int64_t new_tokens = runs_whole ? MaxNewTokens(r, decoder_len) : 0;
+  if (tokens != nullptr) *tokens = new_tokens;
+  if (what != nullptr) {
+    // With no tokens it must make, the prompt's logprobs alone count.
+    *what = new_tokens > 0
+                ? absl::StrCat(best_of, " x ", new_tokens, " tokens",
+                               r.sampling.top_logprobs > 0
+                                   ? absl::StrCat(" with ", r.sampling.top_logprobs,
+                                                  " logprobs each")
+                                   : "",
+                               r.prompt_logprobs >= 0 ? " and the prompt's logprobs" : "")
+                : absl::StrCat("prompt logprobs (", r.prompt.size(), " tokens x ",
+                               r.prompt_logprobs + 1, " entries)");
+  }
+  return LeastHeldOutputBytes(r, best_of, new_tokens, config_.vocab_size);
 }
 
 absl::StatusOr<RequestId> EngineImpl::Enqueue(std::unique_ptr<Request> request) {
@@ -142,9 +154,10 @@ absl::StatusOr<RequestId> EngineImpl::EnqueueAll(std::vector<std::unique_ptr<Req
   return id;
 }
 
-absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
-                                                     std::shared_ptr<GenerateObserver> observer) {
-  DIKKAT_RETURN_IF_ERROR(ValidateGenerate(request));
+std::vector<std::unique_ptr<Request>> EngineImpl::MakeGenerate(
+    GenerateRequest request, std::shared_ptr<GenerateObserver> observer,
+    std::shared_ptr<int64_t> call_held) {
+  std::vector<std::unique_ptr<Request>> out;
   auto r = std::make_unique<Request>();
   r->kind = RequestKind::kGenerate;
   r->deadline = request.deadline;
@@ -159,22 +172,19 @@ absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
   // mapped from the prefix cache.
   r->no_prefix_match = request.prompt_logprobs >= 0;
   if (request.best_of == 0) request.best_of = request.n;
-  if (request.beam_width > 1) {  // engine_beams.cc, outside the scheduler
-    r->kind = RequestKind::kBeam;
+  if (request.beam_width > 1 || (request.n == 1 && request.best_of == 1)) {
+    // Beam search runs outside the scheduler (engine_beams.cc).
+    if (request.beam_width > 1) r->kind = RequestKind::kBeam;
     r->gen = std::move(request);
     r->observer = std::move(observer);
-    return Enqueue(std::move(r));
-  }
-  if (request.n == 1 && request.best_of == 1) {
-    r->gen = std::move(request);
-    r->observer = std::move(observer);
-    return Enqueue(std::move(r));
+    out.push_back(std::move(r));
+    return out;
   }
   // Several samples: one request each, sharing the prompt through the prefix
   // cache; sample 0 alone scores the prompt.
   auto group = std::make_shared<SampleGroup>(std::move(observer), request.n, request.best_of,
-                                             request.sampling.seed, held_budget_);
-  std::vector<std::unique_ptr<Request>> samples;
+                                             request.sampling.seed, held_budget_,
+                                             std::move(call_held));
   for (int32_t i = 0; i < request.best_of; ++i) {
     auto sample = std::make_unique<Request>();
     sample->kind = RequestKind::kGenerate;
@@ -186,9 +196,61 @@ absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
     sample->no_prefix_match = sample->gen.prompt_logprobs >= 0;
     sample->group = group;
     sample->sample_index = i;
-    samples.push_back(std::move(sample));
+    out.push_back(std::move(sample));
   }
-  return EnqueueAll(std::move(samples));
+  return out;
+}
+
+absl::StatusOr<RequestId> EngineImpl::SubmitGenerate(GenerateRequest request,
+                                                     std::shared_ptr<GenerateObserver> observer) {
+  DIKKAT_RETURN_IF_ERROR(ValidateGenerate(request));
+  return EnqueueAll(MakeGenerate(std::move(request), std::move(observer), nullptr));
+}
+
+absl::StatusOr<std::vector<RequestId>> EngineImpl::SubmitGenerateAll(
+    std::vector<GenerateRequest> requests,
+    std::vector<std::shared_ptr<GenerateObserver>> observers) {
+  if (requests.empty() || requests.size() != observers.size()) {
+    return absl::InvalidArgumentError("SubmitGenerateAll: one observer per request, at least one");
+  }
+  int64_t least = 0;
+  int32_t holding = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::Status valid = ValidateGenerate(requests[i]);
+    if (!valid.ok()) {
+      if (requests.size() == 1) return valid;
+      return absl::Status(valid.code(), absl::StrCat("prompt ", i, ": ", valid.message()));
+    }
+    const int64_t bytes = LeastHeld(requests[i]);
+    least += bytes;
+    holding += bytes > 0 ? 1 : 0;
+  }
+  if (options_.max_held_output_bytes > 0 && least > options_.max_held_output_bytes) {
+    // Each fits (ValidateGenerate), but not together.
+    return NeverFitsError(absl::StrCat(
+        "best_of > n holds every sample's output until the last sample ends, and this call's ",
+        holding, " prompts together need at least ", least,
+        " bytes held, past the server's bound of ", options_.max_held_output_bytes,
+        " bytes (--max_held_output_bytes); send fewer prompts, or ask for fewer samples, "
+        "tokens or logprobs"));
+  }
+  // What the call's sample groups hold, together (engine thread only).
+  auto call_held = requests.size() > 1 ? std::make_shared<int64_t>(0) : nullptr;
+  std::vector<std::unique_ptr<Request>> all;
+  std::vector<size_t> first(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    first[i] = all.size();
+    for (std::unique_ptr<Request>& r :
+         MakeGenerate(std::move(requests[i]), std::move(observers[i]), call_held)) {
+      all.push_back(std::move(r));
+    }
+  }
+  // EnqueueAll numbers them in order from the first one's id.
+  absl::StatusOr<RequestId> id = EnqueueAll(std::move(all));
+  if (!id.ok()) return id.status();
+  std::vector<RequestId> ids;
+  for (size_t f : first) ids.push_back(*id + static_cast<RequestId>(f));
+  return ids;
 }
 
 absl::StatusOr<RequestId> EngineImpl::SubmitEncode(EncodeRequest request, EncodeCallback done) {
@@ -304,6 +366,25 @@ absl::Status EngineImpl::Warmup() {
 // ---------------------------------------------------------------------------
 // Creation
 // ---------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<RequestId>> Engine::SubmitGenerateAll(
+    std::vector<GenerateRequest> requests,
+    std::vector<std::shared_ptr<GenerateObserver>> observers) {
+  if (requests.empty() || requests.size() != observers.size()) {
+    return absl::InvalidArgumentError("SubmitGenerateAll: one observer per request, at least one");
+  }
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::StatusOr<RequestId> id =
+        SubmitGenerate(std::move(requests[i]), std::move(observers[i]));
+    if (!id.ok()) {
+      for (RequestId before : ids) Cancel(before);
+      return id.status();
+    }
+    ids.push_back(*id);
+  }
+  return ids;
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
                                                        const std::string& model_path,

@@ -361,20 +361,22 @@ class OpenAiHttpServer::Handlers {
     auto shared_call = std::make_shared<openai::GenerateCall>(std::move(*call));
     auto output =
         std::make_shared<GenerateOutput>(target->engine, options_.max_stream_pending_bytes);
-    // One engine request per prompt; a refused one cancels those before it.
+    // One engine request per prompt, queued together or not at all; what
+    // they hold with best_of > n is bounded as one call's.
     const int32_t prompts = static_cast<int32_t>(shared_call->prompts.size());
     // One prompt failed: the call fails, so its siblings are cancelled.
     auto fan_out = openai::PromptFanOut::Create(prompts, shared_call->n, output,
                                                 [output] { output->CancelAll(); });
+    std::vector<GenerateRequest> requests;
+    std::vector<std::shared_ptr<GenerateObserver>> observers;
     for (int32_t p = 0; p < prompts; ++p) {
-      absl::StatusOr<RequestId> id =
-          target->engine->SubmitGenerate(shared_call->prompts[p].request, fan_out->ObserverFor(p));
-      if (!id.ok()) {
-        output->CancelAll();
-        return SetStatusError(res, id.status());
-      }
-      output->AddId(*id);
+      requests.push_back(shared_call->prompts[p].request);
+      observers.push_back(fan_out->ObserverFor(p));
     }
+    absl::StatusOr<std::vector<RequestId>> ids =
+        target->engine->SubmitGenerateAll(std::move(requests), std::move(observers));
+    if (!ids.ok()) return SetStatusError(res, ids.status());
+    for (RequestId id : *ids) output->AddId(id);
     auto builder = std::make_shared<openai::ChoiceBuilder>(
         openai::NewResponseMeta(api, target->name), *shared_call, target->engine->tokenizer());
     if (shared_call->stream) {

@@ -28,7 +28,8 @@ int64_t LeastHeldOutputBytes(const GenerateRequest& request, int32_t best_of,
 
 SampleGroup::SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of,
                          std::optional<uint64_t> seed,
-                         std::shared_ptr<HeldOutputBudget> budget)
+                         std::shared_ptr<HeldOutputBudget> budget,
+                         std::shared_ptr<int64_t> call_held)
     : observer_(std::move(observer)),
       n_(n),
       best_of_(best_of),
@@ -36,7 +37,8 @@ SampleGroup::SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, 
       reasons_(best_of, FinishReason::kLength),
       cumulative_(best_of, 0.0),
       base_seed_(seed),
-      budget_(std::move(budget)) {}
+      budget_(std::move(budget)),
+      call_held_(std::move(call_held)) {}
 
 SampleGroup::~SampleGroup() { ReleaseHeld(); }
 
@@ -46,6 +48,7 @@ void SampleGroup::ReleaseHeld() {
   if (budget_ != nullptr && held_bytes_ != 0) {
     budget_->used.fetch_sub(held_bytes_, std::memory_order_relaxed);
   }
+  if (call_held_ != nullptr) *call_held_ -= held_bytes_;
   held_bytes_ = 0;
 }
 
@@ -66,8 +69,10 @@ bool SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
     // never passes the limit.
     if (budget_ != nullptr && budget_->limit > 0 &&
         budget_->used.load(std::memory_order_relaxed) + bytes > budget_->limit) {
-      // Alone past the bound, the call would fail again on a retry.
-      const bool alone = held_bytes_ + bytes > budget_->limit;
+      // Alone past the bound (with the other prompts of its call), the call
+      // would fail again on a retry.
+      const int64_t call = call_held_ != nullptr ? *call_held_ : held_bytes_;
+      const bool alone = call + bytes > budget_->limit;
       const std::string message = absl::StrCat(
           "best_of = ", best_of_, " > n = ", n_,
           " holds every sample's output until the last sample ends, and the output held that "
@@ -92,6 +97,7 @@ bool SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
   }
   if (budget_ != nullptr) budget_->used.fetch_add(bytes, std::memory_order_relaxed);
   held_bytes_ += bytes;
+  if (call_held_ != nullptr) *call_held_ += bytes;
   held_[index].push_back(std::move(chunk));
   return false;
 }

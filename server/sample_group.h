@@ -54,9 +54,13 @@ int64_t LeastHeldOutputBytes(const GenerateRequest& request, int32_t best_of,
 class SampleGroup {
  public:
   // `seed`: the call's, when it gave one (else drawn at the first admission).
-  // `budget` (may be null: no bound) counts what the group holds.
+  // `budget` (may be null: no bound) counts what the group holds;
+  // `call_held` (may be null: the group is the whole call) what the groups
+  // of one call hold together (Engine::SubmitGenerateAll), for telling a call
+  // that would pass the bound alone from calls that pass it together.
   SampleGroup(std::shared_ptr<GenerateObserver> observer, int32_t n, int32_t best_of,
-              std::optional<uint64_t> seed, std::shared_ptr<HeldOutputBudget> budget = nullptr);
+              std::optional<uint64_t> seed, std::shared_ptr<HeldOutputBudget> budget = nullptr,
+              std::shared_ptr<int64_t> call_held = nullptr);
   ~SampleGroup();
   SampleGroup(const SampleGroup&) = delete;
   SampleGroup& operator=(const SampleGroup&) = delete;
@@ -111,6 +115,7 @@ class SampleGroup {
   std::optional<uint64_t> base_seed_;
   std::shared_ptr<HeldOutputBudget> budget_;
   int64_t held_bytes_ = 0;  // of held_, counted in budget_
+  std::shared_ptr<int64_t> call_held_;  // counts held_bytes_ too, when set
   absl::Status error_;      // the call's end when the budget refused a chunk
 };
 

@@ -941,6 +941,38 @@ TEST_F(OpenAiHttpTest, BestOfOutputReleasedAtTheEndIsWhole) {
   for (int i = 0; i < 15; ++i) EXPECT_EQ(texts[i], r.json["choices"][i]["text"]) << i;
 }
 
+// best_of > n with several prompts: what the prompts hold counts as one
+// call's against --max_held_output_bytes. Prompts that each fit but not
+// together are a 400 (a retry would fail the same way), not a 429: at
+// submission when every sample must run to max_tokens, and while they run
+// when a (never met) stop string could have ended them early. One prompt
+// alone still runs whole.
+TEST_F(OpenAiHttpTest, PromptsPastTheHeldOutputBoundTogetherAre400) {
+  std::unique_ptr<ServerProcess> small = Start({"--max_held_output_bytes=160KiB"});
+  ASSERT_NE(small, nullptr);
+  // ~129 KB held a prompt (2 samples x 400 one-token chunks, as counted).
+  Json request = {{"prompt", {"two", "together"}},
+                  {"max_tokens", 400},
+                  {"ignore_eos", true},
+                  {"n", 1},
+                  {"best_of", 2},
+                  {"temperature", 1.0}};
+  HttpReply at_submission = Post("/v1/completions", request.dump(), small.get());
+  EXPECT_EQ(at_submission.status, 400) << at_submission.body;
+  EXPECT_THAT(at_submission.body, HasSubstr("2 prompts together"));
+  request["stop"] = "\u0001\u0002\u0003\u0004\u0005\u0006\u0007\u0008";
+  HttpReply running = Post("/v1/completions", request.dump(), small.get());
+  EXPECT_EQ(running.status, 400) << running.body;
+  EXPECT_THAT(running.body, HasSubstr("--max_held_output_bytes"));
+  request["prompt"] = "one";
+  HttpReply one = Post("/v1/completions", request.dump(), small.get());
+  ASSERT_EQ(one.status, 200) << one.body.substr(0, 400);
+  EXPECT_EQ(one.json["usage"]["completion_tokens"], 2 * 400);
+  EXPECT_TRUE(integration::WaitFor(
+      [&] { return Metric(Scrape(*small), R"(dikkat_held_output_bytes{model="tiny-lm"})") == 0; },
+      absl::Seconds(20)));
+}
+
 // A client that stops reading: its socket buffers fill, the output kept for
 // it passes --max_stream_pending_bytes, and the generation is cancelled
 // while the client is still connected.

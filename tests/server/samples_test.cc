@@ -278,6 +278,112 @@ TEST_F(SamplesTest, HeldOutputOfCallsTogetherIsRetryable) {
   EXPECT_EQ(engine->stats().held_output_bytes, 0);
 }
 
+// The requests of one call (an OpenAI call with several prompts) that each
+// fit the bound but not together: through SubmitGenerateAll they count as
+// one call's, so the one whose chunk passes the bound ends with NeverFits (a
+// retry would fail again), not a retry hint. A never-met stop string keeps
+// them from being refused at submission.
+TEST_F(SamplesTest, HeldOutputOfOneCallsPromptsIsOneCalls) {
+  EngineOptions options;
+  options.max_held_output_bytes = 160 << 10;  // as HeldOutputOfCallsTogetherIsRetryable
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+  std::vector<GenerateRequest> requests;
+  std::vector<std::shared_ptr<GenerateObserver>> observers;
+  std::vector<std::shared_ptr<GenerateCollector>> calls;
+  for (uint64_t seed : {11, 12}) {
+    GenerateRequest r = Sampled("two at once", 400, seed);
+    r.n = 1;
+    r.best_of = 2;
+    r.stop_strings = {"\x01\x02\x03\x04\x05\x06\x07\x08"};
+    requests.push_back(r);
+    calls.push_back(std::make_shared<GenerateCollector>());
+    observers.push_back(calls.back());
+  }
+  absl::StatusOr<std::vector<RequestId>> ids =
+      engine->SubmitGenerateAll(std::move(requests), std::move(observers));
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_EQ(ids->size(), 2u);
+  EXPECT_EQ(ids->at(1), ids->at(0) + 2);  // the first one's 2 samples, then the second's
+  int refused = 0, whole = 0;
+  for (auto& c : calls) {
+    ASSERT_TRUE(c->Wait());
+    const GenerateSummary s = c->summary();
+    if (s.reason == FinishReason::kError) {
+      ++refused;
+      EXPECT_EQ(s.status.code(), absl::StatusCode::kResourceExhausted) << s.status;
+      EXPECT_TRUE(NeverFits(s.status)) << s.status;
+      EXPECT_NE(s.status.message().find("alone"), std::string::npos) << s.status;
+      EXPECT_EQ(c->chunks(), 0);
+    } else {
+      ++whole;  // the engine does not stop the other (the OpenAI door does)
+      EXPECT_EQ(s.reason, FinishReason::kLength) << s.status;
+    }
+  }
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(whole, 1);
+  ExpectIdle(*engine);
+  EXPECT_EQ(engine->stats().held_output_bytes, 0);
+}
+
+// SubmitGenerateAll checks every request first and queues all or none: the
+// least output the call's prompts must hold counts together at submission
+// (NeverFits, nothing runs), a bad request refuses the whole call (its
+// index named), and the ids returned are each request's first.
+TEST_F(SamplesTest, SubmitGenerateAllIsAllOrNothing) {
+  GenerateRequest a = Sampled("each fits alone", 200, 4);
+  a.n = 1;
+  a.best_of = 2;
+  a.sampling.top_logprobs = 5;
+  const int64_t least = LeastHeldOutputBytes(a, 2, 200, 259);
+  EngineOptions options;
+  options.max_held_output_bytes = least * 3 / 2;  // one fits, two do not
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+
+  auto submit = [&](std::vector<GenerateRequest> requests,
+                    std::vector<std::shared_ptr<GenerateCollector>>* calls) {
+    std::vector<std::shared_ptr<GenerateObserver>> observers;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      calls->push_back(std::make_shared<GenerateCollector>());
+      observers.push_back(calls->back());
+    }
+    return engine->SubmitGenerateAll(std::move(requests), std::move(observers));
+  };
+  std::vector<std::shared_ptr<GenerateCollector>> refused_calls;
+  absl::Status together = submit({a, a}, &refused_calls).status();
+  EXPECT_EQ(together.code(), absl::StatusCode::kResourceExhausted) << together;
+  EXPECT_TRUE(NeverFits(together)) << together;
+  EXPECT_NE(together.message().find("2 prompts together"), std::string::npos) << together;
+
+  GenerateRequest bad = Sampled("", 8, 5);  // an empty prompt
+  absl::Status invalid = submit({Sampled("fine", 8, 6), bad}, &refused_calls).status();
+  EXPECT_EQ(invalid.code(), absl::StatusCode::kInvalidArgument) << invalid;
+  EXPECT_EQ(invalid.message().rfind("prompt 1: ", 0), 0u) << invalid;
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(engine->stats().requests_finished, 0);  // nothing of either ran
+  for (auto& c : refused_calls) EXPECT_FALSE(c->Wait(absl::ZeroDuration()));
+
+  // Alone it runs whole; beside a call that holds nothing, too.
+  std::vector<std::shared_ptr<GenerateCollector>> calls;
+  GenerateRequest streamed = Sampled("streamed", 8, 7);
+  streamed.n = 3;
+  absl::StatusOr<std::vector<RequestId>> ids = submit({a, streamed, Sampled("one", 8, 8)}, &calls);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_EQ(ids->size(), 3u);
+  EXPECT_EQ(ids->at(1), ids->at(0) + 2);
+  EXPECT_EQ(ids->at(2), ids->at(1) + 3);
+  for (auto& c : calls) {
+    ASSERT_TRUE(c->Wait());
+    EXPECT_EQ(c->summary().reason, FinishReason::kLength) << c->summary().status;
+  }
+  EXPECT_EQ(calls[0]->samples().at(0).ids.size(), 200u);
+  EXPECT_EQ(calls[1]->samples().size(), 3u);
+  EXPECT_EQ(calls[2]->ids().size(), 8u);
+  ExpectIdle(*engine);
+  EXPECT_EQ(engine->stats().held_output_bytes, 0);
+}
+
 // A call that must hold more than the bound (nothing can end it early:
 // ignore_eos, no stop tokens or strings) is refused at submission, before
 // any compute, as NeverFits; the same call that could stop early is taken.
