@@ -351,8 +351,11 @@ class Engine {
   // counts as one call's against --max_held_output_bytes, at submission and
   // while they run: a request whose chunk would pass the bound ends with the
   // NeverFits error when the call's requests alone would pass it (a retry
-  // would fail again), else with a retryable RESOURCE_EXHAUSTED. Returns each
-  // request's id, in order. This default submits them one by one, cancelling
+  // would fail again), else with a retryable RESOURCE_EXHAUSTED. A refused
+  // request's error starts with "prompt[i]: " when there are several; a call
+  // with more requests (prompts x samples) than --max_queue is NeverFits.
+  // Returns each request's id to Cancel it by (a sample group's: its first
+  // sample's), in order. This default submits them one by one, cancelling
   // those before a refused one; the engine's own does all of the above.
   virtual absl::StatusOr<std::vector<RequestId>> SubmitGenerateAll(
       std::vector<GenerateRequest> requests,

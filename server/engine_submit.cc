@@ -64,10 +64,11 @@ absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
         "the prompt needs ", needed, " KV blocks but the cache has ",
         cache_->allocator().num_blocks(), "; raise --kv_cache_bytes or shorten the prompt"));
   }
-  std::string what;
-  int64_t new_tokens = 0;
-  const int64_t least = LeastHeld(r, &what, &new_tokens);
+  const int64_t least = LeastHeld(r);
   if (options_.max_held_output_bytes > 0 && least > options_.max_held_output_bytes) {
+    std::string what;
+    int64_t new_tokens = 0;
+    LeastHeld(r, &what, &new_tokens);
     const int32_t best_of = r.best_of == 0 ? r.n : r.best_of;
     return NeverFitsError(absl::StrCat(
         "best_of = ", best_of, " > n = ", r.n,
@@ -143,10 +144,17 @@ absl::StatusOr<RequestId> EngineImpl::EnqueueAll(std::vector<std::unique_ptr<Req
   if (draining_ || stop_) {
     return absl::UnavailableError("the server is shutting down; retry on another replica");
   }
+  if (count > options_.max_queue) {
+    return NeverFitsError(absl::StrCat(
+        "this call's ", count, " requests (prompts x samples) would take as many places in the "
+        "queue, more than the server's --max_queue of ", options_.max_queue,
+        "; send fewer prompts or ask for fewer samples"));
+  }
   if (static_cast<int64_t>(inbox_.size()) + engine_queued_ + count > options_.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the request queue is full (", options_.max_queue, " waiting",
-        count > 1 ? absl::StrCat("; this call's ", count, " samples take as many places") : "",
+        count > 1 ? absl::StrCat("; this call's ", count, " prompts and samples take as many places")
+                  : "",
         "); retry later"));
   }
   in_flight_ += static_cast<int32_t>(count);
@@ -218,8 +226,9 @@ absl::StatusOr<std::vector<RequestId>> EngineImpl::SubmitGenerateAll(
   for (size_t i = 0; i < requests.size(); ++i) {
     absl::Status valid = ValidateGenerate(requests[i]);
     if (!valid.ok()) {
+      // The OpenAI door's prefix for a prompt's error (its `param`).
       if (requests.size() == 1) return valid;
-      return absl::Status(valid.code(), absl::StrCat("prompt ", i, ": ", valid.message()));
+      return WithMessagePrefix(valid, absl::StrCat("prompt[", i, "]: "));
     }
     const int64_t bytes = LeastHeld(requests[i]);
     least += bytes;
@@ -234,7 +243,8 @@ absl::StatusOr<std::vector<RequestId>> EngineImpl::SubmitGenerateAll(
         " bytes (--max_held_output_bytes); send fewer prompts, or ask for fewer samples, "
         "tokens or logprobs"));
   }
-  // What the call's sample groups hold, together (engine thread only).
+  // What the call's sample groups hold, together: touched by the engine
+  // thread only once queued (a refused call's groups release nothing).
   auto call_held = requests.size() > 1 ? std::make_shared<int64_t>(0) : nullptr;
   std::vector<std::unique_ptr<Request>> all;
   std::vector<size_t> first(requests.size());
@@ -363,10 +373,7 @@ absl::Status EngineImpl::Warmup() {
 
 }  // namespace engine_internal
 
-// ---------------------------------------------------------------------------
-// Creation
-// ---------------------------------------------------------------------------
-
+// The base class's: one by one (EngineImpl's own is above).
 absl::StatusOr<std::vector<RequestId>> Engine::SubmitGenerateAll(
     std::vector<GenerateRequest> requests,
     std::vector<std::shared_ptr<GenerateObserver>> observers) {
@@ -385,6 +392,10 @@ absl::StatusOr<std::vector<RequestId>> Engine::SubmitGenerateAll(
   }
   return ids;
 }
+
+// ---------------------------------------------------------------------------
+// Creation
+// ---------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
                                                        const std::string& model_path,

@@ -87,7 +87,7 @@ class GenerateOutput final : public GenerateObserver {
   GenerateOutput(Engine* engine, int64_t max_pending_bytes)
       : engine_(engine), max_pending_bytes_(max_pending_bytes) {}
 
-  // Each time SubmitGenerate returned; a cut before it is cancelled here.
+  // Each id SubmitGenerateAll returned; a cut before it is cancelled here.
   void AddId(RequestId id) {
     bool cancel = false;
     {

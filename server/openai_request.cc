@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "dikkat/v1/dikkat.pb.h"
+#include "server/status_util.h"
 
 namespace dikkat::server::openai {
 namespace {
@@ -404,7 +405,7 @@ absl::Status CheckCallCost(size_t prompts, const v1::GenerateRequest& wire,
 // Prefixes "prompt[i]: " to a prompt's error when the call has several.
 absl::Status InPrompt(const absl::Status& status, size_t index, size_t count) {
   if (status.ok() || count == 1) return status;
-  return absl::Status(status.code(), absl::StrCat("prompt[", index, "]: ", status.message()));
+  return WithMessagePrefix(status, absl::StrCat("prompt[", index, "]: "));
 }
 
 // One chat message's content as the template sees it: a string (a list of

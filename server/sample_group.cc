@@ -80,7 +80,9 @@ bool SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
           alone ? "by this call alone" : "by all such calls together",
           " would pass the server's bound of ", budget_->limit,
           " bytes (--max_held_output_bytes); ",
-          alone ? "ask for fewer samples, tokens or logprobs" : "retry later");
+          !alone                   ? "retry later"
+          : call_held_ != nullptr ? "send fewer prompts, or ask for fewer samples, tokens or logprobs"
+                                  : "ask for fewer samples, tokens or logprobs");
       error_ = alone ? NeverFitsError(message) : absl::ResourceExhaustedError(message);
       ended_ = FinishReason::kError;
       ReleaseHeld();

@@ -4,6 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 
 namespace dikkat::server {
 
@@ -46,6 +47,14 @@ absl::Status NeverFitsError(absl::string_view message) {
 bool NeverFits(const absl::Status& status) {
   return status.code() == absl::StatusCode::kResourceExhausted &&
          status.GetPayload(kNeverFitsPayloadUrl).has_value();
+}
+
+absl::Status WithMessagePrefix(const absl::Status& status, absl::string_view prefix) {
+  if (status.ok()) return status;
+  absl::Status out(status.code(), absl::StrCat(prefix, status.message()));
+  status.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 }  // namespace dikkat::server

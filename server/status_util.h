@@ -48,6 +48,10 @@ inline constexpr char kNeverFitsPayloadUrl[] = "type.dikkat.dev/never-fits";
 absl::Status NeverFitsError(absl::string_view message);
 bool NeverFits(const absl::Status& status);
 
+// `status` with `prefix` before its message, its code and payloads (the
+// retry hint, NeverFits) kept.
+absl::Status WithMessagePrefix(const absl::Status& status, absl::string_view prefix);
+
 }  // namespace dikkat::server
 
 #endif  // DIKKAT_SERVER_STATUS_UTIL_H_

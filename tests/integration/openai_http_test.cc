@@ -960,6 +960,12 @@ TEST_F(OpenAiHttpTest, PromptsPastTheHeldOutputBoundTogetherAre400) {
   HttpReply at_submission = Post("/v1/completions", request.dump(), small.get());
   EXPECT_EQ(at_submission.status, 400) << at_submission.body;
   EXPECT_THAT(at_submission.body, HasSubstr("2 prompts together"));
+  // Each prompt past the bound alone: still 400, its error naming the prompt.
+  Json each = request;
+  each["best_of"] = 3;
+  HttpReply each_alone = Post("/v1/completions", each.dump(), small.get());
+  EXPECT_EQ(each_alone.status, 400) << each_alone.body;
+  EXPECT_EQ(each_alone.json["error"]["param"], "prompt[0]") << each_alone.body;
   request["stop"] = "\u0001\u0002\u0003\u0004\u0005\u0006\u0007\u0008";
   HttpReply running = Post("/v1/completions", request.dump(), small.get());
   EXPECT_EQ(running.status, 400) << running.body;

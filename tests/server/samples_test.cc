@@ -359,7 +359,32 @@ TEST_F(SamplesTest, SubmitGenerateAllIsAllOrNothing) {
   GenerateRequest bad = Sampled("", 8, 5);  // an empty prompt
   absl::Status invalid = submit({Sampled("fine", 8, 6), bad}, &refused_calls).status();
   EXPECT_EQ(invalid.code(), absl::StatusCode::kInvalidArgument) << invalid;
-  EXPECT_EQ(invalid.message().rfind("prompt 1: ", 0), 0u) << invalid;
+  EXPECT_EQ(invalid.message().rfind("prompt[1]: ", 0), 0u) << invalid;
+  // A prompt that alone never fits keeps its NeverFits mark under the
+  // prefix (the OpenAI door's 400 rather than 429).
+  GenerateRequest alone_too_big = a;
+  alone_too_big.best_of = 4;
+  absl::Status never = submit({Sampled("fine", 8, 6), alone_too_big}, &refused_calls).status();
+  EXPECT_TRUE(NeverFits(never)) << never;
+  EXPECT_EQ(never.message().rfind("prompt[1]: best_of = 4", 0), 0u) << never;
+  // More requests (prompts x samples) than the queue holds: never queued.
+  {
+    EngineOptions small_queue;
+    small_queue.max_queue = 4;
+    auto queue_engine = Make("tiny-lm", small_queue);
+    ASSERT_NE(queue_engine, nullptr);
+    GenerateRequest three = Sampled("three", 8, 9);
+    three.n = 3;
+    std::vector<std::shared_ptr<GenerateObserver>> two_observers = {
+        std::make_shared<GenerateCollector>(), std::make_shared<GenerateCollector>()};
+    absl::Status queue = queue_engine->SubmitGenerateAll({three, three}, two_observers).status();
+    EXPECT_TRUE(NeverFits(queue)) << queue;
+    EXPECT_NE(queue.message().find("--max_queue of 4"), std::string::npos) << queue;
+    auto one = std::make_shared<GenerateCollector>();
+    ASSERT_TRUE(queue_engine->SubmitGenerateAll({three}, {one}).ok());
+    ASSERT_TRUE(one->Wait());
+    EXPECT_EQ(one->summary().reason, FinishReason::kLength);
+  }
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(engine->stats().requests_finished, 0);  // nothing of either ran
   for (auto& c : refused_calls) EXPECT_FALSE(c->Wait(absl::ZeroDuration()));

@@ -45,5 +45,20 @@ TEST(StatusUtilTest, RetryHintComesFromThePayloadOrTheDefault) {
   EXPECT_EQ(ToGrpcStatus(s).error_message(), "queue full");
 }
 
+// A prefixed message keeps the code and every payload: NeverFits stays
+// NeverFits (the OpenAI door's 400), a retry hint stays.
+TEST(StatusUtilTest, MessagePrefixKeepsCodeAndPayloads) {
+  const absl::Status never = WithMessagePrefix(NeverFitsError("too big"), "prompt[1]: ");
+  EXPECT_EQ(never.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(never.message(), "prompt[1]: too big");
+  EXPECT_TRUE(NeverFits(never));
+  absl::Status hinted = absl::ResourceExhaustedError("busy");
+  SetRetryAfterMs(hinted, 77);
+  const absl::Status prefixed = WithMessagePrefix(hinted, "x: ");
+  EXPECT_EQ(RetryAfterMs(prefixed), 77);
+  EXPECT_FALSE(NeverFits(prefixed));
+  EXPECT_TRUE(WithMessagePrefix(absl::OkStatus(), "x: ").ok());
+}
+
 }  // namespace
 }  // namespace dikkat::server
