@@ -636,5 +636,36 @@ TEST_F(SlowReadersTogetherTest, StreamsThatAreNotReadShareOneServerBound) {
   EXPECT_EQ(service_->pending_bytes(), 0);
 }
 
+// Engine's default SubmitGenerateAll (what an Engine other than
+// EngineImpl gets): the requests one by one, those before a refused one
+// cancelled, the refusal returned.
+TEST(EngineDefaultTest, SubmitGenerateAllCancelsThoseBeforeARefusal) {
+  class Quiet final : public GenerateObserver {
+    void OnChunk(GeneratedChunk) override {}
+    void OnFinish(GenerateSummary) override {}
+  };
+  FakeEngine engine("lm", model::Architecture::kDecoderOnly);
+  engine.set_ignore_deadlines(true);
+  FakeEngine::GenerateScript slow;
+  slow.chunks.resize(1000);
+  slow.interval = absl::Milliseconds(5);
+  engine.set_script(slow);
+  GenerateRequest ok;
+  ok.prompt = {1, 2, 3};
+  GenerateRequest bad;  // no prompt
+  absl::StatusOr<std::vector<RequestId>> refused = engine.SubmitGenerateAll(
+      {ok, bad}, {std::make_shared<Quiet>(), std::make_shared<Quiet>()});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_TRUE(engine.WaitCancelled(engine.last_id(), absl::Seconds(10)));
+  absl::StatusOr<std::vector<RequestId>> taken = engine.SubmitGenerateAll(
+      {ok, ok}, {std::make_shared<Quiet>(), std::make_shared<Quiet>()});
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_EQ(taken->size(), 2u);
+  EXPECT_NE(taken->at(0), taken->at(1));
+  for (RequestId id : *taken) engine.Cancel(id);
+  EXPECT_TRUE(engine.WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(engine.SubmitGenerateAll({}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace dikkat::server
