@@ -70,6 +70,32 @@ class SamplesTest : public ::testing::Test {
     }
     ADD_FAILURE() << "the engine did not go idle with every block released";
   }
+
+  // Of two calls of 2 samples x 400 tokens past the held-output bound
+  // together: one refused by it (NeverFits or not; its message with `word`),
+  // nothing of it sent; the other whole.
+  void ExpectOneRefusedOneWhole(const std::vector<std::shared_ptr<GenerateCollector>>& calls,
+                                bool never_fits, const std::string& word) {
+    int refused = 0, whole = 0;
+    for (const auto& c : calls) {
+      ASSERT_TRUE(c->Wait());
+      const GenerateSummary s = c->summary();
+      if (s.reason == FinishReason::kError) {
+        ++refused;
+        EXPECT_EQ(s.status.code(), absl::StatusCode::kResourceExhausted) << s.status;
+        EXPECT_EQ(NeverFits(s.status), never_fits) << s.status;
+        EXPECT_NE(s.status.message().find(word), std::string::npos) << s.status;
+        EXPECT_EQ(c->chunks(), 0);
+      } else {
+        ++whole;
+        EXPECT_EQ(s.reason, FinishReason::kLength) << s.status;
+        ASSERT_EQ(c->samples().size(), 1u);
+        EXPECT_EQ(c->samples().at(0).ids.size(), 400u);
+      }
+    }
+    EXPECT_EQ(refused, 1);
+    EXPECT_EQ(whole, 1);
+  }
 };
 
 // Sample i of a call with seed s equals the call with n = 1 and seed s + i.
@@ -255,25 +281,7 @@ TEST_F(SamplesTest, HeldOutputOfCallsTogetherIsRetryable) {
     ASSERT_TRUE(engine->SubmitGenerate(r, c).ok());
     calls.push_back(c);
   }
-  int refused = 0, whole = 0;
-  for (auto& c : calls) {
-    ASSERT_TRUE(c->Wait());
-    const GenerateSummary s = c->summary();
-    if (s.reason == FinishReason::kError) {
-      ++refused;
-      EXPECT_EQ(s.status.code(), absl::StatusCode::kResourceExhausted) << s.status;
-      EXPECT_FALSE(NeverFits(s.status)) << s.status;
-      EXPECT_NE(s.status.message().find("together"), std::string::npos) << s.status;
-      EXPECT_EQ(c->chunks(), 0);
-    } else {
-      ++whole;
-      EXPECT_EQ(s.reason, FinishReason::kLength) << s.status;
-      ASSERT_EQ(c->samples().size(), 1u);
-      EXPECT_EQ(c->samples().at(0).ids.size(), 400u);
-    }
-  }
-  EXPECT_EQ(refused, 1);
-  EXPECT_EQ(whole, 1);
+  ExpectOneRefusedOneWhole(calls, /*never_fits=*/false, "together");
   ExpectIdle(*engine);
   EXPECT_EQ(engine->stats().held_output_bytes, 0);
 }
@@ -305,23 +313,8 @@ TEST_F(SamplesTest, HeldOutputOfOneCallsPromptsIsOneCalls) {
   ASSERT_TRUE(ids.ok()) << ids.status();
   ASSERT_EQ(ids->size(), 2u);
   EXPECT_EQ(ids->at(1), ids->at(0) + 2);  // the first one's 2 samples, then the second's
-  int refused = 0, whole = 0;
-  for (auto& c : calls) {
-    ASSERT_TRUE(c->Wait());
-    const GenerateSummary s = c->summary();
-    if (s.reason == FinishReason::kError) {
-      ++refused;
-      EXPECT_EQ(s.status.code(), absl::StatusCode::kResourceExhausted) << s.status;
-      EXPECT_TRUE(NeverFits(s.status)) << s.status;
-      EXPECT_NE(s.status.message().find("alone"), std::string::npos) << s.status;
-      EXPECT_EQ(c->chunks(), 0);
-    } else {
-      ++whole;  // the engine does not stop the other (the OpenAI door does)
-      EXPECT_EQ(s.reason, FinishReason::kLength) << s.status;
-    }
-  }
-  EXPECT_EQ(refused, 1);
-  EXPECT_EQ(whole, 1);
+  // The engine does not stop the other request (the OpenAI door does).
+  ExpectOneRefusedOneWhole(calls, /*never_fits=*/true, "alone");
   ExpectIdle(*engine);
   EXPECT_EQ(engine->stats().held_output_bytes, 0);
 }
