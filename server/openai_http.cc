@@ -43,6 +43,9 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(50);
 // A stream with nothing to say for this long sends an SSE comment, so that a
 // client that went away is noticed by the failed write.
 constexpr absl::Duration kKeepAliveComment = absl::Seconds(5);
+// A stream's events are written once this many bytes of them are ready,
+// whatever is left to take.
+constexpr size_t kStreamWriteBytes = size_t{1} << 20;
 
 // Set by the handlers when the connection must not serve another request
 // (a refused request whose body was never read).
@@ -391,12 +394,25 @@ class OpenAiHttpServer::Handlers {
   void Collect(GenerateOutput& output, openai::ChoiceBuilder& builder, httplib::Response& res) {
     bool cancelled = false;
     bool cut = false;
+    bool too_big = false;  // past --max_response_bytes: cancelled, the rest not kept
     while (true) {
       GenerateOutput::Taken taken = output.Take(kPollInterval);
-      for (const GeneratedChunk& chunk : taken.chunks) builder.Add(chunk);
+      if (!too_big) {
+        for (const GeneratedChunk& chunk : taken.chunks) builder.Add(chunk);
+        too_big = options_.max_response_bytes > 0 &&
+                  builder.approx_bytes() > options_.max_response_bytes;
+      }
       cut = cut || taken.cut;
       if (taken.summary.has_value()) {
         const GenerateSummary& summary = *taken.summary;
+        if (too_big) {
+          return SetError(res, 400,
+                          absl::StrCat("the response passed the server's bound of ",
+                                       options_.max_response_bytes,
+                                       " bytes per response (--max_response_bytes) and the "
+                                       "generation was stopped; ask for fewer choices, prompts, "
+                                       "tokens or logprobs, or stream the response"));
+        }
         // Output was dropped: never a 200 with part of the choices, even
         // when the generation had already finished.
         if (cut) {
@@ -414,7 +430,7 @@ class OpenAiHttpServer::Handlers {
             "application/json");
         return;
       }
-      if (!cancelled && (taken.cut || Abandoned())) {
+      if (!cancelled && (taken.cut || too_big || Abandoned())) {
         cancelled = true;
         output.CancelAll();  // OnFinish(kCancelled) follows
       }
@@ -444,6 +460,13 @@ class OpenAiHttpServer::Handlers {
           if (taken.cut || Abandoned()) return false;
           for (const GeneratedChunk& chunk : taken.chunks) {
             for (const Json& e : builder->ChunkEvents(chunk)) out += SseEvent(e);
+            // Written as it grows: the events of many choices (each
+            // echoing its prompt) are not all held at once.
+            if (out.size() >= kStreamWriteBytes) {
+              if (!sink.write(out.data(), out.size())) return false;
+              *last_write = absl::Now();
+              out.clear();
+            }
           }
           bool done = false;
           if (taken.summary.has_value()) {

@@ -402,6 +402,57 @@ absl::Status CheckCallCost(size_t prompts, const v1::GenerateRequest& wire,
   return absl::OkStatus();
 }
 
+// What one logprob entry (a token or an alternative) takes in the response at
+// least, in either JSON form: completions' `"t",` in tokens, a number in
+// token_logprobs and text_offset, `"t":x,` in top_logprobs; chat's objects
+// are longer.
+constexpr int64_t kLeastLogprobEntryBytes = 7;
+
+// The least bytes `call`'s response must take, refused past
+// limits.max_response_bytes before anything is submitted: each choice's echo
+// (the prompt's text and, with logprobs, its tokens' entries) and the
+// logprob entries of the tokens every sample must make (ignore_eos, no stop
+// tokens or strings: max_tokens, or what the context leaves). Not streamed,
+// the whole response; streamed, the largest event that must be whole (a
+// choice's echo).
+absl::Status CheckLeastResponseBytes(const GenerateCall& call, const ModelLimits& limits) {
+  if (limits.max_response_bytes <= 0) return absl::OkStatus();
+  int64_t total = 0, largest_event = 0;
+  for (const PromptCall& p : call.prompts) {
+    const GenerateRequest& r = p.request;
+    const int64_t entry =
+        call.want_logprobs ? kLeastLogprobEntryBytes * (1 + std::max(r.sampling.top_logprobs, 0))
+                           : 0;
+    int64_t echo = 0;
+    if (call.echo) {
+      echo = static_cast<int64_t>(p.echo_text.size());
+      if (r.prompt_logprobs >= 0 && p.prompt_ids.size() > 1) {
+        echo += static_cast<int64_t>(p.prompt_ids.size() - 1) * entry;
+      }
+    }
+    int64_t tokens = 0;
+    if (r.ignore_eos && r.stop_token_ids.empty() && r.stop_strings.empty()) {
+      tokens = r.max_new_tokens > 0 ? r.max_new_tokens : limits.options->default_max_new_tokens;
+      if (limits.config->max_positions > 0) {
+        tokens = std::min<int64_t>(
+            tokens, limits.config->max_positions - static_cast<int64_t>(r.prompt.size()));
+      }
+      tokens = std::max<int64_t>(tokens, 0);
+    }
+    total += static_cast<int64_t>(call.n) * (echo + tokens * entry);
+    largest_event = std::max(largest_event, echo);
+  }
+  const int64_t least = call.stream ? largest_event : total;
+  if (least <= limits.max_response_bytes) return absl::OkStatus();
+  return Invalid(absl::StrCat(
+      "the response would take at least ", least, " bytes (",
+      call.stream ? "the echo of one choice" : absl::StrCat(call.choices(), " choices"),
+      call.echo ? ", echo" : "", call.want_logprobs ? ", logprobs" : "",
+      "), past the server's bound of ", limits.max_response_bytes,
+      " bytes per response (--max_response_bytes); ask for fewer choices, prompts, tokens or "
+      "logprobs", call.stream ? "" : ", or stream the response"));
+}
+
 // Prefixes "prompt[i]: " to a prompt's error when the call has several.
 absl::Status InPrompt(const absl::Status& status, size_t index, size_t count) {
   if (status.ok() || count == 1) return status;
@@ -591,6 +642,7 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
     call.prompts.push_back(std::move(*converted));
   }
   call.n = call.prompts.front().request.n;
+  DIKKAT_RETURN_IF_ERROR(CheckLeastResponseBytes(call, limits));
   return call;
 }
 
@@ -638,6 +690,7 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
   converted.request.strict_max_new_tokens = max_tokens.has_value();
   call.n = converted.request.n;
   call.prompts.push_back(std::move(converted));
+  DIKKAT_RETURN_IF_ERROR(CheckLeastResponseBytes(call, limits));
   return call;
 }
 

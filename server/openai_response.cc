@@ -19,6 +19,7 @@ const char* ErrorType(int http_status) {
     case 400:
     case 404:
     case 413:
+    case 431:
       return "invalid_request_error";
     case 401:
       return "authentication_error";
@@ -161,7 +162,7 @@ ChoiceBuilder::Choice& ChoiceBuilder::ChoiceAt(int32_t index) {
 }
 
 void ChoiceBuilder::AppendCompletionLogprob(const GeneratedToken& token, bool known, Json& logprobs,
-                                            int64_t offset) const {
+                                            int64_t offset) {
   if (logprobs.is_null()) {
     logprobs = Json{{"tokens", Json::array()},
                     {"token_logprobs", Json::array()},
@@ -181,6 +182,14 @@ void ChoiceBuilder::AppendCompletionLogprob(const GeneratedToken& token, bool kn
     logprobs["top_logprobs"].push_back(nullptr);
   }
   logprobs["text_offset"].push_back(offset);
+  // The token's text, its logprob and offset; each alternative's text and
+  // logprob: ~20 bytes of JSON a number and its separators.
+  approx_bytes_ += static_cast<int64_t>(text.size()) + 48;
+  if (known) {
+    for (const TokenAlternative& alt : token.top) {
+      approx_bytes_ += static_cast<int64_t>(tokenizer_.TokenText(alt.token_id).size()) + 24;
+    }
+  }
 }
 
 Json ChoiceBuilder::ChatLogprob(const GeneratedToken& token) const {
@@ -233,6 +242,13 @@ void ChoiceBuilder::Consume(const GeneratedChunk& chunk, Choice& choice, std::st
       if (chat) {
         if (logprobs->is_null()) *logprobs = Json{{"content", Json::array()}};
         (*logprobs)["content"].push_back(ChatLogprob(t));
+        // Text, logprob and bytes (up to 4 characters a byte) of the token
+        // and of each alternative.
+        approx_bytes_ += 5 * static_cast<int64_t>(tokenizer_.TokenText(t.token_id).size()) + 64;
+        for (const TokenAlternative& alt : t.top) {
+          approx_bytes_ +=
+              5 * static_cast<int64_t>(tokenizer_.TokenText(alt.token_id).size()) + 48;
+        }
       } else {
         // A chunk's tokens share the offset where its text starts (a token
         // may end inside a UTF-8 character the next one completes).
@@ -242,6 +258,7 @@ void ChoiceBuilder::Consume(const GeneratedChunk& chunk, Choice& choice, std::st
   }
   choice.text_offset += static_cast<int64_t>(chunk.text.size());
   choice.text += *text;
+  approx_bytes_ += static_cast<int64_t>(text->size());
 }
 
 void ChoiceBuilder::Add(const GeneratedChunk& chunk) {

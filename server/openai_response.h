@@ -77,6 +77,9 @@ class ChoiceBuilder {
   void Add(const GeneratedChunk& chunk);
   // The "text_completion" / "chat.completion" object, once the call finished.
   Json Response(const GenerateSummary& summary) const;
+  // About the bytes of the choices' text and logprobs kept so far, as
+  // Response would write them (for the bound on a response's size).
+  int64_t approx_bytes() const { return approx_bytes_; }
 
   // Streaming. Chat: the first event of each choice (delta {role: assistant}).
   std::vector<Json> StartEvents() const;
@@ -107,7 +110,7 @@ class ChoiceBuilder {
   // to `choice`; returns the text and logprobs this chunk adds.
   void Consume(const GeneratedChunk& chunk, Choice& choice, std::string* text, Json* logprobs);
   void AppendCompletionLogprob(const GeneratedToken& token, bool known, Json& logprobs,
-                               int64_t offset) const;
+                               int64_t offset);
   Json ChatLogprob(const GeneratedToken& token) const;
   Json ChoiceDelta(int32_t index, const std::string& text, const Json& logprobs) const;
   Json FinishEvent(int32_t index, const std::string& reason) const;
@@ -123,6 +126,7 @@ class ChoiceBuilder {
   std::vector<Choice> choices_;
   // Per prompt, from its request's first chunk (echo + logprobs).
   std::vector<std::vector<GeneratedToken>> prompt_logprobs_;
+  int64_t approx_bytes_ = 0;  // approx_bytes()
 };
 
 // ---- embeddings ----------------------------------------------------------------

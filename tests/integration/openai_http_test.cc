@@ -979,6 +979,48 @@ TEST_F(OpenAiHttpTest, PromptsPastTheHeldOutputBoundTogetherAre400) {
       absl::Seconds(20)));
 }
 
+// A non-streamed response is bounded by --max_response_bytes: one that must
+// pass it (echo and logprobs of every choice) is refused before any work,
+// one that passes it while it runs (here a never-met stop string could have
+// ended it early) is stopped and answered 400; streamed, the same call runs
+// whole (each event is small).
+TEST_F(OpenAiHttpTest, ResponsesPastTheResponseBoundAre400) {
+  std::unique_ptr<ServerProcess> small = Start({"--max_response_bytes=256KiB"});
+  ASSERT_NE(small, nullptr);
+  const Json echoed = {{"prompt", std::string(400, 'p')}, {"n", 16}, {"temperature", 1.0},
+                       {"max_tokens", 1}, {"echo", true}, {"logprobs", 20}};
+  HttpReply before = Post("/v1/completions", echoed.dump(), small.get());
+  EXPECT_EQ(before.status, 400) << before.body.substr(0, 400);
+  EXPECT_THAT(before.body, HasSubstr("the response would take at least"));
+  // ~16 x 400 tokens x 5 alternatives: about 1 MB of JSON.
+  Json running = {{"prompt", "x"},      {"n", 16},           {"temperature", 1.0},
+                  {"max_tokens", 400},  {"ignore_eos", true}, {"logprobs", 5},
+                  {"stop", "\u0001\u0002\u0003\u0004\u0005\u0006\u0007\u0008"}};
+  HttpReply stopped = Post("/v1/completions", running.dump(), small.get());
+  EXPECT_EQ(stopped.status, 400) << stopped.body.substr(0, 400);
+  EXPECT_THAT(stopped.body, HasSubstr("the response passed the server's bound of 262144 bytes"));
+  EXPECT_TRUE(integration::WaitFor(
+      [&] {
+        return Metric(Scrape(*small), R"(dikkat_kv_cache_blocks_used{model="tiny-lm"})") == 0;
+      },
+      absl::Seconds(20)));
+  running["stream"] = true;
+  HttpReply streamed = Post("/v1/completions", running.dump(), small.get());
+  ASSERT_EQ(streamed.status, 200) << streamed.body.substr(0, 400);
+  bool saw_done = false;
+  size_t tokens = 0;
+  for (const Json& e : Events(streamed.body, &saw_done)) {
+    ASSERT_FALSE(e.contains("error")) << e.dump();
+    for (const Json& c : e["choices"]) {
+      if (c.contains("logprobs") && c["logprobs"].is_object()) {
+        tokens += c["logprobs"]["tokens"].size();
+      }
+    }
+  }
+  EXPECT_TRUE(saw_done);
+  EXPECT_EQ(tokens, 16u * 400u);
+}
+
 // A client that stops reading: its socket buffers fill, the output kept for
 // it passes --max_stream_pending_bytes, and the generation is cancelled
 // while the client is still connected.

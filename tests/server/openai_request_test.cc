@@ -396,6 +396,47 @@ TEST_F(OpenAiRequestTest, SeveralPromptsAreBoundedBeforeAnyWork) {
               HasSubstr("prompt[1]: input.text"));
 }
 
+// A response that must pass --max_response_bytes (echoed prompts with their
+// logprobs in every choice, or logprobs of tokens every sample must make) is
+// refused before anything is submitted; one that may stop early is not.
+TEST_F(OpenAiRequestTest, ResponsesThatMustPassTheResponseBoundAreRefused) {
+  config_.max_positions = 512;
+  limits_.max_response_bytes = 64 << 10;
+  const std::string prompt(300, 'p');  // 300 tokens with the byte tokenizer
+  // 16 choices x (300 bytes of echo + 299 entries x (1 + 20 alternatives) x 7 bytes).
+  const Json echoed = {{"prompt", prompt}, {"n", 16}, {"temperature", 1}, {"max_tokens", 1},
+                       {"echo", true},     {"logprobs", 20}};
+  absl::StatusOr<GenerateCall> refused = Completion(echoed.dump());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("the response would take at least 708048 bytes (16 choices, echo, "
+                        "logprobs), past the server's bound of 65536 bytes"));
+  // Streamed, only one choice's echo must be whole (44253 bytes): taken.
+  Json streamed = echoed;
+  streamed["stream"] = true;
+  EXPECT_TRUE(Completion(streamed.dump()).ok());
+  // One choice's echo alone past the bound: refused streamed too.
+  limits_.max_response_bytes = 32 << 10;
+  EXPECT_THAT(std::string(Completion(streamed.dump()).status().message()),
+              HasSubstr("(the echo of one choice, echo, logprobs)"));
+  limits_.max_response_bytes = 64 << 10;
+  // Tokens every sample must make: 16 x 200 x 21 entries x 7 bytes.
+  const Json whole = {{"prompt", "a"},      {"n", 16},        {"temperature", 1},
+                      {"max_tokens", 200}, {"logprobs", 20}, {"ignore_eos", true}};
+  EXPECT_THAT(std::string(Completion(whole.dump()).status().message()),
+              HasSubstr("at least 470400 bytes"));
+  // The same that could stop early (EOS) is bounded as it runs instead.
+  Json may_stop = whole;
+  may_stop.erase("ignore_eos");
+  EXPECT_TRUE(Completion(may_stop.dump()).ok());
+  // Chat alike.
+  const ChatPrompt chat = LoadChat("{% for m in messages %}{{ m.content }}{% endfor %}");
+  absl::StatusOr<GenerateCall> chat_call =
+      Chat(chat, R"(, "n": 16, "temperature": 1, "max_tokens": 200, "logprobs": true,
+                  "top_logprobs": 20, "ignore_eos": true)");
+  EXPECT_EQ(chat_call.status().code(), absl::StatusCode::kInvalidArgument) << chat_call.status();
+}
+
 TEST_F(OpenAiRequestTest, CompletionErrorsNameTheField) {
   auto error = [&](const std::string& body) {
     absl::StatusOr<GenerateCall> call = Completion(body);
@@ -545,6 +586,10 @@ TEST(OpenAiResponseTest, ErrorsAndFinishReasons) {
   EXPECT_EQ(error["error"]["type"], "invalid_request_error");
   EXPECT_TRUE(error["error"]["param"].is_null());
   EXPECT_EQ(error["error"]["code"], "model_not_found");
+  // Headers too large is the client's (431), as a body too large (413).
+  EXPECT_EQ(Json::parse(ErrorBody(431, "x"))["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(Json::parse(ErrorBody(413, "x"))["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(Json::parse(ErrorBody(503, "x"))["error"]["type"], "server_error");
   // A 400 names the field its message starts with, as OpenAI's `param`.
   auto param = [](absl::string_view message) {
     return Json::parse(ErrorBody(400, message))["error"]["param"];
@@ -597,6 +642,34 @@ TEST(OpenAiResponseTest, ChunksBecomeChoicesAndEvents) {
   ASSERT_EQ(events.size(), 1u);  // only sample 0 is left
   EXPECT_EQ(events[0]["choices"][0]["index"], 0);
   EXPECT_EQ(events[0]["choices"][0]["finish_reason"], "length");
+}
+
+// approx_bytes follows what Response writes for the choices' text and
+// logprobs (both JSON forms, with alternatives): within 0.5-1.5x of the
+// dump, on top of the response's fixed fields.
+TEST(OpenAiResponseTest, ApproxBytesFollowTheResponsesSize) {
+  std::unique_ptr<model::Tokenizer> tokenizer = model::MakeByteTokenizer();
+  for (Api api : {Api::kCompletions, Api::kChat}) {
+    GenerateCall call;
+    call.n = 2;
+    call.want_logprobs = true;
+    call.prompts.resize(1);
+    call.prompts[0].request.n = 2;
+    ChoiceBuilder builder(NewResponseMeta(api, "m"), call, *tokenizer);
+    GenerateSummary summary;
+    summary.reason = FinishReason::kLength;
+    const Json empty = builder.Response(summary);
+    for (int i = 0; i < 400; ++i) {
+      GeneratedToken token{'a' + i % 26, -1.2345678f, {}};
+      for (int k = 0; k < 5; ++k) token.top.push_back({'a' + (i + k) % 26, -2.3456789f});
+      builder.Add(GeneratedChunk{{token}, std::string(1, 'a' + i % 26), i % 2, std::nullopt, 0,
+                                 {}, std::nullopt});
+    }
+    const double written = static_cast<double>(builder.Response(summary).dump().size() -
+                                               empty.dump().size());
+    EXPECT_GT(builder.approx_bytes(), 0.5 * written) << static_cast<int>(api);
+    EXPECT_LT(builder.approx_bytes(), 1.5 * written) << static_cast<int>(api);
+  }
 }
 
 // What a target observer received, in order.
