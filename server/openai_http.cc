@@ -397,8 +397,11 @@ class OpenAiHttpServer::Handlers {
     bool too_big = false;  // past --max_response_bytes: cancelled, the rest not kept
     while (true) {
       GenerateOutput::Taken taken = output.Take(kPollInterval);
-      if (!too_big) {
-        for (const GeneratedChunk& chunk : taken.chunks) builder.Add(chunk);
+      // Checked chunk by chunk: one take can hold a best_of > n call's
+      // whole held output.
+      for (const GeneratedChunk& chunk : taken.chunks) {
+        if (too_big) break;
+        builder.Add(chunk);
         too_big = options_.max_response_bytes > 0 &&
                   builder.approx_bytes() > options_.max_response_bytes;
       }

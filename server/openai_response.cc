@@ -32,6 +32,15 @@ const char* ErrorType(int http_status) {
   }
 }
 
+// The bytes `text` takes inside a JSON string: control characters as
+// \u00XX, quotes and backslashes escaped, other bytes as they are (a byte
+// that is not valid UTF-8 is written as U+FFFD, 3 bytes: counted as 1).
+int64_t JsonTextBytes(const std::string& text) {
+  int64_t bytes = 0;
+  for (unsigned char c : text) bytes += c < 0x20 ? 6 : (c == '"' || c == '\\') ? 2 : 1;
+  return bytes;
+}
+
 std::string RandomHex(int bytes) {
   thread_local std::mt19937_64 rng(std::random_device{}());
   std::string out;
@@ -151,6 +160,8 @@ ChoiceBuilder::ChoiceBuilder(ResponseMeta meta, const GenerateCall& call,
                              const model::Tokenizer& tokenizer)
     : meta_(std::move(meta)), call_(call), tokenizer_(tokenizer) {
   choices_.resize(static_cast<size_t>(std::max(call.choices(), 1)));
+  // Each choice's own fields (index, finish_reason, the keys).
+  approx_bytes_ = 96 * static_cast<int64_t>(choices_.size());
   prompt_logprobs_.resize(call.prompts.size());
 }
 
@@ -184,10 +195,10 @@ void ChoiceBuilder::AppendCompletionLogprob(const GeneratedToken& token, bool kn
   logprobs["text_offset"].push_back(offset);
   // The token's text, its logprob and offset; each alternative's text and
   // logprob: ~20 bytes of JSON a number and its separators.
-  approx_bytes_ += static_cast<int64_t>(text.size()) + 48;
+  approx_bytes_ += JsonTextBytes(text) + 32;
   if (known) {
     for (const TokenAlternative& alt : token.top) {
-      approx_bytes_ += static_cast<int64_t>(tokenizer_.TokenText(alt.token_id).size()) + 24;
+      approx_bytes_ += JsonTextBytes(tokenizer_.TokenText(alt.token_id)) + 24;
     }
   }
 }
@@ -258,7 +269,7 @@ void ChoiceBuilder::Consume(const GeneratedChunk& chunk, Choice& choice, std::st
   }
   choice.text_offset += static_cast<int64_t>(chunk.text.size());
   choice.text += *text;
-  approx_bytes_ += static_cast<int64_t>(text->size());
+  approx_bytes_ += JsonTextBytes(*text);
 }
 
 void ChoiceBuilder::Add(const GeneratedChunk& chunk) {
@@ -281,11 +292,12 @@ void ChoiceBuilder::Add(const GeneratedChunk& chunk) {
   }
 }
 
-Json ChoiceBuilder::Response(const GenerateSummary& summary) const {
+Json ChoiceBuilder::Response(const GenerateSummary& summary) {
   Json choices = Json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& c = choices_[i];
-    std::string text = c.text;
+    Choice& c = choices_[i];
+    // Moved out, not copied: a response may be tens of MB.
+    std::string text = std::move(c.text);
     if (!c.started && call_.echo) text = call_.PromptOf(static_cast<int32_t>(i)).echo_text;
     const FinishReason finish = c.finished ? c.finish : summary.reason;
     std::string finish_reason = FinishReasonString(finish);
@@ -303,10 +315,10 @@ Json ChoiceBuilder::Response(const GenerateSummary& summary) const {
       choice["message"] = std::move(message);
       choice["logprobs"] = call_.want_logprobs && c.logprobs.is_null()
                                ? Json{{"content", Json::array()}}
-                               : c.logprobs;
+                               : std::move(c.logprobs);
     } else {
       choice["text"] = std::move(text);
-      choice["logprobs"] = c.logprobs;
+      choice["logprobs"] = std::move(c.logprobs);
     }
     choice["finish_reason"] = finish_reason;
     choices.push_back(std::move(choice));

@@ -75,10 +75,12 @@ class ChoiceBuilder {
 
   // Non-streaming: keep a chunk.
   void Add(const GeneratedChunk& chunk);
-  // The "text_completion" / "chat.completion" object, once the call finished.
-  Json Response(const GenerateSummary& summary) const;
-  // About the bytes of the choices' text and logprobs kept so far, as
-  // Response would write them (for the bound on a response's size).
+  // The "text_completion" / "chat.completion" object, once the call
+  // finished; moves the choices' text and logprobs out (call it once).
+  Json Response(const GenerateSummary& summary);
+  // About the bytes of the choices kept so far, as Response would write
+  // them (for the bound on a response's size; within ~0.7-1.3x for text
+  // and logprobs).
   int64_t approx_bytes() const { return approx_bytes_; }
 
   // Streaming. Chat: the first event of each choice (delta {role: assistant}).

@@ -645,11 +645,12 @@ TEST(OpenAiResponseTest, ChunksBecomeChoicesAndEvents) {
 }
 
 // approx_bytes follows what Response writes for the choices' text and
-// logprobs (both JSON forms, with alternatives): within 0.5-1.5x of the
-// dump, on top of the response's fixed fields.
+// logprobs (both JSON forms, with alternatives): within 0.7-1.3x of the
+// dump, on top of the choices' own fields.
 TEST(OpenAiResponseTest, ApproxBytesFollowTheResponsesSize) {
   std::unique_ptr<model::Tokenizer> tokenizer = model::MakeByteTokenizer();
-  for (Api api : {Api::kCompletions, Api::kChat}) {
+  for (const auto& [api, alternatives] : {std::pair{Api::kCompletions, 5}, {Api::kCompletions, 0},
+                                           {Api::kChat, 5}, {Api::kChat, 0}}) {
     GenerateCall call;
     call.n = 2;
     call.want_logprobs = true;
@@ -658,17 +659,20 @@ TEST(OpenAiResponseTest, ApproxBytesFollowTheResponsesSize) {
     ChoiceBuilder builder(NewResponseMeta(api, "m"), call, *tokenizer);
     GenerateSummary summary;
     summary.reason = FinishReason::kLength;
-    const Json empty = builder.Response(summary);
+    const Json empty = ChoiceBuilder(NewResponseMeta(api, "m"), call, *tokenizer).Response(summary);
+    const int64_t fixed = builder.approx_bytes();  // the choices' own fields
     for (int i = 0; i < 400; ++i) {
       GeneratedToken token{'a' + i % 26, -1.2345678f, {}};
-      for (int k = 0; k < 5; ++k) token.top.push_back({'a' + (i + k) % 26, -2.3456789f});
+      for (int k = 0; k < alternatives; ++k) token.top.push_back({'a' + (i + k) % 26, -2.3456789f});
       builder.Add(GeneratedChunk{{token}, std::string(1, 'a' + i % 26), i % 2, std::nullopt, 0,
                                  {}, std::nullopt});
     }
     const double written = static_cast<double>(builder.Response(summary).dump().size() -
                                                empty.dump().size());
-    EXPECT_GT(builder.approx_bytes(), 0.5 * written) << static_cast<int>(api);
-    EXPECT_LT(builder.approx_bytes(), 1.5 * written) << static_cast<int>(api);
+    const double approx = static_cast<double>(builder.approx_bytes() - fixed);
+    EXPECT_GT(approx, 0.7 * written) << static_cast<int>(api) << " " << alternatives;
+    EXPECT_LT(approx, 1.3 * written) << static_cast<int>(api) << " " << alternatives;
+    EXPECT_GT(fixed, 0);
   }
 }
 
