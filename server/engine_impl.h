@@ -32,6 +32,7 @@
 #include "model/text/tokenizer.h"
 #include "server/engine.h"
 #include "server/beam_search.h"
+#include "server/request_checks.h"
 #include "server/sample_group.h"
 #include "server/scheduler.h"
 #include "server/text_stream.h"
@@ -153,9 +154,7 @@ class EngineImpl final : public Engine {
   // what the context leaves (the same number at submission, admission and
   // a beam search's start).
   int32_t MaxNewTokens(const GenerateRequest& request, int64_t decoder_len) const {
-    const int32_t requested =
-        request.max_new_tokens > 0 ? request.max_new_tokens : options_.default_max_new_tokens;
-    return static_cast<int32_t>(std::min<int64_t>(requested, config_.max_positions - decoder_len));
+    return server::MaxNewTokens(request, decoder_len, config_, options_);
   }
 
   // ---- engine thread: engine.cc ----

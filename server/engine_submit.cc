@@ -56,8 +56,7 @@ EngineImpl::~EngineImpl() { Shutdown(absl::ZeroDuration()); }
 // the prompt can ever fit in the KV cache.
 absl::Status EngineImpl::ValidateGenerate(const GenerateRequest& r) const {
   DIKKAT_RETURN_IF_ERROR(CheckGenerateRequest(r, description_.config, options_));
-  const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) +
-                              (config_.architecture == Architecture::kEncoderDecoder ? 1 : 0);
+  const int64_t decoder_len = DecoderLength(r, config_);
   const int64_t needed = cache_->allocator().BlocksFor(decoder_len + 1);
   if (needed > cache_->allocator().num_blocks()) {
     return NeverFitsError(absl::StrCat(
@@ -100,10 +99,7 @@ int64_t EngineImpl::LeastHeld(const GenerateRequest& r, std::string* what,
   // best_of > n holds every sample's output until the last ends
   // (SampleGroup). A call that must produce more than the bound would run
   // until it passed it: refused at submission, before any compute.
-  const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) +
-                              (config_.architecture == Architecture::kEncoderDecoder ? 1 : 0);
-  const bool runs_whole = r.ignore_eos && r.stop_token_ids.empty() && r.stop_strings.empty();
-  const int64_t new_tokens = runs_whole ? MaxNewTokens(r, decoder_len) : 0;
+  const int64_t new_tokens = TokensEverySampleMakes(r, config_, options_);
   if (tokens != nullptr) *tokens = new_tokens;
   if (what != nullptr) {
     // With no tokens it must make, the prompt's logprobs alone count.

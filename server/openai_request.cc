@@ -423,25 +423,16 @@ absl::Status CheckLeastResponseBytes(const GenerateCall& call, const ModelLimits
     const int64_t entry =
         call.want_logprobs ? kLeastLogprobEntryBytes * (1 + std::max(r.sampling.top_logprobs, 0))
                            : 0;
-    // The decoder's input, as the engine counts it (an encoder-decoder's
-    // starts with its decoder start token; its prompt is the source).
-    const int64_t decoder_len =
-        static_cast<int64_t>(r.prompt.size()) +
-        (limits.config->architecture == model::Architecture::kEncoderDecoder ? 1 : 0);
     int64_t echo = 0;
     if (call.echo) {
       echo = static_cast<int64_t>(p.echo_text.size());
-      // The engine scores the decoder's positions after the first.
-      if (r.prompt_logprobs >= 0) echo += std::max<int64_t>(decoder_len - 1, 0) * entry;
-    }
-    int64_t tokens = 0;
-    if (r.ignore_eos && r.stop_token_ids.empty() && r.stop_strings.empty()) {
-      tokens = r.max_new_tokens > 0 ? r.max_new_tokens : limits.options->default_max_new_tokens;
-      if (limits.config->max_positions > 0) {
-        tokens = std::min<int64_t>(tokens, limits.config->max_positions - decoder_len);
+      // The engine scores the decoder's positions after the first (an
+      // encoder-decoder's prompt is its source, not scored).
+      if (r.prompt_logprobs >= 0) {
+        echo += std::max<int64_t>(DecoderLength(r, *limits.config) - 1, 0) * entry;
       }
-      tokens = std::max<int64_t>(tokens, 0);
     }
+    const int64_t tokens = TokensEverySampleMakes(r, *limits.config, *limits.options);
     total += static_cast<int64_t>(call.n) * (echo + tokens * entry);
     largest_event = std::max(largest_event, echo);
   }

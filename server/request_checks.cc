@@ -1,5 +1,6 @@
 #include "server/request_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -193,6 +194,23 @@ absl::Status ValidateTokenIds(absl::Span<const int32_t> ids, absl::string_view f
   return absl::OkStatus();
 }
 
+int64_t DecoderLength(const GenerateRequest& r, const model::ModelConfig& config) {
+  return static_cast<int64_t>(r.prompt.size()) +
+         (config.architecture == model::Architecture::kEncoderDecoder ? 1 : 0);
+}
+
+int32_t MaxNewTokens(const GenerateRequest& r, int64_t decoder_len,
+                     const model::ModelConfig& config, const EngineOptions& options) {
+  const int32_t requested = r.max_new_tokens > 0 ? r.max_new_tokens : options.default_max_new_tokens;
+  return static_cast<int32_t>(std::min<int64_t>(requested, config.max_positions - decoder_len));
+}
+
+int64_t TokensEverySampleMakes(const GenerateRequest& r, const model::ModelConfig& config,
+                               const EngineOptions& options) {
+  if (!r.ignore_eos || !r.stop_token_ids.empty() || !r.stop_strings.empty()) return 0;
+  return std::max<int64_t>(MaxNewTokens(r, DecoderLength(r, config), config, options), 0);
+}
+
 absl::Status CheckMaxNewTokens(int32_t n, const EngineOptions& options) {
   if (n < 1 || n > options.max_new_tokens_cap) {
     return Invalid(absl::StrCat("max_new_tokens = ", n, " is out of range: allowed 1..",
@@ -221,7 +239,7 @@ absl::Status CheckGenerateRequest(const GenerateRequest& r, const model::ModelCo
   // decoder prefix after the decoder start token the engine prepends.
   const char* field = enc_dec ? "decoder_prefix" : "input";
   DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(r.prompt, field, config.vocab_size));
-  const int64_t decoder_len = static_cast<int64_t>(r.prompt.size()) + (enc_dec ? 1 : 0);
+  const int64_t decoder_len = DecoderLength(r, config);
   if (config.max_positions > 0 && decoder_len >= config.max_positions) {
     return Invalid(absl::StrCat(field, " has ", r.prompt.size(), " tokens",
                                 enc_dec ? " (plus the decoder start token)" : "",

@@ -34,6 +34,23 @@ absl::Status ValidateTokenIds(absl::Span<const int32_t> ids, absl::string_view f
 // `max_new_tokens` asked for explicitly: 1..options.max_new_tokens_cap.
 absl::Status CheckMaxNewTokens(int32_t max_new_tokens, const EngineOptions& options);
 
+// The decoder's input as the engine runs it: the prompt, after an
+// encoder-decoder's decoder start token.
+int64_t DecoderLength(const GenerateRequest& request, const model::ModelConfig& config);
+
+// The tokens `request` generates at most after a decoder input of
+// `decoder_len` tokens: its max_new_tokens (0: options.default_max_new_tokens),
+// capped by what the model's context leaves (the same number at submission,
+// admission and a beam search's start).
+int32_t MaxNewTokens(const GenerateRequest& request, int64_t decoder_len,
+                     const model::ModelConfig& config, const EngineOptions& options);
+
+// The tokens every sample of `request` must make: MaxNewTokens when nothing
+// can end it early (ignore_eos, no stop tokens or strings), else 0 (never
+// below 0).
+int64_t TokensEverySampleMakes(const GenerateRequest& request, const model::ModelConfig& config,
+                               const EngineOptions& options);
+
 // Architecture (encoder-only models cannot generate), prompt / source
 // lengths and ids (at least one position must remain for generation),
 // max_new_tokens (0 = the server default), sampling (model::Validate, and
