@@ -16,7 +16,8 @@
 // decoder-only (generation) or encoder-only (embeddings) config.
 //
 // Properties besides "no crash, no leak, no UB, no unbounded allocation":
-//   - what ParseBody accepts is within its nesting and object-member bounds;
+//   - what ParseBody accepts is within its nesting, object-member and value
+//     bounds, and it counts the values it parsed;
 //   - every refusal is one the handlers answer 400 (INVALID_ARGUMENT or
 //     FAILED_PRECONDITION) with a message;
 //   - what passes the engine's check has in-vocabulary prompts within
@@ -116,14 +117,18 @@ void CheckRefusal(const absl::Status& status, const char* what) {
 }
 
 // What ParseBody accepts is within its bounds: nesting and members per
-// object (an ordered object's parse is quadratic in its members).
-void CheckBounded(const Json& value, const openai::BodyLimits& limits, int depth) {
+// object (an ordered object's parse is quadratic in its members). Adds the
+// values under `value` to `counted` (keys as values that are not numbers).
+void CheckBounded(const Json& value, const openai::BodyLimits& limits, int depth,
+                  openai::BodyValues& counted) {
+  ++(value.is_number() ? counted.numbers : counted.others);
   if (!value.is_structured()) return;
   DIKKAT_FUZZ_CHECK(depth <= limits.max_json_depth, "accepted JSON %d deep", depth);
   DIKKAT_FUZZ_CHECK(
       !value.is_object() || value.size() <= static_cast<size_t>(limits.max_object_members),
       "accepted an object of %zu members", value.size());
-  for (const Json& child : value) CheckBounded(child, limits, depth + 1);
+  if (value.is_object()) counted.others += static_cast<int64_t>(value.size());
+  for (const Json& child : value) CheckBounded(child, limits, depth + 1, counted);
 }
 
 Json Reparsed(const Json& value, const char* what) {
@@ -307,25 +312,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Model encoder = MakeModel(Architecture::kEncoderOnly);
   static const std::vector<server::ChatPrompt>* templates =
       new std::vector<server::ChatPrompt>(LoadTemplates());
-  // The handlers' bounds (OpenAiHttpOptions' defaults, but fewer messages
-  // and object members, so that inputs of a few KiB reach them).
+  // The handlers' bounds (OpenAiHttpOptions' defaults, but fewer messages,
+  // object members and values, so that inputs of a few KiB reach them).
   static const openai::BodyLimits body_limits = [] {
     openai::BodyLimits limits;
     limits.max_json_depth = 32;
     limits.max_chat_messages = 64;
     limits.max_object_members = 64;
     limits.max_prompts = 4;
+    limits.max_numbers = 256;
+    limits.max_other_values = 256;
     return limits;
   }();
 
   const std::string bytes(reinterpret_cast<const char*>(data + 1), size - 1);
-  absl::StatusOr<Json> body = openai::ParseBody(bytes, body_limits);
+  openai::BodyValues reported;
+  absl::StatusOr<Json> body = openai::ParseBody(bytes, body_limits, &reported);
   if (!body.ok()) {
     CheckRefusal(body.status(), "ParseBody");
     return 0;
   }
   DIKKAT_FUZZ_CHECK(body->is_object(), "ParseBody accepted a non-object");
-  CheckBounded(*body, body_limits, 1);
+  openai::BodyValues counted;
+  CheckBounded(*body, body_limits, 1, counted);
+  // At most what was counted (a repeated key keeps one member).
+  DIKKAT_FUZZ_CHECK(counted.numbers <= reported.numbers && counted.others <= reported.others,
+                    "ParseBody counted %lld numbers and %lld other values; the tree holds "
+                    "%lld and %lld",
+                    static_cast<long long>(reported.numbers),
+                    static_cast<long long>(reported.others),
+                    static_cast<long long>(counted.numbers), static_cast<long long>(counted.others));
+  DIKKAT_FUZZ_CHECK(counted.numbers <= body_limits.max_numbers &&
+                        counted.others <= body_limits.max_other_values,
+                    "accepted %lld numbers and %lld other values",
+                    static_cast<long long>(counted.numbers),
+                    static_cast<long long>(counted.others));
   absl::StatusOr<std::string> name = openai::ModelName(*body);
   if (!name.ok()) {
     CheckRefusal(name.status(), "ModelName");

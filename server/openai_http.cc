@@ -211,7 +211,8 @@ class OpenAiHttpServer::Handlers {
         auth_(auth),
         metrics_(metrics),
         serving_(std::move(serving)),
-        options_(options) {}
+        options_(options),
+        body_limits_(MakeBodyLimits(*registry, options)) {}
 
   absl::Status LoadChatTemplates() {
     for (const ModelRegistry::Entry& e : registry_->entries()) {
@@ -339,9 +340,27 @@ class OpenAiHttpServer::Handlers {
     return t;
   }
 
-  openai::BodyLimits body_limits() const {
-    return openai::BodyLimits{options_.max_json_depth, options_.max_chat_messages};
+  // The body bounds of every endpoint: numbers enough for the largest call
+  // of any model served (none when one has no max_positions).
+  static openai::BodyLimits MakeBodyLimits(const ModelRegistry& registry,
+                                           const OpenAiHttpOptions& options) {
+    openai::BodyLimits limits;
+    limits.max_json_depth = options.max_json_depth;
+    limits.max_chat_messages = options.max_chat_messages;
+    limits.max_numbers = 0;
+    for (const ModelRegistry::Entry& e : registry.entries()) {
+      const int64_t numbers =
+          openai::MaxBodyNumbers(limits, e.engine->options(), e.engine->description().config);
+      if (numbers <= 0) {
+        limits.max_numbers = 0;
+        break;
+      }
+      limits.max_numbers = std::max(limits.max_numbers, numbers);
+    }
+    return limits;
   }
+
+  const openai::BodyLimits& body_limits() const { return body_limits_; }
 
   // Whether the HTTP thread should stop waiting: client gone or server stopping.
   bool Abandoned() const {
@@ -540,6 +559,7 @@ class OpenAiHttpServer::Handlers {
   Metrics* metrics_;
   std::function<bool()> serving_;
   const OpenAiHttpOptions& options_;
+  const openai::BodyLimits body_limits_;
   std::map<std::string, ChatPrompt> chat_;  // by model name; filled before serving
   const int64_t created_ = absl::ToUnixSeconds(absl::Now());
   std::atomic<bool> stopping_{false};

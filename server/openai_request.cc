@@ -483,8 +483,10 @@ absl::StatusOr<Json> MessageContent(const Json& content, size_t index) {
 // sends them, a JSON string; chat templates render them as objects (as Hugging
 // Face's do, e.g. `tool_call.arguments | tojson`), so a string holding a JSON
 // object (nested within the body's bound) is replaced by that object.
-// Anything else is left as sent.
-void ToolCallArgumentsAsObjects(Json& message, const BodyLimits& limits) {
+// Anything else is left as sent. `budget` is what the body's limits leave
+// for all messages' arguments together (ParseBody's value bounds), so that
+// strings of "0,0,..." cost no more as trees than the body could.
+void ToolCallArgumentsAsObjects(Json& message, BodyLimits& budget) {
   auto calls = message.find("tool_calls");
   if (calls == message.end() || !calls->is_array()) return;
   for (Json& call : *calls) {
@@ -492,8 +494,16 @@ void ToolCallArgumentsAsObjects(Json& message, const BodyLimits& limits) {
     if (function == call.end() || !function->is_object()) continue;
     auto arguments = function->find("arguments");
     if (arguments == function->end() || !arguments->is_string()) continue;
-    absl::StatusOr<Json> parsed = ParseBody(arguments->get<std::string>(), limits);
-    if (parsed.ok()) *arguments = std::move(*parsed);
+    BodyValues used;
+    absl::StatusOr<Json> parsed = ParseBody(arguments->get<std::string>(), budget, &used);
+    if (!parsed.ok()) continue;
+    *arguments = std::move(*parsed);
+    // Spent: what is left may reach 0, which ParseBody reads as no bound.
+    auto spend = [](int64_t& bound, int64_t n) {
+      if (bound > 0) bound = std::max<int64_t>(bound - n, 1);
+    };
+    spend(budget.max_numbers, used.numbers);
+    spend(budget.max_other_values, used.others);
   }
 }
 
@@ -507,6 +517,7 @@ absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limit
                                 body_limits.max_chat_messages, " are allowed"));
   }
   Json out = Json::array();
+  BodyLimits arguments_budget = body_limits;
   for (size_t i = 0; i < messages->size(); ++i) {
     const Json& m = (*messages)[i];
     if (!m.is_object()) {
@@ -521,7 +532,7 @@ absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limit
     if (content != m.end()) {
       DIKKAT_ASSIGN_OR_RETURN(copy["content"], MessageContent(*content, i));
     }
-    ToolCallArgumentsAsObjects(copy, body_limits);
+    ToolCallArgumentsAsObjects(copy, arguments_budget);
     out.push_back(std::move(copy));
   }
   return out;
@@ -529,14 +540,27 @@ absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limit
 
 }  // namespace
 
-absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits) {
-  // Depth and members on the bytes: brackets and colons outside strings. A
-  // colon belongs to the innermost open object (in valid JSON; any other
-  // body fails to parse anyway). `open` holds, per open container, -1 for
-  // an array or its members so far for an object.
+int64_t MaxBodyNumbers(const BodyLimits& limits, const EngineOptions& options,
+                       const model::ModelConfig& config) {
+  if (config.max_positions <= 0) return 0;
+  const int64_t lists = std::max<int64_t>({limits.max_prompts, options.max_batch_entries, 1});
+  return lists * config.max_positions + kBodyNumbersBesideIds;
+}
+
+absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits,
+                               BodyValues* values) {
+  // Depth, members and values on the bytes, outside strings: brackets,
+  // colons, and where each value starts. A colon belongs to the innermost
+  // open object (in valid JSON; any other body fails to parse anyway).
+  // `open` holds, per open container, -1 for an array or its members so far
+  // for an object. A number starts at a digit or '-' that does not continue
+  // one ("1e-5" is one); true, false and null at their first letter (no
+  // other letter outside strings starts a value in valid JSON).
   std::vector<int> open;
   open.reserve(static_cast<size_t>(std::max(limits.max_json_depth, 0)) + 1);
+  BodyValues counted;
   bool in_string = false;
+  bool in_number = false;
   for (size_t i = 0; i < body.size(); ++i) {
     const char c = body[i];
     if (in_string) {
@@ -545,25 +569,52 @@ absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits) 
       } else if (c == '"') {
         in_string = false;
       }
-    } else if (c == '"') {
+      continue;
+    }
+    const bool number_char = (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' ||
+                             c == 'e' || c == 'E';
+    if (number_char) {
+      if (!in_number && (c == '-' || (c >= '0' && c <= '9'))) ++counted.numbers;
+      in_number = true;
+      continue;
+    }
+    in_number = false;
+    if (c == '"') {
       in_string = true;
+      ++counted.others;
     } else if (c == '[' || c == '{') {
       if (static_cast<int>(open.size()) >= limits.max_json_depth) {
         return Invalid(absl::StrCat("the request body nests JSON deeper than ",
                                     limits.max_json_depth, " levels"));
       }
       open.push_back(c == '{' ? 0 : -1);
+      ++counted.others;
     } else if (c == ']' || c == '}') {
       if (!open.empty()) open.pop_back();
+    } else if (c == 't' || c == 'f' || c == 'n') {
+      ++counted.others;
     } else if (c == ':' && !open.empty() && open.back() >= 0 &&
                ++open.back() > limits.max_object_members) {
       return Invalid(absl::StrCat("an object in the request body has more than ",
                                   limits.max_object_members, " members"));
     }
   }
+  if (limits.max_numbers > 0 && counted.numbers > limits.max_numbers) {
+    return Invalid(absl::StrCat("the request body holds ", counted.numbers,
+                                " numbers; the server's models need at most ",
+                                limits.max_numbers,
+                                " (their prompts' or inputs' token ids and the options)"));
+  }
+  if (limits.max_other_values > 0 && counted.others > limits.max_other_values) {
+    return Invalid(absl::StrCat("the request body holds ", counted.others,
+                                " JSON values that are not numbers (strings and keys, objects, "
+                                "lists, true, false, null); at most ",
+                                limits.max_other_values, " are allowed"));
+  }
   Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return Invalid("the request body is not valid JSON");
   if (!parsed.is_object()) return Invalid("the request body must be a JSON object");
+  if (values != nullptr) *values = counted;
   return parsed;
 }
 

@@ -43,13 +43,40 @@ struct BodyLimits {
   // previous ones: parsing an object of k members costs k^2 / 2 key
   // comparisons (measured: 100 000 keys in a 1 MB body, 46 s on one core).
   int max_object_members = 1024;
+  // Values in the body: numbers, and every other value (strings, object
+  // keys among them, objects, arrays, true, false, null). Each parsed value
+  // costs 16 bytes of the tree or more (a string ~60), so without these an
+  // 8 MiB body of "0,0,0,..." took 72 MB of memory to parse and one of
+  // "\"\",\"\",..." 170 MB (measured). Long lists of numbers are token ids: the server
+  // sets max_numbers from its models (MaxBodyNumbers).
+  int64_t max_numbers = 1 << 20;
+  int64_t max_other_values = 1 << 18;
+};
+
+// The numbers a body may need for `options`' and `config`'s largest call:
+// token-id lists of max(max_prompts, max_batch_entries) prompts or inputs
+// of max_positions ids each, plus kBodyNumbersBesideIds for everything
+// else (logit_bias, sampling options). 0 when the model has no
+// max_positions (no bound beyond the body's bytes).
+inline constexpr int64_t kBodyNumbersBesideIds = 1 << 12;
+int64_t MaxBodyNumbers(const BodyLimits& limits, const EngineOptions& options,
+                       const model::ModelConfig& config);
+
+// What a parsed body held (ParseBody's optional output).
+struct BodyValues {
+  int64_t numbers = 0;
+  int64_t others = 0;
 };
 
 // Parses a request body: a JSON object nested at most max_json_depth deep,
-// no object with more than max_object_members members (both checked on the
-// bytes before parsing, so that a deeply nested body costs no recursion and
-// a wide one no quadratic parse). INVALID_ARGUMENT says what is wrong.
-absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits);
+// no object with more than max_object_members members, at most max_numbers
+// numbers and max_other_values other values (all checked on the bytes
+// before parsing, so that a deeply nested body costs no recursion, a wide
+// one no quadratic parse and a long one no tree many times its size; a
+// bound <= 0 is none). INVALID_ARGUMENT says what is wrong. `values`, when
+// given, receives the counts.
+absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits,
+                               BodyValues* values = nullptr);
 
 // The `model` field ("" when absent). INVALID_ARGUMENT when not a string.
 absl::StatusOr<std::string> ModelName(const Json& body);

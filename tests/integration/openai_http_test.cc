@@ -44,6 +44,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 using integration::ServerProcess;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kToken[] = "openai-test-token-0123456789";
 
@@ -906,6 +907,31 @@ TEST_F(OpenAiHttpTest, OpenAiMaxBodyBytesIsTheBodyLimit) {
   const HttpReply refused = Post("/v1/embeddings", at_limit + " ", small.get());
   EXPECT_EQ(refused.status, 413) << refused.body;
   EXPECT_THAT(refused.body, HasSubstr("(16384 bytes)"));
+}
+
+// A body of token ids is bounded by what the served models' largest call
+// needs, counted on the bytes before the JSON tree (16-32 bytes an id) is
+// built: here max(32 prompts, 1 input) x 512 positions + 4096 numbers.
+TEST_F(OpenAiHttpTest, BodiesOfMoreIdsThanAnyCallNeedsAre400) {
+  std::unique_ptr<ServerProcess> server = Start({"--max_batch_entries=1"});
+  ASSERT_NE(server, nullptr);
+  const int64_t bound = 32 * 512 + 4096;
+  auto ids = [](int64_t n) { return Json{{"prompt", std::vector<int32_t>(n, 65)}}.dump(); };
+  const HttpReply past = Post("/v1/completions", ids(bound + 1), server.get());
+  EXPECT_EQ(past.status, 400) << past.body;
+  EXPECT_THAT(past.body, HasSubstr(absl::StrCat("holds ", bound + 1,
+                                                " numbers; the server's models need at most ",
+                                                bound)));
+  // At the bound the body is parsed; the prompt is then past the context.
+  const HttpReply at = Post("/v1/completions", ids(bound), server.get());
+  EXPECT_EQ(at.status, 400) << at.body;
+  EXPECT_THAT(at.body, Not(HasSubstr("numbers")));
+  // Split into 32 prompts of the context's length and less, it is served.
+  Json prompts = Json::array();
+  for (int i = 0; i < 32; ++i) prompts.push_back(std::vector<int32_t>(500, 65));
+  const HttpReply served = Post(
+      "/v1/completions", Json{{"prompt", prompts}, {"max_tokens", 1}}.dump(), server.get());
+  EXPECT_EQ(served.status, 200) << served.body;
 }
 
 // best_of > n holds every sample's output until the best are known and then

@@ -90,6 +90,55 @@ TEST_F(OpenAiRequestTest, BodyMustBeABoundedJsonObject) {
   EXPECT_TRUE(ParseBody(R"({"a": "[[[[[[\"[[["})", shallow).ok());
 }
 
+// Found by an audit: an 8 MiB body of token ids ("0,0,0,...", 4.2M ids)
+// parsed into the JSON tree took 72 MB more resident memory, one of empty
+// strings 170 MB (measured with nlohmann 3.11, AMD EPYC), on each of up to
+// 64 HTTP workers. Now numbers and other values are counted on the bytes
+// and refused before parsing.
+TEST_F(OpenAiRequestTest, BodiesOfTooManyValuesAreRefusedBeforeParsing) {
+  BodyValues values;
+  ASSERT_TRUE(ParseBody(R"({"a": [1, -2, 3.5e-7, 1E+3, 0], "b": "x-1", "c": [true, false, null],
+                           "d": {"e": -0.5}})",
+                        BodyLimits{}, &values)
+                  .ok());
+  EXPECT_EQ(values.numbers, 6);
+  // Keys a b c d e, the string, the objects, the lists, the literals.
+  EXPECT_EQ(values.others, 5 + 1 + 2 + 2 + 3);
+
+  BodyLimits limits;
+  limits.max_numbers = 4;
+  limits.max_other_values = 5;
+  EXPECT_TRUE(ParseBody(R"({"p": [1, 22, 333, -4]})", limits).ok());
+  EXPECT_THAT(ParseBody(R"({"p": [1, 22, 333, -4, 5]})", limits).status().message(),
+              HasSubstr("holds 5 numbers; the server's models need at most 4"));
+  EXPECT_TRUE(ParseBody(R"({"p": ["1", "2"]})", limits).ok());  // {, "p", [, 2 strings: 5
+  EXPECT_THAT(ParseBody(R"({"p": ["1", "2", "3"]})", limits).status().message(),
+              HasSubstr("holds 6 JSON values that are not numbers"));
+  // Digits and letters in strings are not values.
+  EXPECT_TRUE(ParseBody(R"({"p": "1 2 3 4 5 true false null [ { -7"})", limits).ok());
+  limits.max_numbers = 0;  // no bound
+  limits.max_other_values = 0;
+  EXPECT_TRUE(ParseBody(R"({"p": [1, 2, 3, 4, 5, "a", "b", "c"]})", limits).ok());
+
+  // The bound the server sets: its largest call's ids and the options.
+  options_.max_batch_entries = 3;
+  BodyLimits server;
+  EXPECT_EQ(MaxBodyNumbers(server, options_, config_),
+            32 * config_.max_positions + kBodyNumbersBesideIds);
+  options_.max_batch_entries = 64;
+  EXPECT_EQ(MaxBodyNumbers(server, options_, config_),
+            64 * config_.max_positions + kBodyNumbersBesideIds);
+  config_.max_positions = 0;
+  EXPECT_EQ(MaxBodyNumbers(server, options_, config_), 0);
+
+  // The whole 8 MiB body of ids is refused at once.
+  std::string ids = R"({"prompt": [)";
+  while (ids.size() < (8u << 20)) ids += "0,";
+  ids += "0]}";
+  server.max_numbers = 1 << 20;
+  EXPECT_THAT(ParseBody(ids, server).status().message(), HasSubstr("numbers"));
+}
+
 // Found while fuzzing ParseBody (fuzz/openai_request_fuzzer.cc): an ordered
 // JSON object looks every new key up among the previous ones, so a 1 MB body
 // of 100 000 keys took 46 s of one core to parse (AMD EPYC); now it is
@@ -295,6 +344,40 @@ TEST_F(OpenAiRequestTest, ChatWithToolsParsesInTheTemplatesConvention) {
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_EQ(tokenizer_->Decode(call->prompts[0].request.prompt, false),
             "<tool_call>[user]weather?[assistant]Paris[tool]sunny");
+}
+
+// The tool calls' arguments of all messages share the body's value bounds:
+// a string of "0,0,..." parsed into a tree costs 16 bytes or more a number,
+// so past what is left of the bound an argument stays the string it was.
+TEST_F(OpenAiRequestTest, ToolCallArgumentsShareTheBodysValueBounds) {
+  const ChatPrompt chat = LoadChat(
+      "<tool_call>{% for m in messages %}{% if m.tool_calls %}"
+      "{% if m.tool_calls[0].function.arguments is mapping %}object{% else %}string{% endif %};"
+      "{% endif %}{% endfor %}");
+  auto assistant = [](int numbers) {
+    std::string list;
+    for (int i = 0; i < numbers; ++i) absl::StrAppend(&list, i > 0 ? "," : "", i);
+    return absl::StrCat(
+        R"({"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",)",
+        R"("function": {"name": "w", "arguments": "{\"a\": [)", list, R"(]}"}}]})");
+  };
+  auto rendered = [&](const BodyLimits& limits, int first, int second) {
+    absl::StatusOr<GenerateCall> call = ParseChatRequest(
+        Json::parse(absl::StrCat(R"({"messages": [)", assistant(first), ",", assistant(second),
+                                 R"(, {"role": "user", "content": "hi"}]})")),
+        chat, limits, limits_);
+    EXPECT_TRUE(call.ok()) << call.status();
+    return call.ok() ? tokenizer_->Decode(call->prompts[0].request.prompt, false) : "";
+  };
+  BodyLimits limits;
+  EXPECT_EQ(rendered(limits, 6, 6), "<tool_call>object;object;");
+  limits.max_numbers = 10;
+  EXPECT_EQ(rendered(limits, 6, 4), "<tool_call>object;object;");
+  EXPECT_EQ(rendered(limits, 6, 5), "<tool_call>object;string;");
+  EXPECT_EQ(rendered(limits, 11, 1), "<tool_call>string;object;");
+  limits = BodyLimits{};
+  limits.max_other_values = 5;  // each arguments object: {, "a", [ = 3
+  EXPECT_EQ(rendered(limits, 1, 1), "<tool_call>object;string;");
 }
 
 TEST_F(OpenAiRequestTest, SeveralPromptsAreOneEngineRequestEach) {
