@@ -27,6 +27,7 @@ namespace {
 typedef float F32x8 __attribute__((vector_size(32)));
 typedef float F32x4 __attribute__((vector_size(16)));
 typedef int32_t I32x4 __attribute__((vector_size(16)));
+typedef int16_t I16x8 __attribute__((vector_size(16)));
 typedef uint32_t U32x8 __attribute__((vector_size(32)));
 typedef int32_t I32x8 __attribute__((vector_size(32)));
 typedef uint16_t U16x8 __attribute__((vector_size(16)));
@@ -126,10 +127,23 @@ struct Ops {
     std::memcpy(buf, p, sizeof(T) * n);
     return Load(static_cast<const T*>(buf));
   }
+  // Widened in 16-byte steps (int8 -> int16 -> int32 -> float): GCC 12
+  // converts 8 int8 straight to the 32-byte float vector one byte at a time
+  // on SSE2 (sign extends and scalar inserts); this way it is unpacks and
+  // compares (as on NEON, widening moves).
   DIKKAT_INLINE static V LoadInt8(const int8_t* p, V scale) {
     I8x8 raw;
     std::memcpy(&raw, p, sizeof raw);
-    return __builtin_convertvector(raw, V) * scale;
+    const I16x8 wide = __builtin_convertvector(raw, I16x8);
+    const F32x4 halves[2] = {
+        __builtin_convertvector(
+            __builtin_convertvector(__builtin_shufflevector(wide, wide, 0, 1, 2, 3), I32x4), F32x4),
+        __builtin_convertvector(
+            __builtin_convertvector(__builtin_shufflevector(wide, wide, 4, 5, 6, 7), I32x4),
+            F32x4)};
+    V v;
+    std::memcpy(&v, halves, sizeof v);
+    return v * scale;
   }
   DIKKAT_INLINE static V LoadInt8N(const int8_t* p, int n, V scale) {
     int8_t buf[kLanes] = {};
