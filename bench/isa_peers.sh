@@ -4,7 +4,8 @@
 #
 # For every instruction set this CPU can execute (model/cpu_isa.h: avx512,
 # avx2, generic), each pass runs, one after another on the same machine:
-#   dikkat     dikkat-server with DIKKAT_ISA forced, through gRPC with
+#   dikkat     dikkat-server with DIKKAT_ISA (and its LibTorch's
+#              ATEN_CPU_CAPABILITY) forced, through gRPC with
 #              `dikkat bench` (greedy, 16-token prompt): 1 stream x 128 new
 #              tokens for float32, bfloat16 and int8 (tokens/s, time to first
 #              token, inter-token time); 8 and 32 streams float32 (2 waves of
@@ -172,6 +173,11 @@ for pass in $(seq 1 "$PASSES"); do
     echo "isa_peers: pass $pass, $isa (OPENBLAS_CORETYPE=${ct:-auto})"
     (
       if [ -n "$ct" ]; then export OPENBLAS_CORETYPE=$ct; else unset OPENBLAS_CORETYPE; fi
+      # dikkat's own LibTorch operators forced as PyTorch eager's are, so a
+      # forced ISA stands for a CPU of that ISA on both sides (before
+      # session 44 only PyTorch eager's were).
+      export ATEN_CPU_CAPABILITY
+      ATEN_CPU_CAPABILITY=$(aten_capability "$isa")
       DIKKAT_ISA=$isa DIKKAT_BENCH_MODEL=$MODEL DIKKAT_BENCH_THREADS=$THREADS \
         "$BUILD/bench/engine_bench" \
         --benchmark_filter='^BM_(MemoryTriad|Prefill)/' --benchmark_min_time=1 \
