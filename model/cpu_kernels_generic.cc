@@ -33,31 +33,6 @@ typedef int32_t I32x8 __attribute__((vector_size(32)));
 typedef uint16_t U16x8 __attribute__((vector_size(16)));
 typedef int8_t I8x8 __attribute__((vector_size(8)));
 
-// IEEE binary16 bits -> float32, exactly (normals, subnormals, inf, NaN).
-inline float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu;
-  uint32_t mant = h & 0x3FFu;
-  uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: normalize
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x400u) == 0);
-    bits = sign | static_cast<uint32_t>(112 - e) << 23 | ((mant & 0x3FFu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 struct Ops {
   using V = F32x8;
   static constexpr int kLanes = 8;
@@ -116,10 +91,29 @@ struct Ops {
     std::memcpy(&h, p, sizeof h);
     return FromBits(__builtin_convertvector(h, U32x8) << 16);
   }
+  // IEEE binary16 -> float32 exactly (normals, subnormals, inf, NaN), in
+  // vector operations (one lane at a time, a float16 KV cache ran at
+  // 0.72-0.87x float32's speed at 8-32 streams): the exponent rebased (+112,
+  // or to 255 for infinities and NaN, payload kept); a subnormal or zero is
+  // its mantissa x 2^-24, which float32 holds exactly; then the sign.
   DIKKAT_INLINE static V Load(const Half16* p) {
-    V v;
-    for (int l = 0; l < kLanes; ++l) v[l] = HalfToFloat(p[l].bits);
-    return v;
+    U16x8 h;
+    std::memcpy(&h, p, sizeof h);
+    const U32x8 w = __builtin_convertvector(h, U32x8);
+    const U32x8 magnitude = w & 0x7FFFu;
+    const U32x8 shifted = magnitude << 13;
+    const V normal = FromBits(shifted + (112u << 23));
+    const V special = FromBits(shifted + (224u << 23));
+    // The magnitude as a float (below 2^15: exact) for the compares.
+    I32x8 signed_magnitude;
+    std::memcpy(&signed_magnitude, &magnitude, sizeof signed_magnitude);
+    const V m = __builtin_convertvector(signed_magnitude, V);
+    const V subnormal = m * 5.9604644775390625e-8f;  // 2^-24
+    const V v = Select(Less(m, Set1(1024.0f)), subnormal,
+                       Select(Less(m, Set1(31744.0f)), normal, special));  // 0x400, 0x7C00
+    U32x8 bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return FromBits(bits | ((w & 0x8000u) << 16));
   }
   template <typename T>
   DIKKAT_INLINE static V LoadN(const T* p, int n) {

@@ -76,6 +76,33 @@ double RelativeError(const at::Tensor& got, const at::Tensor& want, const at::Te
   return ((got.to(at::kDouble) - want).abs() / (magnitude + 1e-30)).max().item<double>();
 }
 
+// Every float16 bit pattern is widened exactly by the active ISA's kernel
+// (F16C, or the generic path's vector operations, which before session 44
+// widened one value at a time): W's first column holds all 65536 values
+// (subnormals, zeros, infinities and NaN among them), its others zeros, and
+// x picks the first column, so each output is one weight times 1 plus zeros.
+TEST(SmallBatchLinearTest, EveryFloat16ValueIsWidenedExactly) {
+  constexpr int64_t kValues = 65536, kIn = 16;
+  std::vector<int16_t> bits(kValues * kIn, 0);
+  for (int64_t v = 0; v < kValues; ++v) bits[v * kIn] = static_cast<int16_t>(v);
+  const at::Tensor w = at::tensor(bits).view({kValues, kIn}).view(at::kHalf);
+  at::Tensor x = at::zeros({1, kIn});
+  x[0][0] = 1.0f;
+  const at::Tensor got = SmallBatchLinear(x, w, at::Tensor()).view({kValues});
+  const at::Tensor want = w.select(1, 0).to(at::kFloat);  // LibTorch's widening
+  const float* g = got.data_ptr<float>();
+  const float* e = want.data_ptr<float>();
+  int64_t wrong = 0;
+  for (int64_t v = 0; v < kValues; ++v) {
+    const bool same = std::isnan(e[v]) ? std::isnan(g[v]) : g[v] == e[v];
+    if (!same && ++wrong <= 5) {
+      ADD_FAILURE() << "float16 bits 0x" << std::hex << v << std::dec << ": got " << g[v]
+                    << ", want " << e[v] << " (" << IsaName(ActiveIsa()) << ")";
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(SmallBatchLinearTest, MatchesFloat64ReferenceForEveryDtypeRowCountAndOddSize) {
   at::manual_seed(7);
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
