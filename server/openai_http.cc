@@ -379,7 +379,7 @@ class OpenAiHttpServer::Handlers {
     } else {
       call = openai::ParseCompletionRequest(*body, body_limits(), target->limits);
     }
-    if (!call.ok()) return SetStatusError(res, call.status());
+    if (!call.ok()) return SetStatusError(res, openai::InOpenAiTerms(call.status(), api));
     auto shared_call = std::make_shared<openai::GenerateCall>(std::move(*call));
     auto output =
         std::make_shared<GenerateOutput>(target->engine, options_.max_stream_pending_bytes);
@@ -397,7 +397,7 @@ class OpenAiHttpServer::Handlers {
     }
     absl::StatusOr<std::vector<RequestId>> ids =
         target->engine->SubmitGenerateAll(std::move(requests), std::move(observers));
-    if (!ids.ok()) return SetStatusError(res, ids.status());
+    if (!ids.ok()) return SetStatusError(res, openai::InOpenAiTerms(ids.status(), api));
     for (RequestId id : *ids) output->AddId(id);
     auto builder = std::make_shared<openai::ChoiceBuilder>(
         openai::NewResponseMeta(api, target->name), *shared_call, target->engine->tokenizer());

@@ -103,11 +103,14 @@ int HttpStatusOf(const absl::Status& status) {
 }
 
 // The field a 400's message starts with ("max_tokens: expected an integer",
-// "messages[1].content: ..."), or null: every request check names the field
-// first, and OpenAI's clients show it as the error's `param`.
+// "messages[1].content: ...", "n = 0 is out of range ..."), or null: every
+// request check names the field first, and OpenAI's clients show it as the
+// error's `param`.
 Json ParamOf(int http_status, absl::string_view message) {
   if (http_status != 400) return nullptr;
-  const size_t colon = message.find(": ");
+  size_t colon = message.find(": ");
+  const size_t equals = message.find(" = ");
+  if (equals < colon) colon = equals;
   if (colon == absl::string_view::npos || colon == 0 || colon > 128) return nullptr;
   const absl::string_view field = message.substr(0, colon);
   if (!(absl::ascii_isalpha(field[0]) || field[0] == '_')) return nullptr;
@@ -123,6 +126,49 @@ std::string ErrorBody(int http_status, absl::string_view message, absl::string_v
                 {"param", ParamOf(http_status, message)},
                 {"code", code.empty() ? Json(nullptr) : Json(std::string(code))}};
   return Json{{"error", std::move(error)}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+namespace {
+
+bool NamePart(char c) { return absl::ascii_isalnum(c) || c == '_'; }
+
+// `text` with every whole `from` replaced by `to`: not inside a longer name
+// (a letter, digit or '_' after it; one of those, '.', '-' before it).
+std::string ReplaceName(absl::string_view text, absl::string_view from, absl::string_view to) {
+  std::string out;
+  size_t start = 0;
+  for (size_t at = text.find(from); at != absl::string_view::npos;
+       at = text.find(from, at + from.size())) {
+    const size_t end = at + from.size();
+    const bool whole = (at == 0 || !(NamePart(text[at - 1]) || text[at - 1] == '.' ||
+                                     text[at - 1] == '-')) &&
+                       (end == text.size() || !NamePart(text[end]) ||
+                        from.back() == '.');  // a prefix ("sampling.") goes on into its field
+    if (!whole) continue;
+    absl::StrAppend(&out, text.substr(start, at - start), to);
+    start = end;
+  }
+  absl::StrAppend(&out, text.substr(start));
+  return out;
+}
+
+}  // namespace
+
+absl::Status InOpenAiTerms(const absl::Status& status, Api api) {
+  if (status.ok()) return status;
+  std::string message(status.message());
+  message = ReplaceName(message, "sampling.", "");
+  message = ReplaceName(message, "max_new_tokens",
+                        api == Api::kChat ? "max_completion_tokens" : "max_tokens");
+  if (api == Api::kCompletions) {
+    message = ReplaceName(message, "top_logprobs", "logprobs");
+    message = ReplaceName(message, "prompt_logprobs", "logprobs (with echo)");
+  }
+  if (message == status.message()) return status;
+  absl::Status out(status.code(), message);
+  status.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 const char* FinishReasonString(FinishReason reason) {

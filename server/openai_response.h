@@ -32,9 +32,18 @@ int HttpStatusOf(const absl::Status& status);
 
 // {"error": {"message", "type", "param", "code"}}; type follows the status
 // (invalid_request_error, authentication_error, ...); `param` is the field a
-// 400's message starts with ("max_tokens: ..." -> "max_tokens"), else null;
+// 400's message starts with ("max_tokens: ..." or "max_tokens = 9 ..." ->
+// "max_tokens"), else null;
 // `code` null when empty.
 std::string ErrorBody(int http_status, absl::string_view message, absl::string_view code = "");
+
+// `status` with the engine's and gRPC's field names in its message put in
+// the endpoint's terms, payloads kept: "sampling.temperature" ->
+// "temperature" (every "sampling." field), "max_new_tokens" -> "max_tokens"
+// (chat: "max_completion_tokens"), and for completions "top_logprobs" ->
+// "logprobs" and "prompt_logprobs" -> "logprobs (with echo)". Whole names
+// only ("--max_new_tokens_cap" stays).
+absl::Status InOpenAiTerms(const absl::Status& status, Api api);
 
 // "stop" (EOS or a stop string/token), "length"; "abort" for a generation
 // cut short (cancelled, deadline); "error".

@@ -550,6 +550,12 @@ TEST_F(OpenAiHttpTest, ErrorsHaveOpenAisShapeAndStatus) {
                "max_tokens: expected an integer");
   expect_error(Post("/v1/completions", Json{{"prompt", {"a", 3}}}.dump()), 400,
                "prompt[1]: expected a string");
+  // The engine's checks in OpenAI's terms: no gRPC field names.
+  const HttpReply greedy_samples =
+      Post("/v1/completions", Json{{"prompt", "x"}, {"n", 2}, {"temperature", 0}}.dump());
+  expect_error(greedy_samples, 400, "n = 2, best_of = 2 with temperature = 0");
+  EXPECT_THAT(greedy_samples.body, Not(HasSubstr("sampling.")));
+  EXPECT_EQ(greedy_samples.json["error"]["param"], "n");
   expect_error(Post("/v1/completions", std::string(100, '[') + std::string(100, ']')), 400,
                "deeper than");
   HttpReply unknown = Post("/v1/completions", Json{{"model", "gpt-4"}, {"prompt", "x"}}.dump());

@@ -684,10 +684,50 @@ TEST(OpenAiResponseTest, ErrorsAndFinishReasons) {
                     "tokenizer_config.json): use /v1/completions")
                   .is_null());
   EXPECT_TRUE(param("JSON nested deeper than 32").is_null());
+  EXPECT_EQ(param("n = 0 is out of range: allowed 1..16"), "n");
+  EXPECT_EQ(param("prompt[1]: n = 0 is out of range: allowed 1..16"), "prompt[1]");
+  EXPECT_TRUE(param("the request body holds 5 numbers; at most 4").is_null());
   EXPECT_TRUE(Json::parse(ErrorBody(429, "queue: full"))["error"]["param"].is_null());
   EXPECT_STREQ(FinishReasonString(FinishReason::kEos), "stop");
   EXPECT_STREQ(FinishReasonString(FinishReason::kStop), "stop");
   EXPECT_STREQ(FinishReasonString(FinishReason::kLength), "length");
+}
+
+// Found by an audit (session 41): the engine's checks name gRPC's fields,
+// which an OpenAI caller never set ("max_new_tokens = 5000", "n = 2,
+// best_of = 2 with sampling.temperature = 0").
+TEST(OpenAiResponseTest, EngineErrorsAreInTheEndpointsTerms) {
+  absl::Status cap = absl::InvalidArgumentError(
+      "max_new_tokens = 5000 is out of range: allowed 1..4096 (the server's "
+      "--max_new_tokens_cap)");
+  SetRetryAfterMs(cap, 5);
+  const absl::Status completions = InOpenAiTerms(cap, Api::kCompletions);
+  EXPECT_EQ(completions.message(),
+            "max_tokens = 5000 is out of range: allowed 1..4096 (the server's "
+            "--max_new_tokens_cap)");
+  EXPECT_EQ(completions.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RetryAfterMs(completions), 5);  // payloads kept
+  EXPECT_EQ(InOpenAiTerms(cap, Api::kChat).message().substr(0, 21), "max_completion_tokens");
+  EXPECT_EQ(InOpenAiTerms(absl::InvalidArgumentError(
+                              "prompt[1]: n = 2, best_of = 2 with sampling.temperature = 0 "
+                              "(greedy)"),
+                          Api::kCompletions)
+                .message(),
+            "prompt[1]: n = 2, best_of = 2 with temperature = 0 (greedy)");
+  EXPECT_EQ(InOpenAiTerms(absl::InvalidArgumentError(
+                              "prompt_logprobs = 5 over a prompt of 9 tokens; top_logprobs"),
+                          Api::kCompletions)
+                .message(),
+            "logprobs (with echo) = 5 over a prompt of 9 tokens; logprobs");
+  EXPECT_EQ(InOpenAiTerms(absl::InvalidArgumentError("top_logprobs = 30"), Api::kChat).message(),
+            "top_logprobs = 30");
+  // Only whole names: longer ones and flags stay.
+  EXPECT_EQ(InOpenAiTerms(absl::InvalidArgumentError(
+                              "strict_max_new_tokens is set; max_new_tokensx; nosampling.x"),
+                          Api::kCompletions)
+                .message(),
+            "strict_max_new_tokens is set; max_new_tokensx; nosampling.x");
+  EXPECT_TRUE(InOpenAiTerms(absl::OkStatus(), Api::kChat).ok());
 }
 
 TEST(OpenAiResponseTest, ChunksBecomeChoicesAndEvents) {
