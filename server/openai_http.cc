@@ -369,17 +369,20 @@ class OpenAiHttpServer::Handlers {
   }
 
   void Generate(Api api, const httplib::Request& req, httplib::Response& res) {
-    absl::StatusOr<Json> body = openai::ParseBody(req.body, body_limits());
+    openai::BodyValues used;
+    absl::StatusOr<Json> body = openai::ParseBody(req.body, body_limits(), &used);
     if (!body.ok()) return SetStatusError(res, body.status());
     absl::StatusOr<Target> target = FindModel(*body);
     if (!target.ok()) return SetStatusError(res, target.status());
     absl::StatusOr<openai::GenerateCall> call;
     if (api == Api::kChat) {
-      call = openai::ParseChatRequest(*body, chat_.at(target->name), body_limits(), target->limits);
+      // The tool calls' arguments are parsed within what the body left.
+      call = openai::ParseChatRequest(*body, chat_.at(target->name),
+                                      openai::LeftAfter(body_limits(), used), target->limits);
     } else {
       call = openai::ParseCompletionRequest(*body, body_limits(), target->limits);
     }
-    if (!call.ok()) return SetStatusError(res, openai::InOpenAiTerms(call.status(), api));
+    if (!call.ok()) return SetStatusError(res, call.status());
     auto shared_call = std::make_shared<openai::GenerateCall>(std::move(*call));
     auto output =
         std::make_shared<GenerateOutput>(target->engine, options_.max_stream_pending_bytes);
@@ -397,7 +400,11 @@ class OpenAiHttpServer::Handlers {
     }
     absl::StatusOr<std::vector<RequestId>> ids =
         target->engine->SubmitGenerateAll(std::move(requests), std::move(observers));
-    if (!ids.ok()) return SetStatusError(res, openai::InOpenAiTerms(ids.status(), api));
+    if (!ids.ok()) {
+      // The engine's own check of each prompt: in the caller's terms.
+      return SetStatusError(
+          res, openai::InOpenAiTerms(ids.status(), api, shared_call->max_tokens_field));
+    }
     for (RequestId id : *ids) output->AddId(id);
     auto builder = std::make_shared<openai::ChoiceBuilder>(
         openai::NewResponseMeta(api, target->name), *shared_call, target->engine->tokenizer());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
@@ -483,9 +484,9 @@ absl::StatusOr<Json> MessageContent(const Json& content, size_t index) {
 // sends them, a JSON string; chat templates render them as objects (as Hugging
 // Face's do, e.g. `tool_call.arguments | tojson`), so a string holding a JSON
 // object (nested within the body's bound) is replaced by that object.
-// Anything else is left as sent. `budget` is what the body's limits leave
-// for all messages' arguments together (ParseBody's value bounds), so that
-// strings of "0,0,..." cost no more as trees than the body could.
+// Anything else is left as sent. `budget` is what the body's value bounds
+// leave (LeftAfter) for all messages' arguments together, so that strings of
+// "0,0,..." cost no more as trees than the body could.
 void ToolCallArgumentsAsObjects(Json& message, BodyLimits& budget) {
   auto calls = message.find("tool_calls");
   if (calls == message.end() || !calls->is_array()) return;
@@ -498,12 +499,7 @@ void ToolCallArgumentsAsObjects(Json& message, BodyLimits& budget) {
     absl::StatusOr<Json> parsed = ParseBody(arguments->get<std::string>(), budget, &used);
     if (!parsed.ok()) continue;
     *arguments = std::move(*parsed);
-    // Spent: what is left may reach 0, which ParseBody reads as no bound.
-    auto spend = [](int64_t& bound, int64_t n) {
-      if (bound > 0) bound = std::max<int64_t>(bound - n, 1);
-    };
-    spend(budget.max_numbers, used.numbers);
-    spend(budget.max_other_values, used.others);
+    budget = LeftAfter(budget, used);
   }
 }
 
@@ -540,11 +536,64 @@ absl::StatusOr<Json> ChatMessages(const Json& body, const BodyLimits& body_limit
 
 }  // namespace
 
+namespace {
+
+bool NamePart(char c) { return absl::ascii_isalnum(c) || c == '_'; }
+
+// `text` with every whole `from` replaced by `to`: not inside a longer name
+// (a letter, digit or '_' after it; one of those, '.', '-' before it).
+std::string ReplaceName(std::string_view text, std::string_view from, std::string_view to) {
+  std::string out;
+  size_t start = 0;
+  for (size_t at = text.find(from); at != std::string_view::npos;
+       at = text.find(from, at + from.size())) {
+    const size_t end = at + from.size();
+    const bool whole = (at == 0 || !(NamePart(text[at - 1]) || text[at - 1] == '.' ||
+                                     text[at - 1] == '-')) &&
+                       (end == text.size() || !NamePart(text[end]) ||
+                        from.back() == '.');  // a prefix ("sampling.") goes on into its field
+    if (!whole) continue;
+    out.append(text.substr(start, at - start)).append(to);
+    start = end;
+  }
+  out.append(text.substr(start));
+  return out;
+}
+
+}  // namespace
+
+absl::Status InOpenAiTerms(const absl::Status& status, Api api, std::string_view max_tokens_field) {
+  if (status.ok()) return status;
+  std::string message(status.message());
+  message = ReplaceName(message, "sampling.", "");
+  message = ReplaceName(message, "max_new_tokens", max_tokens_field);
+  if (api == Api::kCompletions) {
+    message = ReplaceName(message, "top_logprobs", "logprobs");
+    message = ReplaceName(message, "prompt_logprobs", "logprobs");
+  }
+  if (message == status.message()) return status;
+  absl::Status out(status.code(), message);
+  status.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
+}
+
 int64_t MaxBodyNumbers(const BodyLimits& limits, const EngineOptions& options,
                        const model::ModelConfig& config) {
   if (config.max_positions <= 0) return 0;
   const int64_t lists = std::max<int64_t>({limits.max_prompts, options.max_batch_entries, 1});
   return lists * config.max_positions + kBodyNumbersBesideIds;
+}
+
+BodyLimits LeftAfter(const BodyLimits& limits, const BodyValues& used) {
+  // 0 is no bound: what is left stays at least 1.
+  auto left = [](int64_t bound, int64_t n) {
+    return bound > 0 ? std::max<int64_t>(bound - n, 1) : bound;
+  };
+  BodyLimits out = limits;
+  out.max_numbers = left(limits.max_numbers, used.numbers);
+  out.max_other_values = left(limits.max_other_values, used.others);
+  return out;
 }
 
 absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits,
@@ -668,15 +717,19 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
       wire.mutable_input()->mutable_tokens()->mutable_ids()->Assign(ids->begin(), ids->end());
     }
     absl::StatusOr<PromptCall> converted = ToPrompt(wire, limits);
-    if (!converted.ok()) return InPrompt(converted.status(), i, prompts.size());
+    if (!converted.ok()) {
+      return InPrompt(InOpenAiTerms(converted.status(), Api::kCompletions, call.max_tokens_field),
+                      i, prompts.size());
+    }
     // An explicit max_tokens past the context is refused, as OpenAI does.
     converted->request.strict_max_new_tokens = max_tokens.has_value();
     if (prompts.size() > 1) {
       // Every prompt is checked before the first is submitted: a bad one
       // costs none of the others' work.
-      DIKKAT_RETURN_IF_ERROR(
-          InPrompt(CheckGenerateRequest(converted->request, *limits.config, *limits.options), i,
-                   prompts.size()));
+      DIKKAT_RETURN_IF_ERROR(InPrompt(
+          InOpenAiTerms(CheckGenerateRequest(converted->request, *limits.config, *limits.options),
+                        Api::kCompletions, call.max_tokens_field),
+          i, prompts.size()));
     }
     if (call.echo) {
       converted->echo_text =
@@ -719,9 +772,11 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
   DIKKAT_ASSIGN_OR_RETURN(
       std::optional<int64_t> max_tokens,
       OptionalInteger(body, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max()));
+  call.max_tokens_field = "max_completion_tokens";
   if (!max_tokens) {
     DIKKAT_ASSIGN_OR_RETURN(
         max_tokens, OptionalInteger(body, "max_tokens", 1, std::numeric_limits<int32_t>::max()));
+    if (max_tokens) call.max_tokens_field = "max_tokens";
   }
   if (max_tokens) wire.set_max_new_tokens(static_cast<int32_t>(*max_tokens));
   DIKKAT_ASSIGN_OR_RETURN(call.want_logprobs, OptionalBool(body, "logprobs"));
@@ -731,10 +786,13 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
     return Invalid("top_logprobs: needs logprobs set to true");
   }
   if (call.want_logprobs) wire.set_top_logprobs(static_cast<int32_t>(top_logprobs.value_or(0)));
-  DIKKAT_ASSIGN_OR_RETURN(PromptCall converted, ToPrompt(wire, limits));
-  converted.request.strict_max_new_tokens = max_tokens.has_value();
-  call.n = converted.request.n;
-  call.prompts.push_back(std::move(converted));
+  absl::StatusOr<PromptCall> converted = ToPrompt(wire, limits);
+  if (!converted.ok()) {
+    return InOpenAiTerms(converted.status(), Api::kChat, call.max_tokens_field);
+  }
+  converted->request.strict_max_new_tokens = max_tokens.has_value();
+  call.n = converted->request.n;
+  call.prompts.push_back(std::move(*converted));
   DIKKAT_RETURN_IF_ERROR(CheckLeastResponseBytes(call, limits));
   return call;
 }

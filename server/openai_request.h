@@ -32,6 +32,8 @@ namespace dikkat::server::openai {
 
 using Json = nlohmann::ordered_json;
 
+enum class Api { kCompletions, kChat };
+
 // Bounds on a body, checked before or while it is parsed.
 struct BodyLimits {
   int max_json_depth = 32;  // nested arrays/objects
@@ -68,15 +70,30 @@ struct BodyValues {
   int64_t others = 0;
 };
 
+// `limits` less what a parsed body used of its value bounds (at least 1
+// left where bounded): the bounds for what is parsed out of the body's
+// strings (a chat's tool-call arguments), so that body and arguments
+// together stay within them.
+BodyLimits LeftAfter(const BodyLimits& limits, const BodyValues& used);
+
 // Parses a request body: a JSON object nested at most max_json_depth deep,
 // no object with more than max_object_members members, at most max_numbers
 // numbers and max_other_values other values (all checked on the bytes
 // before parsing, so that a deeply nested body costs no recursion, a wide
 // one no quadratic parse and a long one no tree many times its size; a
-// bound <= 0 is none). INVALID_ARGUMENT says what is wrong. `values`, when
+// value bound <= 0 is none). INVALID_ARGUMENT says what is wrong. `values`, when
 // given, receives the counts.
 absl::StatusOr<Json> ParseBody(std::string_view body, const BodyLimits& limits,
                                BodyValues* values = nullptr);
+
+// `status` with the engine's and gRPC's field names in its message put in
+// the endpoint's terms, payloads kept: "sampling.temperature" ->
+// "temperature" (every "sampling." field), "max_new_tokens" ->
+// `max_tokens_field`, and for completions "top_logprobs" and
+// "prompt_logprobs" -> "logprobs". Whole names only ("--max_new_tokens_cap"
+// stays). For the engine's and the converter's errors, not the parser's own
+// (a field the caller sent under a gRPC name must be named as sent).
+absl::Status InOpenAiTerms(const absl::Status& status, Api api, std::string_view max_tokens_field);
 
 // The `model` field ("" when absent). INVALID_ARGUMENT when not a string.
 absl::StatusOr<std::string> ModelName(const Json& body);
@@ -104,6 +121,9 @@ struct GenerateCall {
   // Chat with tools (and tool_choice not "none"): each choice's text is
   // parsed for tool calls in the template's convention (server/tool_calls.h).
   ToolCallFormat tool_format = ToolCallFormat::kNone;
+  // The field the caller set the token count with (chat: max_completion_tokens
+  // or max_tokens), for errors in its terms (InOpenAiTerms).
+  const char* max_tokens_field = "max_tokens";
 
   int32_t choices() const { return static_cast<int32_t>(prompts.size()) * n; }
   // The prompt choice `index` belongs to.
@@ -139,6 +159,8 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
 // max_completion_tokens (default: the server's --default_max_new_tokens); logprobs (bool) with
 // top_logprobs. The prompt is `chat` rendered with add_generation_prompt,
 // tokenized without adding special tokens (the template has them).
+// Tool-call arguments are parsed within body_limits' value bounds: pass
+// LeftAfter(the body's limits, what ParseBody counted).
 absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt& chat,
                                               const BodyLimits& body_limits,
                                               const ModelLimits& limits);

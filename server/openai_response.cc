@@ -128,49 +128,6 @@ std::string ErrorBody(int http_status, absl::string_view message, absl::string_v
   return Json{{"error", std::move(error)}}.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-namespace {
-
-bool NamePart(char c) { return absl::ascii_isalnum(c) || c == '_'; }
-
-// `text` with every whole `from` replaced by `to`: not inside a longer name
-// (a letter, digit or '_' after it; one of those, '.', '-' before it).
-std::string ReplaceName(absl::string_view text, absl::string_view from, absl::string_view to) {
-  std::string out;
-  size_t start = 0;
-  for (size_t at = text.find(from); at != absl::string_view::npos;
-       at = text.find(from, at + from.size())) {
-    const size_t end = at + from.size();
-    const bool whole = (at == 0 || !(NamePart(text[at - 1]) || text[at - 1] == '.' ||
-                                     text[at - 1] == '-')) &&
-                       (end == text.size() || !NamePart(text[end]) ||
-                        from.back() == '.');  // a prefix ("sampling.") goes on into its field
-    if (!whole) continue;
-    absl::StrAppend(&out, text.substr(start, at - start), to);
-    start = end;
-  }
-  absl::StrAppend(&out, text.substr(start));
-  return out;
-}
-
-}  // namespace
-
-absl::Status InOpenAiTerms(const absl::Status& status, Api api) {
-  if (status.ok()) return status;
-  std::string message(status.message());
-  message = ReplaceName(message, "sampling.", "");
-  message = ReplaceName(message, "max_new_tokens",
-                        api == Api::kChat ? "max_completion_tokens" : "max_tokens");
-  if (api == Api::kCompletions) {
-    message = ReplaceName(message, "top_logprobs", "logprobs");
-    message = ReplaceName(message, "prompt_logprobs", "logprobs (with echo)");
-  }
-  if (message == status.message()) return status;
-  absl::Status out(status.code(), message);
-  status.ForEachPayload(
-      [&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
-  return out;
-}
-
 const char* FinishReasonString(FinishReason reason) {
   switch (reason) {
     case FinishReason::kEos:

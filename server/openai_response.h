@@ -20,8 +20,6 @@
 
 namespace dikkat::server::openai {
 
-enum class Api { kCompletions, kChat };
-
 // ---- errors -----------------------------------------------------------------
 
 // The HTTP status for an engine or conversion error: INVALID_ARGUMENT and
@@ -36,14 +34,6 @@ int HttpStatusOf(const absl::Status& status);
 // "max_tokens"), else null;
 // `code` null when empty.
 std::string ErrorBody(int http_status, absl::string_view message, absl::string_view code = "");
-
-// `status` with the engine's and gRPC's field names in its message put in
-// the endpoint's terms, payloads kept: "sampling.temperature" ->
-// "temperature" (every "sampling." field), "max_new_tokens" -> "max_tokens"
-// (chat: "max_completion_tokens"), and for completions "top_logprobs" ->
-// "logprobs" and "prompt_logprobs" -> "logprobs (with echo)". Whole names
-// only ("--max_new_tokens_cap" stays).
-absl::Status InOpenAiTerms(const absl::Status& status, Api api);
 
 // "stop" (EOS or a stop string/token), "length"; "abort" for a generation
 // cut short (cancelled, deadline); "error".

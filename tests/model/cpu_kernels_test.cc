@@ -80,7 +80,8 @@ double RelativeError(const at::Tensor& got, const at::Tensor& want, const at::Te
 // (F16C, or the generic path's vector operations, which before session 44
 // widened one value at a time): W's first column holds all 65536 values
 // (subnormals, zeros, infinities and NaN among them), its others zeros, and
-// x picks the first column, so each output is one weight times 1 plus zeros.
+// x picks the first column, so each output is one weight times 1 plus zeros
+// (which cannot tell -0 from +0, nor one NaN payload from another).
 TEST(SmallBatchLinearTest, EveryFloat16ValueIsWidenedExactly) {
   constexpr int64_t kValues = 65536, kIn = 16;
   std::vector<int16_t> bits(kValues * kIn, 0);

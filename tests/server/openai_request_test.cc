@@ -30,6 +30,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class OpenAiRequestTest : public ::testing::Test {
  protected:
@@ -114,11 +115,24 @@ TEST_F(OpenAiRequestTest, BodiesOfTooManyValuesAreRefusedBeforeParsing) {
   EXPECT_TRUE(ParseBody(R"({"p": ["1", "2"]})", limits).ok());  // {, "p", [, 2 strings: 5
   EXPECT_THAT(ParseBody(R"({"p": ["1", "2", "3"]})", limits).status().message(),
               HasSubstr("holds 6 JSON values that are not numbers"));
+  // An escaped backslash ends no string early, nor an escaped quote.
+  EXPECT_THAT(ParseBody(R"({"p": "\\", "q": [1, 2, 3, 4, 5]})", limits).status().message(),
+              HasSubstr("holds 5 numbers"));
+  EXPECT_THAT(ParseBody(R"({"p": "\"", "q": [1, 2, 3, 4, 5]})", limits).status().message(),
+              HasSubstr("holds 5 numbers"));
   // Digits and letters in strings are not values.
   EXPECT_TRUE(ParseBody(R"({"p": "1 2 3 4 5 true false null [ { -7"})", limits).ok());
   limits.max_numbers = 0;  // no bound
   limits.max_other_values = 0;
   EXPECT_TRUE(ParseBody(R"({"p": [1, 2, 3, 4, 5, "a", "b", "c"]})", limits).ok());
+
+  // What a body used is taken from the bounds left for its strings' JSON.
+  limits.max_numbers = 10;
+  limits.max_other_values = 0;
+  const BodyLimits left = LeftAfter(limits, BodyValues{4, 100});
+  EXPECT_EQ(left.max_numbers, 6);
+  EXPECT_EQ(left.max_other_values, 0);  // none stays none
+  EXPECT_EQ(LeftAfter(limits, BodyValues{12, 0}).max_numbers, 1);  // never 0 (none)
 
   // The bound the server sets: its largest call's ids and the options.
   options_.max_batch_entries = 3;
@@ -473,7 +487,7 @@ TEST_F(OpenAiRequestTest, SeveralPromptsAreBoundedBeforeAnyWork) {
   EXPECT_THAT(error(R"({"prompt": ["a", [300]]})"),
               HasSubstr("prompt[1]: input[0] = 300 is not a token id"));
   EXPECT_THAT(error(R"({"prompt": ["a", "b"], "max_tokens": 101})"),
-              HasSubstr("prompt[0]: max_new_tokens = 101"));
+              HasSubstr("prompt[0]: max_tokens = 101"));
   config_.max_positions = 64;  // the text limit below is max_positions x 32 bytes
   EXPECT_THAT(error(Json{{"prompt", {"a", std::string(64 * 32 + 1, 'x')}}}.dump()),
               HasSubstr("prompt[1]: input.text"));
@@ -701,33 +715,48 @@ TEST(OpenAiResponseTest, EngineErrorsAreInTheEndpointsTerms) {
       "max_new_tokens = 5000 is out of range: allowed 1..4096 (the server's "
       "--max_new_tokens_cap)");
   SetRetryAfterMs(cap, 5);
-  const absl::Status completions = InOpenAiTerms(cap, Api::kCompletions);
+  const absl::Status completions = InOpenAiTerms(cap, Api::kCompletions, "max_tokens");
   EXPECT_EQ(completions.message(),
             "max_tokens = 5000 is out of range: allowed 1..4096 (the server's "
             "--max_new_tokens_cap)");
   EXPECT_EQ(completions.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RetryAfterMs(completions), 5);  // payloads kept
-  EXPECT_EQ(InOpenAiTerms(cap, Api::kChat).message().substr(0, 21), "max_completion_tokens");
-  EXPECT_EQ(InOpenAiTerms(absl::InvalidArgumentError(
-                              "prompt[1]: n = 2, best_of = 2 with sampling.temperature = 0 "
-                              "(greedy)"),
-                          Api::kCompletions)
-                .message(),
+  EXPECT_EQ(InOpenAiTerms(cap, Api::kChat, "max_completion_tokens").message().substr(0, 21),
+            "max_completion_tokens");
+  auto terms = [](const char* message, Api api) {
+    return std::string(
+        InOpenAiTerms(absl::InvalidArgumentError(message), api, "max_tokens").message());
+  };
+  EXPECT_EQ(terms("prompt[1]: n = 2, best_of = 2 with sampling.temperature = 0 (greedy)",
+                  Api::kCompletions),
             "prompt[1]: n = 2, best_of = 2 with temperature = 0 (greedy)");
-  EXPECT_EQ(InOpenAiTerms(absl::InvalidArgumentError(
-                              "prompt_logprobs = 5 over a prompt of 9 tokens; top_logprobs"),
-                          Api::kCompletions)
-                .message(),
-            "logprobs (with echo) = 5 over a prompt of 9 tokens; logprobs");
-  EXPECT_EQ(InOpenAiTerms(absl::InvalidArgumentError("top_logprobs = 30"), Api::kChat).message(),
-            "top_logprobs = 30");
+  EXPECT_EQ(terms("prompt_logprobs = 5 over a prompt of 9 tokens; top_logprobs", Api::kCompletions),
+            "logprobs = 5 over a prompt of 9 tokens; logprobs");
+  EXPECT_EQ(terms("top_logprobs = 30", Api::kChat), "top_logprobs = 30");
   // Only whole names: longer ones and flags stay.
-  EXPECT_EQ(InOpenAiTerms(absl::InvalidArgumentError(
-                              "strict_max_new_tokens is set; max_new_tokensx; nosampling.x"),
-                          Api::kCompletions)
-                .message(),
+  EXPECT_EQ(terms("strict_max_new_tokens is set; max_new_tokensx; nosampling.x", Api::kCompletions),
             "strict_max_new_tokens is set; max_new_tokensx; nosampling.x");
-  EXPECT_TRUE(InOpenAiTerms(absl::OkStatus(), Api::kChat).ok());
+  EXPECT_TRUE(InOpenAiTerms(absl::OkStatus(), Api::kChat, "max_tokens").ok());
+}
+
+// A field the caller sent under a gRPC name is named as sent (the parser's
+// own errors are not put in OpenAI's terms).
+TEST_F(OpenAiRequestTest, FieldsSentUnderGrpcNamesAreNamedAsSent) {
+  EXPECT_THAT(Completion(R"({"prompt": "x", "max_new_tokens": 5})").status().message(),
+              HasSubstr("max_new_tokens: not a field /v1/completions serves"));
+  EXPECT_THAT(Completion(R"({"prompt": "x", "top_logprobs": 2})").status().message(),
+              HasSubstr("top_logprobs: not a field"));
+  // The converter's and the engine's checks are in the caller's terms.
+  const absl::Status past_cap =
+      Completion(R"({"prompt": ["x", "y"], "max_tokens": 5000})").status();
+  EXPECT_THAT(past_cap.message(), HasSubstr("prompt[0]: max_tokens = 5000 is out of range"));
+  EXPECT_THAT(past_cap.message(), Not(HasSubstr(" max_new_tokens")));
+  const ChatPrompt chat = LoadChat("{% for m in messages %}{{ m.content }}{% endfor %}");
+  absl::StatusOr<GenerateCall> call = Chat(chat, R"(, "max_tokens": 7)");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_STREQ(call->max_tokens_field, "max_tokens");
+  EXPECT_STREQ(Chat(chat, R"(, "max_completion_tokens": 7)")->max_tokens_field,
+               "max_completion_tokens");
 }
 
 TEST(OpenAiResponseTest, ChunksBecomeChoicesAndEvents) {
