@@ -384,8 +384,15 @@ class OpenAiHttpServer::Handlers {
     }
     if (!call.ok()) return SetStatusError(res, call.status());
     auto shared_call = std::make_shared<openai::GenerateCall>(std::move(*call));
-    auto output =
-        std::make_shared<GenerateOutput>(target->engine, options_.max_stream_pending_bytes);
+    // A non-streamed call's output is all kept until it ends anyway, bounded
+    // by --max_response_bytes as it is taken (Collect): its pending bound is
+    // that one, so that the thread taking it less often than the engine makes
+    // it (every kPollInterval) does not cut it. A stream's waits on its client.
+    int64_t max_pending = options_.max_stream_pending_bytes;
+    if (!shared_call->stream && max_pending > 0 && options_.max_response_bytes > 0) {
+      max_pending = std::max(max_pending, options_.max_response_bytes);
+    }
+    auto output = std::make_shared<GenerateOutput>(target->engine, max_pending);
     // One engine request per prompt, queued together or not at all; what
     // they hold with best_of > n is bounded as one call's.
     const int32_t prompts = static_cast<int32_t>(shared_call->prompts.size());

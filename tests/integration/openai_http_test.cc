@@ -940,6 +940,26 @@ TEST_F(OpenAiHttpTest, BodiesOfMoreIdsThanAnyCallNeedsAre400) {
   EXPECT_EQ(served.status, 200) << served.body;
 }
 
+// A non-streamed call holds its whole output until it ends anyway (bounded
+// by --max_response_bytes as it is taken), so the stream's pending bound
+// does not cut it when the HTTP thread takes the output less often than the
+// engine makes it (every 50 ms here: ~8 samples x 24 tokens with logprobs
+// between two takes is past 1 KiB). It used to end 503 "retry".
+TEST_F(OpenAiHttpTest, NonStreamedCallsAreNotCutByTheStreamBound) {
+  std::unique_ptr<ServerProcess> small = Start({"--max_stream_pending_bytes=1KiB"});
+  ASSERT_NE(small, nullptr);
+  const Json request = {{"prompt", "x"}, {"max_tokens", 48},  {"ignore_eos", true},
+                        {"n", 8},        {"temperature", 1.0}, {"logprobs", 3}, {"seed", 5}};
+  for (int round = 0; round < 3; ++round) {
+    const HttpReply r = Post("/v1/completions", request.dump(), small.get());
+    ASSERT_EQ(r.status, 200) << r.body.substr(0, 400);
+    ASSERT_EQ(r.json["choices"].size(), 8u);
+    for (const Json& choice : r.json["choices"]) {
+      EXPECT_EQ(choice["logprobs"]["tokens"].size(), 48u);
+    }
+  }
+}
+
 // best_of > n holds every sample's output until the best are known and then
 // hands them over at once: ~15 x 100 tokens with 5 alternatives each, far
 // past a 16 KiB bound on output not yet sent. It used to be cut, and the
