@@ -69,6 +69,23 @@ absl::StatusOr<std::optional<int64_t>> OptionalInteger(const Json& body, const c
   return std::optional<int64_t>(value);
 }
 
+// max_tokens (or max_completion_tokens): 1..the server's cap, refused in
+// the caller's terms with the endpoint's own default (the engine's check
+// would name max_new_tokens and the gRPC default).
+absl::StatusOr<std::optional<int64_t>> OptionalMaxTokens(const Json& body, const char* name,
+                                                         const EngineOptions& options,
+                                                         int64_t endpoint_default) {
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> n,
+                          OptionalInteger(body, name, 1, std::numeric_limits<int32_t>::max()));
+  if (n && *n > options.max_new_tokens_cap) {
+    return Invalid(absl::StrCat(name, " = ", *n, " is out of range: allowed 1..",
+                                options.max_new_tokens_cap,
+                                " (the server's --max_new_tokens_cap), or unset for the default ",
+                                endpoint_default));
+  }
+  return n;
+}
+
 absl::StatusOr<bool> OptionalBool(const Json& body, const char* name) {
   const Json* v = Field(body, name);
   if (v == nullptr) return false;
@@ -692,7 +709,7 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
   DIKKAT_RETURN_IF_ERROR(SetStream(body, &call));
   DIKKAT_ASSIGN_OR_RETURN(
       std::optional<int64_t> max_tokens,
-      OptionalInteger(body, "max_tokens", 1, std::numeric_limits<int32_t>::max()));
+      OptionalMaxTokens(body, "max_tokens", *limits.options, kDefaultCompletionMaxTokens));
   wire.set_max_new_tokens(max_tokens ? static_cast<int32_t>(*max_tokens)
                                      : kDefaultCompletionMaxTokens);
   DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> logprobs,
@@ -769,13 +786,14 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
   wire.mutable_input()->set_add_special_tokens(false);
   DIKKAT_RETURN_IF_ERROR(SetSampling(body, &wire));
   DIKKAT_RETURN_IF_ERROR(SetStream(body, &call));
-  DIKKAT_ASSIGN_OR_RETURN(
-      std::optional<int64_t> max_tokens,
-      OptionalInteger(body, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max()));
+  const int64_t chat_default = limits.options->default_max_new_tokens;
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens,
+                          OptionalMaxTokens(body, "max_completion_tokens", *limits.options,
+                                            chat_default));
   call.max_tokens_field = "max_completion_tokens";
   if (!max_tokens) {
     DIKKAT_ASSIGN_OR_RETURN(
-        max_tokens, OptionalInteger(body, "max_tokens", 1, std::numeric_limits<int32_t>::max()));
+        max_tokens, OptionalMaxTokens(body, "max_tokens", *limits.options, chat_default));
     if (max_tokens) call.max_tokens_field = "max_tokens";
   }
   if (max_tokens) wire.set_max_new_tokens(static_cast<int32_t>(*max_tokens));

@@ -487,7 +487,8 @@ TEST_F(OpenAiRequestTest, SeveralPromptsAreBoundedBeforeAnyWork) {
   EXPECT_THAT(error(R"({"prompt": ["a", [300]]})"),
               HasSubstr("prompt[1]: input[0] = 300 is not a token id"));
   EXPECT_THAT(error(R"({"prompt": ["a", "b"], "max_tokens": 101})"),
-              HasSubstr("prompt[0]: max_tokens = 101"));
+              HasSubstr("max_tokens = 101 is out of range: allowed 1..100 (the server's "
+                        "--max_new_tokens_cap), or unset for the default 16"));
   config_.max_positions = 64;  // the text limit below is max_positions x 32 bytes
   EXPECT_THAT(error(Json{{"prompt", {"a", std::string(64 * 32 + 1, 'x')}}}.dump()),
               HasSubstr("prompt[1]: input.text"));
@@ -747,16 +748,22 @@ TEST_F(OpenAiRequestTest, FieldsSentUnderGrpcNamesAreNamedAsSent) {
   EXPECT_THAT(Completion(R"({"prompt": "x", "top_logprobs": 2})").status().message(),
               HasSubstr("top_logprobs: not a field"));
   // The converter's and the engine's checks are in the caller's terms.
-  const absl::Status past_cap =
-      Completion(R"({"prompt": ["x", "y"], "max_tokens": 5000})").status();
-  EXPECT_THAT(past_cap.message(), HasSubstr("prompt[0]: max_tokens = 5000 is out of range"));
-  EXPECT_THAT(past_cap.message(), Not(HasSubstr(" max_new_tokens")));
+  EXPECT_EQ(Completion(R"({"prompt": ["x", "y"], "n": 2, "temperature": 0})").status().message(),
+            "prompt[0]: n = 2, best_of = 2 with temperature = 0 (greedy): every sample would "
+            "be the same; set a temperature > 0 or ask for one sample");
+  // max_tokens past the cap: its own message, with the endpoint's default.
+  EXPECT_EQ(Completion(R"({"prompt": "x", "max_tokens": 5000})").status().message(),
+            "max_tokens = 5000 is out of range: allowed 1..4096 (the server's "
+            "--max_new_tokens_cap), or unset for the default 16");
   const ChatPrompt chat = LoadChat("{% for m in messages %}{{ m.content }}{% endfor %}");
   absl::StatusOr<GenerateCall> call = Chat(chat, R"(, "max_tokens": 7)");
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_STREQ(call->max_tokens_field, "max_tokens");
   EXPECT_STREQ(Chat(chat, R"(, "max_completion_tokens": 7)")->max_tokens_field,
                "max_completion_tokens");
+  EXPECT_EQ(Chat(chat, R"(, "max_tokens": 5000)").status().message(),
+            "max_tokens = 5000 is out of range: allowed 1..4096 (the server's "
+            "--max_new_tokens_cap), or unset for the default 64");
 }
 
 TEST(OpenAiResponseTest, ChunksBecomeChoicesAndEvents) {
