@@ -728,9 +728,11 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
     if (prompt.is_string()) {
       wire.mutable_input()->set_text(prompt.get<std::string>());
     } else {
-      absl::StatusOr<std::vector<int32_t>> ids =
-          TokenIds(prompt, prompts.size() == 1 ? "prompt" : absl::StrCat("prompt[", i, "]"));
+      const std::string field = prompts.size() == 1 ? "prompt" : absl::StrCat("prompt[", i, "]");
+      absl::StatusOr<std::vector<int32_t>> ids = TokenIds(prompt, field);
       if (!ids.ok()) return ids.status();
+      // In the vocabulary, named as sent (the converter would say input[j]).
+      DIKKAT_RETURN_IF_ERROR(ValidateTokenIds(*ids, field, limits.config->vocab_size));
       wire.mutable_input()->mutable_tokens()->mutable_ids()->Assign(ids->begin(), ids->end());
     }
     absl::StatusOr<PromptCall> converted = ToPrompt(wire, limits);

@@ -485,7 +485,9 @@ TEST_F(OpenAiRequestTest, SeveralPromptsAreBoundedBeforeAnyWork) {
   EXPECT_THAT(error(R"({"prompt": ["a", [1, -2]]})"), HasSubstr("prompt[1][1]"));
   EXPECT_THAT(error(R"({"prompt": ["a", []]})"), HasSubstr("prompt[1]"));
   EXPECT_THAT(error(R"({"prompt": ["a", [300]]})"),
-              HasSubstr("prompt[1]: input[0] = 300 is not a token id"));
+              HasSubstr("prompt[1][0] = 300 is not a token id: allowed 0..258"));
+  EXPECT_THAT(error(R"({"prompt": [5, 259]})"),
+              HasSubstr("prompt[1] = 259 is not a token id: allowed 0..258"));
   EXPECT_THAT(error(R"({"prompt": ["a", "b"], "max_tokens": 101})"),
               HasSubstr("max_tokens = 101 is out of range: allowed 1..100 (the server's "
                         "--max_new_tokens_cap), or unset for the default 16"));
