@@ -77,12 +77,7 @@ absl::StatusOr<std::optional<int64_t>> OptionalMaxTokens(const Json& body, const
                                                          int64_t endpoint_default) {
   DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> n,
                           OptionalInteger(body, name, 1, std::numeric_limits<int32_t>::max()));
-  if (n && *n > options.max_new_tokens_cap) {
-    return Invalid(absl::StrCat(name, " = ", *n, " is out of range: allowed 1..",
-                                options.max_new_tokens_cap,
-                                " (the server's --max_new_tokens_cap), or unset for the default ",
-                                endpoint_default));
-  }
+  if (n) DIKKAT_RETURN_IF_ERROR(CheckNewTokenCount(*n, options, name, endpoint_default));
   return n;
 }
 
@@ -588,11 +583,7 @@ absl::Status InOpenAiTerms(const absl::Status& status, Api api, std::string_view
     message = ReplaceName(message, "top_logprobs", "logprobs");
     message = ReplaceName(message, "prompt_logprobs", "logprobs");
   }
-  if (message == status.message()) return status;
-  absl::Status out(status.code(), message);
-  status.ForEachPayload(
-      [&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
-  return out;
+  return message == status.message() ? status : WithMessage(status, message);
 }
 
 int64_t MaxBodyNumbers(const BodyLimits& limits, const EngineOptions& options,

@@ -211,14 +211,19 @@ int64_t TokensEverySampleMakes(const GenerateRequest& r, const model::ModelConfi
   return std::max<int64_t>(MaxNewTokens(r, DecoderLength(r, config), config, options), 0);
 }
 
-absl::Status CheckMaxNewTokens(int32_t n, const EngineOptions& options) {
+absl::Status CheckNewTokenCount(int64_t n, const EngineOptions& options, absl::string_view field,
+                                int64_t unset_default) {
   if (n < 1 || n > options.max_new_tokens_cap) {
-    return Invalid(absl::StrCat("max_new_tokens = ", n, " is out of range: allowed 1..",
+    return Invalid(absl::StrCat(field, " = ", n, " is out of range: allowed 1..",
                                 options.max_new_tokens_cap,
                                 " (the server's --max_new_tokens_cap), or unset for the default ",
-                                options.default_max_new_tokens));
+                                unset_default));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckMaxNewTokens(int32_t n, const EngineOptions& options) {
+  return CheckNewTokenCount(n, options, "max_new_tokens", options.default_max_new_tokens);
 }
 
 absl::Status CheckGenerateRequest(const GenerateRequest& r, const model::ModelConfig& config,

@@ -34,6 +34,11 @@ absl::Status ValidateTokenIds(absl::Span<const int32_t> ids, absl::string_view f
 // `max_new_tokens` asked for explicitly: 1..options.max_new_tokens_cap.
 absl::Status CheckMaxNewTokens(int32_t max_new_tokens, const EngineOptions& options);
 
+// The same check for a door's own name of the field and its own default
+// (OpenAI's max_tokens: 16 for completions).
+absl::Status CheckNewTokenCount(int64_t n, const EngineOptions& options, absl::string_view field,
+                                int64_t unset_default);
+
 // The decoder's input as the engine runs it: the prompt, after an
 // encoder-decoder's decoder start token.
 int64_t DecoderLength(const GenerateRequest& request, const model::ModelConfig& config);

@@ -49,12 +49,17 @@ bool NeverFits(const absl::Status& status) {
          status.GetPayload(kNeverFitsPayloadUrl).has_value();
 }
 
-absl::Status WithMessagePrefix(const absl::Status& status, absl::string_view prefix) {
+absl::Status WithMessage(const absl::Status& status, absl::string_view message) {
   if (status.ok()) return status;
-  absl::Status out(status.code(), absl::StrCat(prefix, status.message()));
+  absl::Status out(status.code(), message);
   status.ForEachPayload(
       [&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
   return out;
+}
+
+absl::Status WithMessagePrefix(const absl::Status& status, absl::string_view prefix) {
+  if (status.ok()) return status;
+  return WithMessage(status, absl::StrCat(prefix, status.message()));
 }
 
 }  // namespace dikkat::server

@@ -48,8 +48,11 @@ inline constexpr char kNeverFitsPayloadUrl[] = "type.dikkat.dev/never-fits";
 absl::Status NeverFitsError(absl::string_view message);
 bool NeverFits(const absl::Status& status);
 
-// `status` with `prefix` before its message, its code and payloads (the
+// `status` with `message` instead of its own, its code and payloads (the
 // retry hint, NeverFits) kept.
+absl::Status WithMessage(const absl::Status& status, absl::string_view message);
+
+// The same with `prefix` before its message.
 absl::Status WithMessagePrefix(const absl::Status& status, absl::string_view prefix);
 
 }  // namespace dikkat::server
