@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -67,12 +69,16 @@ absl::Status ResolveTarget(const std::string& target, std::vector<std::string>* 
     return absl::InvalidArgumentError(
         absl::StrCat("target '", target, "': port '", port, "' is not in 1..65535"));
   }
+  bool temporary = false;
   for (int family : {AF_INET, AF_INET6}) {
     addrinfo hints{};
     hints.ai_family = family;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* result = nullptr;
-    if (getaddrinfo(host.c_str(), nullptr, &hints, &result) != 0) continue;
+    if (const int error = getaddrinfo(host.c_str(), nullptr, &hints, &result); error != 0) {
+      temporary = temporary || error == EAI_AGAIN;
+      continue;
+    }
     for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
       char text[INET6_ADDRSTRLEN] = {};
       if (family == AF_INET) {
@@ -87,6 +93,12 @@ absl::Status ResolveTarget(const std::string& target, std::vector<std::string>* 
     }
     freeaddrinfo(result);
     return absl::OkStatus();
+  }
+  // A name server that did not answer is not a wrong option: UNAVAILABLE, so
+  // that the caller tries Create() again.
+  if (temporary) {
+    return absl::UnavailableError(absl::StrCat("target '", target, "': resolving host '", host,
+                                               "' failed for now (EAI_AGAIN); try again"));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("target '", target, "': cannot resolve host '", host, "'"));
@@ -143,13 +155,17 @@ absl::Status ValidateOptions(const ClientOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("retry.max_attempts ", r.max_attempts, "; allowed 1..5 (1 = no retries)"));
   }
+  // The service config writes them as seconds with 9 decimals (DurationJson);
+  // gRPC refuses a zero or infinite duration there and then fails every call
+  // of the channel, so they are checked here.
   if (r.max_attempts > 1 &&
-      (r.initial_backoff <= absl::ZeroDuration() || r.max_backoff < r.initial_backoff ||
-       !(r.backoff_multiplier > 0))) {
+      (r.initial_backoff < absl::Nanoseconds(1) || r.max_backoff < r.initial_backoff ||
+       r.max_backoff == absl::InfiniteDuration() || !(r.backoff_multiplier > 0) ||
+       !std::isfinite(r.backoff_multiplier))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "retry backoff: initial ", absl::FormatDuration(r.initial_backoff), ", max ",
         absl::FormatDuration(r.max_backoff), ", multiplier ", r.backoff_multiplier,
-        "; need 0 < initial <= max and multiplier > 0"));
+        "; need 1ns <= initial <= max < infinity and a finite multiplier > 0"));
   }
   const TlsOptions& tls = o.tls;
   if (tls.client_cert_pem.empty() != tls.client_key_pem.empty()) {
@@ -677,7 +693,11 @@ void Client::StartUnaryAsync(const Request& request, ResponseCallback<Response> 
                              const CallOptions& call, Start start) {
   auto* c = new UnaryCall<Request, Response>(channel_);
   c->request = request;
-  if (c->request.model().empty()) c->request.set_model(options_.default_model);
+  // GetModelInfo's empty model asks for every hosted model (as the blocking
+  // call sends it); the other requests name the default model.
+  if constexpr (!std::is_same_v<Request, v1::GetModelInfoRequest>) {
+    if (c->request.model().empty()) c->request.set_model(options_.default_model);
+  }
   c->on_done = std::move(on_done);
   c->cancel = call.cancel;
   c->stub = stub_;

@@ -60,6 +60,10 @@ struct TlsOptions {
 // channel's service config (gRFC A6). gRPC only retries an attempt while
 // nothing of the response has arrived: a Generate stream that already
 // received a chunk is never replayed. All attempts share the call's deadline.
+// gRPC keeps at most 256 KiB of a call's request for replaying it (its
+// GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE): a larger request (a long Encode or
+// Attention input) is sent once, not retried. The backoffs must be finite,
+// initial at least 1 ns (Create() says INVALID_ARGUMENT otherwise).
 struct RetryOptions {
   // Attempts in total, the first included; 1 turns retries off. gRPC caps
   // the value at 5.
@@ -74,7 +78,12 @@ struct ClientOptions {
   // "ipv4:...", "unix:..."). Several "host:port" targets: resolved once, at
   // Create(), into a static address list that the channel balances over
   // (round_robin). Hosts may be names or IP literals; all must resolve to the
-  // same address family.
+  // same address family. A host that does not resolve fails Create()
+  // (INVALID_ARGUMENT; UNAVAILABLE when the name server did not answer), and
+  // a server that later moves to another address is not followed: for a
+  // changing set of replicas give one "dns:///name:port" target that resolves
+  // to all of them (a Kubernetes headless Service) and round_robin, which
+  // gRPC resolves again as connections fail.
   std::vector<std::string> targets = {"127.0.0.1:50051"};
   // gRPC load-balancing policy; empty = round_robin with several targets,
   // pick_first with one ("dns:///" names that resolve to several addresses
@@ -180,6 +189,9 @@ class GenerateCall {
   explicit GenerateCall(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
   // Cancels the call; its status becomes CANCELLED unless it already ended.
+  // The callbacks may still be running, and on_done always runs: before
+  // freeing what they use, Cancel() and then Wait() (a WaitFor() that timed
+  // out has not stopped them either).
   void Cancel();
   // Blocks until the call has ended (after its done callback returned) and
   // returns its status. Must not be called from the call's own callbacks.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -457,6 +458,8 @@ TEST_F(ClientTest, AsyncUnaryCallsDeliverThroughCallbacksAndFutures) {
   ASSERT_TRUE(info.ok()) << info.status();
   ASSERT_EQ(info->models_size(), 1);
   EXPECT_EQ(info->models(0).name(), "tiny");
+  // As the blocking call: no default model filled in, every model asked for.
+  EXPECT_EQ(server_.service().last().model, "");
 
   v1::AttentionRequest attention;
   *attention.mutable_input() = TextInput("abc");
@@ -537,6 +540,18 @@ TEST(ClientOptionsTest, InvalidOptionsAreRejectedWithTheirName) {
   o = {};
   o.targets = {"127.0.0.1:1", "127.0.0.1:99999"};
   EXPECT_THAT(error_of(o).message(), HasSubstr("99999"));
+  o = {};
+  // Backoffs gRPC's service config cannot hold fail here, not on every call.
+  o.retry.max_backoff = absl::InfiniteDuration();
+  EXPECT_THAT(error_of(o).message(), HasSubstr("retry backoff"));
+  o = {};
+  o.retry.backoff_multiplier = std::numeric_limits<double>::infinity();
+  EXPECT_THAT(error_of(o).message(), HasSubstr("retry backoff"));
+  o = {};
+  o.retry.initial_backoff = absl::Nanoseconds(1) / 2;
+  EXPECT_THAT(error_of(o).message(), HasSubstr("retry backoff"));
+  o.retry.max_attempts = 1;  // no retries: the backoffs are not used
+  EXPECT_TRUE(error_of(o).ok());
   o = {};
   o.load_balancing = "random";
   EXPECT_EQ(error_of(o).code(), absl::StatusCode::kInvalidArgument);
