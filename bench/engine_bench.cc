@@ -860,6 +860,32 @@ void BM_RowBlockRowsPaired(benchmark::State& state) {
   state.SetLabel(std::string(IsaName(ActiveIsa())));
 }
 
+// Args: {dtype, rows, prompt}, rows <= 8. The default routing (on AVX-512
+// 7-8 rows as tiles of 6 + 1-2 rows, LinearRowsTiled) against one register
+// block of all `rows` rows reading W once (SetTiledRowBlocks(0) with
+// SetRowBlockRows(rows): LinearRowsM<rows>), alternating: a decode step of
+// `rows` sequences at context 128, or with prompt 1 a prefill of `rows`
+// tokens. Counters: own_ms, one_ms, one_speedup = own / one.
+void BM_OneRowBlockPaired(benchmark::State& state) {
+  StepOrPrefill work(DType(state.range(0)), state.range(1), state.range(2) == 1);
+  RunPaired(
+      state,
+      [&] {
+        SetTiledRowBlocks(-1);
+        SetRowBlockRows(0);
+        work.Run();
+      },
+      [&] {
+        SetTiledRowBlocks(0);
+        SetRowBlockRows(state.range(1));
+        work.Run();
+      },
+      "own_ms", "one_ms", "one_speedup");
+  SetRowBlockRows(0);
+  SetTiledRowBlocks(-1);
+  state.SetLabel(std::string(IsaName(ActiveIsa())));
+}
+
 // Args: {dtype, rows, prompt}: a decode step of `rows` sequences at context
 // 128, or with prompt 1 a prefill of `rows` tokens, run with a kernel
 // override off (set(0)) and on (set(1)), alternating (RunPaired); then the
@@ -1466,6 +1492,13 @@ BENCHMARK(BM_RowBlockRowsPaired)
     ->ArgsProduct({{0, 3}, {16}, {4, 6}, {1}})
     ->Args({1, 8, 6, 0})->Args({1, 8, 4, 0})
     ->ArgsProduct({{0, 3}, {32}, {8}, {0}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK(BM_OneRowBlockPaired)
+    ->ArgNames({"dtype", "rows", "prompt"})
+    ->ArgsProduct({{0, 1, 3}, {7, 8}, {0}})
+    ->Args({0, 8, 1})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
