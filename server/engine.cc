@@ -222,7 +222,9 @@ void EngineImpl::OnAuxiliaryStep(int32_t sequences, int32_t tokens, absl::Time s
 // pass runs outside any forward's error handling: what it throws comes back
 // as INTERNAL, for this request alone.
 absl::Status EngineImpl::Admit(Request* r) {
-  r->scheduled_at = absl::Now();
+  // The queue time ends at the first admission; a readmission after a
+  // preemption does not move it.
+  if (!r->scheduled_at.has_value()) r->scheduled_at = absl::Now();
   if (r->sampler == nullptr) {
     // Sample i of a group uses the call's seed + i: one seed reproduces
     // every sample, and sample i alone with seed + i.

@@ -94,6 +94,9 @@ bool SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
     chunk.prompt_logprobs.clear();
   }
   if (best_of_ <= n_) {
+    // A sample ended the call (error, deadline, cancel): its siblings' last
+    // tokens are not sent before that status.
+    if (ended_.has_value()) return false;
     Forward(std::move(chunk));
     return false;
   }

@@ -75,6 +75,7 @@ void Scheduler::PreemptBack(ScheduleResult* result) {
   running_.pop_back();
   Free(victim);
   victim->num_cached = 0;  // recomputed when readmitted (or mapped from the prefix cache)
+  if (now_ > victim->admitted_at) victim->ran += now_ - victim->admitted_at;
   // Its place: before every waiting sequence it outranks (it arrived before
   // those of its priority that wait, since admission goes in queue order).
   auto it = waiting_.begin();
@@ -85,8 +86,13 @@ void Scheduler::PreemptBack(ScheduleResult* result) {
 
 int64_t Scheduler::EffectivePriority(const Sequence& s, absl::Time now) const {
   if (options_.priority_aging <= absl::ZeroDuration() || now <= s.arrived) return s.priority;
+  // Only the time it waited ages it: a preempted sequence's running time
+  // does not (it would otherwise come back above the arrivals that
+  // preempted it).
+  const absl::Duration waited = now - s.arrived - s.ran;
+  if (waited <= absl::ZeroDuration()) return s.priority;
   absl::Duration remainder;  // IDivDuration writes it; nullptr is not allowed
-  return s.priority + absl::IDivDuration(now - s.arrived, options_.priority_aging, &remainder);
+  return s.priority + absl::IDivDuration(waited, options_.priority_aging, &remainder);
 }
 
 void Scheduler::SortWaiting(absl::Time now) {
@@ -104,6 +110,7 @@ void Scheduler::SortWaiting(absl::Time now) {
 
 void Scheduler::InsertRunning(Sequence* sequence) {
   sequence->admitted_order = ++admissions_;
+  sequence->admitted_at = now_;
   auto it = std::upper_bound(
       running_.begin(), running_.end(), sequence,
       [](const Sequence* a, const Sequence* b) { return a->priority > b->priority; });
@@ -135,6 +142,7 @@ void Scheduler::PreemptForPriority(ScheduleResult* result) {
 
 ScheduleResult Scheduler::Schedule(absl::Time now) {
   ScheduleResult result;
+  now_ = now;
   Expire(now, &result);
   int64_t budget = options_.max_batch_tokens;
   for (Sequence* r : running_) Register(r);
@@ -152,6 +160,15 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
     }
     if (!IsRunning(r)) break;  // r was the newest: nothing after it runs either
     if (static_cast<int64_t>(r->blocks.size()) < allocator_->BlocksFor(r->num_cached + chunk)) {
+      // r runs alone here (nothing newer to preempt). If it fits in the
+      // whole cache, what holds the rest is outside the scheduler (beam
+      // searches) and gives it back: r waits for it, as a preempted
+      // sequence, instead of failing.
+      if (allocator_->BlocksFor(r->num_cached + chunk) <= allocator_->num_blocks() &&
+          running_.size() == 1) {
+        PreemptBack(&result);
+        break;
+      }
       RemoveAndFree(r);
       result.rejected.push_back(r);
       --i;

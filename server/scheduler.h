@@ -4,7 +4,8 @@
 // Owns the waiting queue and the running batch, and every change to the
 // sequences' KV block tables. Priorities: the waiting queue is ordered by
 // effective priority (the sequence's priority plus one per
-// `priority_aging` waited), then by arrival, so equal priorities are first
+// `priority_aging` waited; the time a preempted sequence ran does not
+// count), then by arrival, so equal priorities are first
 // come, first served and a long wait eventually beats any newer arrival; the
 // running batch is ordered by priority, then admission, and preemption takes
 // its back: the lowest priority, newest sequence. Each Schedule():
@@ -18,7 +19,9 @@
 //      the most recently admitted sequence is preempted (its blocks are freed
 //      and it goes back to the front of the waiting queue, to recompute its
 //      tokens when readmitted); a sequence that cannot fit even alone is
-//      rejected;
+//      rejected, and one that runs alone and would fit in the whole cache
+//      (the rest held outside the scheduler, by beam searches) is preempted
+//      to wait for it;
 //   3. admits waiting sequences in order while the token budget, the batch
 //      size and the free blocks allow (a whole prompt must fit in free blocks).
 // With prefix caching on, a sequence being admitted first maps the longest
@@ -59,6 +62,10 @@ struct Sequence {
   int64_t num_cached = 0;       // tokens whose K/V are in the cache
   int32_t priority = 0;         // larger is admitted first and preempted last
   absl::Time arrived = absl::InfiniteFuture();  // ages the priority while waiting; future: no ageing
+  // Time spent running before preemptions: not waiting, so it does not age
+  // the priority (EffectivePriority).
+  absl::Duration ran = absl::ZeroDuration();
+  absl::Time admitted_at = absl::InfinitePast();  // the last admission's Schedule() time
   uint64_t admitted_order = 0;  // set at each admission (orders equal priorities in the batch)
   std::vector<int32_t> blocks;  // block table: covers num_cached tokens between steps
   int32_t num_registered = 0;   // leading blocks offered to the prefix cache
@@ -138,6 +145,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;       // by effective priority, then arrival
   std::vector<Sequence*> running_;      // by priority, then admission: the back is preempted first
   uint64_t admissions_ = 0;
+  absl::Time now_ = absl::InfinitePast();  // the Schedule() call's time, while it runs
 };
 
 }  // namespace dikkat::server

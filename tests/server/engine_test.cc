@@ -155,9 +155,11 @@ TEST_F(EngineTest, AHighPriorityRequestOvertakesAFullBatch) {
   const std::vector<int32_t> high_alone = RunAlone(*engine, high);
   const std::vector<int32_t> low_alone = RunAlone(*engine, low);
   auto low1 = std::make_shared<GenerateCollector>(), low2 = std::make_shared<GenerateCollector>();
+  const absl::Time submitted = absl::Now();
   ASSERT_TRUE(engine->SubmitGenerate(low, low1).ok());
   ASSERT_TRUE(engine->SubmitGenerate(low, low2).ok());
   while (low2->ids().size() < 5) absl::SleepFor(absl::Milliseconds(1));  // both run
+  const absl::Duration both_running = absl::Now() - submitted;
   auto urgent = std::make_shared<GenerateCollector>();
   const bool raced = low1->ids().size() > 400;  // this thread slept through most of it
   ASSERT_TRUE(engine->SubmitGenerate(high, urgent).ok());
@@ -176,6 +178,10 @@ TEST_F(EngineTest, AHighPriorityRequestOvertakesAFullBatch) {
   if (!raced) {
     EXPECT_GE(engine->stats().preemptions, 1);
   }
+  // Both were admitted before they both ran: the queue time ends at the first
+  // admission, not at the preempted one's readmission.
+  EXPECT_LT(low1->summary().queue_time, both_running);
+  EXPECT_LT(low2->summary().queue_time, both_running);
 }
 
 TEST_F(EngineTest, CancelStopsGenerationAndFreesBlocks) {

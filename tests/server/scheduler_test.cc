@@ -166,6 +166,28 @@ TEST_F(SchedulerTest, ASequenceThatCannotFitAloneIsRejected) {
   EXPECT_EQ(allocator_->num_free(), 2);
 }
 
+// Blocks held outside the scheduler (the engine's beam searches take theirs
+// from the same allocator) are given back: a sequence that runs alone and
+// fits in the whole cache waits for them instead of failing.
+TEST_F(SchedulerTest, ASequenceThatFitsAloneWaitsForBlocksHeldElsewhere) {
+  Make(/*num_blocks=*/4, 8, 100);
+  std::vector<int32_t> elsewhere;
+  ASSERT_TRUE(allocator_->EnsureCapacity(&elsewhere, 8));  // 2 of the 4 blocks
+  Sequence* a = Add(7);
+  Ran(scheduler_->Schedule(now_));  // a: 8 tokens, 7 cached, 2 blocks
+  Ran(scheduler_->Schedule(now_));  // a: 9 tokens, 8 cached
+  ScheduleResult plan = scheduler_->Schedule(now_);  // a third block: none free
+  EXPECT_THAT(plan.rejected, IsEmpty());
+  EXPECT_THAT(plan.preempted, ElementsAre(a));
+  EXPECT_THAT(plan.batch, IsEmpty());
+  EXPECT_THAT(scheduler_->waiting(), ElementsAre(a));
+  EXPECT_EQ(allocator_->num_free(), 2);
+  allocator_->Release(&elsewhere);
+  plan = scheduler_->Schedule(now_);  // readmitted: all 9 tokens recomputed
+  EXPECT_THAT(plan.admitted, ElementsAre(a));
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(9));
+}
+
 TEST_F(SchedulerTest, DeadlinesAndCancellationExpireQueuedAndRunning) {
   Make(64, 8, 100);
   Sequence* running = Add(4);
@@ -425,6 +447,32 @@ TEST_F(SchedulerTest, AgeingBoundsTheWaitOfLowPriorities) {
   scheduler_->Schedule(now_ + absl::Seconds(40));
   EXPECT_THAT(scheduler_->running(), ElementsAre(low));
   EXPECT_THAT(scheduler_->waiting(), ElementsAre(newer));
+}
+
+// Ageing counts the time waited, not the time a preempted sequence ran: a
+// sequence that ran long and was preempted by a higher priority does not
+// come back above the arrivals of that priority.
+TEST_F(SchedulerTest, RunningTimeDoesNotAgeAPreemptedSequence) {
+  Make(64, /*max_batch_size=*/1, 100);
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerOptions{1, 100, false, /*priority_aging=*/absl::Seconds(1)}, allocator_.get());
+  Sequence* low = Add(2);
+  low->arrived = now_;
+  Ran(scheduler_->Schedule(now_));  // low runs from now_
+  Sequence* high = Add(2);
+  high->priority = 5;
+  high->arrived = now_ + absl::Seconds(10);
+  ScheduleResult plan = scheduler_->Schedule(now_ + absl::Seconds(10));
+  EXPECT_THAT(plan.preempted, ElementsAre(low));
+  EXPECT_THAT(scheduler_->running(), ElementsAre(high));
+  Sequence* next = Add(2);
+  next->priority = 5;
+  next->arrived = now_ + absl::Seconds(10);
+  scheduler_->RemoveAndFree(high);
+  // At +10.5 s low has waited 0.5 s (priority 0), next 0.5 s (priority 5).
+  scheduler_->Schedule(now_ + absl::Milliseconds(10500));
+  EXPECT_THAT(scheduler_->running(), ElementsAre(next));
+  EXPECT_THAT(scheduler_->waiting(), ElementsAre(low));
 }
 
 }  // namespace
