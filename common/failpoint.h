@@ -5,7 +5,8 @@
 // relaxed atomic load. Thread-safe.
 //
 // Armed failpoints in the server: "engine.encode_source" (the encoder pass of
-// an encoder-decoder Generate request throws).
+// an encoder-decoder Generate request throws), "engine.emit" (emitting a
+// generated token throws std::bad_alloc).
 #ifndef DIKKAT_COMMON_FAILPOINT_H_
 #define DIKKAT_COMMON_FAILPOINT_H_
 

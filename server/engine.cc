@@ -387,7 +387,20 @@ void EngineImpl::Postprocess(const ScheduleResult& plan, const at::Tensor& logit
       FinishGenerate(d.request, FinishReason::kError, d.token.status());
       continue;
     }
-    Emit(d.request, *d.token);
+    // What throws while a token is emitted (out of memory in the text stream
+    // or the delivery, say) fails this request alone; the engine thread and
+    // the other requests go on. Emit may have finished the request before
+    // it threw, so it is looked up again by id.
+    const RequestId id = d.request->id;
+    try {
+      Emit(d.request, *d.token);
+    } catch (const std::exception& e) {
+      auto it = requests_.find(id);
+      if (it != requests_.end()) {
+        FinishGenerate(it->second.get(), FinishReason::kError,
+                       absl::InternalError(absl::StrCat("emitting a token failed: ", e.what())));
+      }
+    }
   }
 }
 
@@ -439,6 +452,7 @@ void EngineImpl::StopSamples(const SampleGroup& group) {
 // Appends a sampled token, streams its text, and finishes the request when a
 // stop condition holds.
 void EngineImpl::Emit(Request* r, const model::SampledToken& token) {
+  if (FailpointArmed("engine.emit")) throw std::bad_alloc();
   const absl::Time now = absl::Now();
   if (listener_ != nullptr && r->last_token_at.has_value()) {
     listener_->OnTokenEmitted(now - *r->last_token_at);

@@ -570,6 +570,25 @@ TEST_F(EngineTest, EncoderFailureAtAdmissionFailsOnlyThatRequest) {
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }
 
+TEST_F(EngineTest, AFailureWhileEmittingATokenFailsOnlyThatRequest) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  SetFailpoint("engine.emit", true);
+  auto failing = std::make_shared<GenerateCollector>();
+  ASSERT_TRUE(engine->SubmitGenerate(Greedy("abc", 4), failing).ok());
+  const bool finished = failing->Wait();
+  SetFailpoint("engine.emit", false);
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(failing->summary().reason, FinishReason::kError);
+  EXPECT_EQ(failing->summary().status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(failing->summary().status.message()),
+              ::testing::HasSubstr("emitting a token failed"));
+  // The engine thread lives on and serves the next request.
+  EXPECT_EQ(RunAlone(*engine, Greedy("abc", 4)).size(), 4u);
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, EncoderDecoderGeneratesAndShutsDownCleanly) {
   auto engine = Make("tiny-seq2seq");
   ASSERT_NE(engine, nullptr);
