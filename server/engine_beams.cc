@@ -8,10 +8,11 @@
 // by reference, the partial last block copied: model/kv_block_allocator.h
 // Fork, KvCache::CopySlots), parents without a child release theirs. A
 // request starts only when its worst case (beam_width x its whole length)
-// fits in the blocks available, so it does not run out halfway in a quiet
-// cache; if the scheduler's requests take the blocks meanwhile it ends with
-// RESOURCE_EXHAUSTED. Requests wait in arrival order; priorities do not
-// apply to them.
+// fits in the blocks available beside what the started ones may still take,
+// so it does not run out halfway in a quiet cache; if the scheduler's
+// requests take the blocks meanwhile it ends with RESOURCE_EXHAUSTED.
+// Requests start in arrival order (one that waits holds back those after
+// it); priorities do not apply to them.
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"
@@ -29,12 +31,13 @@ namespace dikkat::server::engine_internal {
 
 using model::Architecture;
 
-bool EngineImpl::StartBeam(Request* r) {
+bool EngineImpl::StartBeam(Request* r, int64_t reserved) {
   model::KvBlockAllocator& allocator = cache_->allocator();
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
   const int32_t max_new = MaxNewTokens(r->gen, prompt);
   const int64_t worst = static_cast<int64_t>(r->gen.beam_width) * allocator.BlocksFor(prompt + max_new);
-  if (worst > allocator.num_available()) return false;  // waits
+  if (worst > allocator.num_available() - reserved) return false;  // waits
+  r->beam_worst_blocks = worst;
   r->scheduled_at = absl::Now();
   r->prompt_len = static_cast<int32_t>(prompt);
   if (config_.architecture == Architecture::kEncoderDecoder) {
@@ -70,8 +73,26 @@ void EngineImpl::RunBeams() {
       FinishBeam(r, r->cancelled ? FinishReason::kCancelled : FinishReason::kDeadline);
       continue;
     }
-    if (r->beam == nullptr && !StartBeam(r)) continue;
     if (r->beam != nullptr) running.push_back(r);
+  }
+  // What the started searches may still take: each holds at most its worst
+  // case at any time, so beyond the blocks it holds now it needs at most the
+  // difference. A search starts only when its own worst case fits beside
+  // theirs, and in arrival order (a large one is not overtaken for ever by
+  // smaller ones).
+  int64_t reserved = 0;
+  for (const Request* r : running) {
+    absl::flat_hash_set<int32_t> held;
+    for (const BeamSlot& slot : r->beam_slots) held.insert(slot.blocks.begin(), slot.blocks.end());
+    reserved += std::max<int64_t>(0, r->beam_worst_blocks - static_cast<int64_t>(held.size()));
+  }
+  for (Request* r : std::vector<Request*>(beam_jobs_)) {
+    if (r->beam != nullptr) continue;
+    // False: it waits, and so do those after it (or its encoder pass failed
+    // and it is gone; the next step starts the others).
+    if (!StartBeam(r, reserved)) break;
+    reserved += r->beam_worst_blocks;
+    running.push_back(r);
   }
   // Blocks for what this forward writes.
   std::vector<model::SequenceChunk> chunks;

@@ -95,6 +95,7 @@ struct Request : Sequence {
   // ---- Beam search (kBeam): run by engine_beams.cc, outside the scheduler ----
   std::unique_ptr<BeamSearch> beam;  // set when started
   std::vector<BeamSlot> beam_slots;  // by live beam
+  int64_t beam_worst_blocks = 0;     // beam_width x the blocks of its whole length
 
   // ---- Encode / Attention ----
   EncodeRequest enc;
@@ -169,7 +170,9 @@ class EngineImpl final : public Engine {
   // One step of every beam-search request (a forward over all their live
   // beams), starting waiting ones when their worst case fits in the cache.
   void RunBeams();
-  bool StartBeam(Request* r);
+  // Starts `r` if its worst case fits in the available blocks less `reserved`
+  // (what the started beam searches may still take); false: it waits.
+  bool StartBeam(Request* r, int64_t reserved);
   // Moves or forks the parents' slots into the next live beams.
   void AdvanceBeams(Request* r, const std::vector<BeamSearch::Choice>& choices);
   void FinishBeam(Request* r, FinishReason reason, absl::Status status = absl::OkStatus());

@@ -239,6 +239,38 @@ TEST_F(EngineTest, ABeamSearchTheCacheCanNeverHoldIsRefusedAsNeverFitting) {
   EXPECT_FALSE(NeverFits(absl::ResourceExhaustedError("the request queue is full")));
 }
 
+TEST_F(EngineTest, BeamSearchesThatFitOnlyOneAtATimeRunOneAfterTheOther) {
+  // One full context of tiny-lm (512 tokens, 32 blocks); two beams over 202
+  // tokens take 26 blocks at their worst (no block shared), so two such
+  // searches cannot both be sure to fit: the second starts when the first
+  // has ended, instead of both starting and one perhaps running out of
+  // blocks halfway.
+  EngineOptions options;
+  options.kv_cache_bytes = 524288;
+  auto engine = Make("tiny-lm", options);
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest beams = Greedy("ab", 200);
+  beams.beam_width = 2;
+  const std::vector<int32_t> alone = RunAlone(*engine, beams);
+  ASSERT_EQ(alone.size(), 200u);
+  auto first = std::make_shared<GenerateCollector>();
+  auto second = std::make_shared<GenerateCollector>();
+  ASSERT_TRUE(engine->SubmitGenerate(beams, first).ok());
+  ASSERT_TRUE(engine->SubmitGenerate(beams, second).ok());
+  ASSERT_TRUE(first->Wait());
+  ASSERT_TRUE(second->Wait());
+  EXPECT_TRUE(first->summary().status.ok()) << first->summary().status;
+  EXPECT_TRUE(second->summary().status.ok()) << second->summary().status;
+  EXPECT_EQ(first->ids(), alone);
+  EXPECT_EQ(second->ids(), alone);
+  // Submitted together: the second waited about as long as the first ran.
+  EXPECT_GT(second->summary().queue_time, first->summary().total_time / 2)
+      << "queued " << second->summary().queue_time << ", the first ran "
+      << first->summary().total_time;
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, KvCacheDtypeIsChosenByTheOperatorAndCheckedAtStart) {
   EngineOptions options;
   auto fp32 = Make("tiny-lm", options);
