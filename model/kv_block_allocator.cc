@@ -124,6 +124,22 @@ int32_t KvBlockAllocator::MatchPrefix(absl::Span<const int32_t> tokens, int64_t 
   return static_cast<int32_t>(table->size());
 }
 
+std::vector<int32_t> KvBlockAllocator::PeekPrefix(absl::Span<const int32_t> tokens,
+                                                  int64_t max_tokens) const {
+  std::vector<int32_t> chain;
+  const int64_t limit = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size()));
+  int32_t parent = -1;
+  uint32_t parent_generation = 0;
+  for (int64_t start = 0; start + block_size_ <= limit; start += block_size_) {
+    const int32_t b = Find(parent, parent_generation, tokens.subspan(start, block_size_));
+    if (b < 0) break;
+    chain.push_back(b);
+    parent = b;
+    parent_generation = blocks_[b].generation;
+  }
+  return chain;
+}
+
 void KvBlockAllocator::RegisterFullBlocks(absl::Span<const int32_t> tokens, int64_t num_computed,
                                           const std::vector<int32_t>& table,
                                           int32_t* num_registered) {

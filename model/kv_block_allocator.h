@@ -77,6 +77,8 @@ class KvBlockAllocator {
   // taking a reference on each; returns how many blocks matched.
   int32_t MatchPrefix(absl::Span<const int32_t> tokens, int64_t max_tokens,
                       std::vector<int32_t>* table);
+  // The blocks MatchPrefix would append now, without taking references.
+  std::vector<int32_t> PeekPrefix(absl::Span<const int32_t> tokens, int64_t max_tokens) const;
 
   // Registers the full blocks of `table` that `tokens[0, num_computed)` fills,
   // from block `*num_registered` on, and advances `*num_registered`. A block

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+
 namespace dikkat::server {
 
 Scheduler::Scheduler(SchedulerOptions options, model::KvBlockAllocator* allocator)
@@ -123,18 +126,40 @@ void Scheduler::PreemptForPriority(ScheduleResult* result) {
   // Only base priorities preempt: ageing orders the queue but never evicts a
   // running sequence (two aged sequences would otherwise take turns).
   auto lower = [&head](const Sequence* r) { return r->priority < head.priority; };
-  const int32_t needed = allocator_->BlocksFor(static_cast<int64_t>(head.tokens.size()) + 1);
-  int32_t reclaimable = 0;  // blocks that preempting every lower sequence would free
+  // What admission would take from the available blocks: its whole prompt
+  // (+1) less the blocks the prefix cache maps that running sequences hold
+  // (a cached block nobody holds is mapped out of the available ones, so it
+  // counts on both sides). Recomputed as sequences are preempted: a block
+  // that only a preempted one held becomes cached.
+  const int64_t len = static_cast<int64_t>(head.tokens.size());
+  std::vector<int32_t> match;
+  if (options_.prefix_caching && !head.no_prefix_match) {
+    match = allocator_->PeekPrefix(head.tokens, len - 1);
+  }
+  auto needed = [&] {
+    int32_t held = 0;
+    for (int32_t b : match) held += allocator_->ref_count(b) > 0 ? 1 : 0;
+    return allocator_->BlocksFor(len + 1) - held;
+  };
+  // Blocks that preempting every lower sequence would make available: those
+  // held by lower sequences only, but not those the match maps (counted in
+  // needed() already).
+  absl::flat_hash_map<int32_t, int32_t> lower_holders;
   for (const Sequence* r : running_) {
     if (!lower(r)) continue;
-    for (int32_t b : r->blocks) reclaimable += allocator_->ref_count(b) == 1 ? 1 : 0;
+    for (int32_t b : r->blocks) ++lower_holders[b];
+  }
+  const absl::flat_hash_set<int32_t> mapped(match.begin(), match.end());
+  int32_t reclaimable = 0;
+  for (const auto& [b, holders] : lower_holders) {
+    if (holders == allocator_->ref_count(b) && !mapped.contains(b)) ++reclaimable;
   }
   const bool batch_full = static_cast<int32_t>(running_.size()) >= options_.max_batch_size;
-  const bool no_room = needed > allocator_->num_available();
+  const bool no_room = needed() > allocator_->num_available();
   if (!batch_full && !no_room) return;
-  if (no_room && needed > allocator_->num_available() + reclaimable) return;
+  if (no_room && needed() > allocator_->num_available() + reclaimable) return;
   while ((static_cast<int32_t>(running_.size()) >= options_.max_batch_size ||
-          needed > allocator_->num_available()) &&
+          needed() > allocator_->num_available()) &&
          !running_.empty() && lower(running_.back())) {
     PreemptBack(result);  // even the last runner: it is outranked
   }

@@ -475,5 +475,55 @@ TEST_F(SchedulerTest, RunningTimeDoesNotAgeAPreemptedSequence) {
   EXPECT_THAT(scheduler_->waiting(), ElementsAre(low));
 }
 
+// Priority preemption counts what the prefix cache maps: a higher-priority
+// arrival whose prompt starts with blocks a running sequence holds needs only
+// the rest.
+class PriorityWithPrefixTest : public SchedulerTest {
+ protected:
+  // r (priority 5): a 48-token prompt; the others (priority 0): 20 tokens
+  // each. All admitted, run one step and decode one more token.
+  void Start(int32_t num_blocks, int lows) {
+    Make(num_blocks, 8, 1000, /*prefix_caching=*/true);
+    std::vector<int32_t> prefix(48);
+    for (int32_t i = 0; i < 48; ++i) prefix[i] = 100 + i;
+    r_ = AddTokens(prefix);
+    r_->priority = 5;
+    for (int i = 0; i < lows; ++i) {
+      std::vector<int32_t> own(20, 200 + i);
+      lows_.push_back(AddTokens(own));
+    }
+    Ran(scheduler_->Schedule(now_));
+    Ran(scheduler_->Schedule(now_));
+    // The arrival: r's 48 tokens (12 full blocks, held by r) and 16 more.
+    std::vector<int32_t> tokens = prefix;
+    for (int32_t i = 0; i < 16; ++i) tokens.push_back(300 + i);
+    high_ = AddTokens(tokens);
+    high_->priority = 5;
+  }
+  Sequence* r_ = nullptr;
+  Sequence* high_ = nullptr;
+  std::vector<Sequence*> lows_;
+};
+
+TEST_F(PriorityWithPrefixTest, NoPreemptionWhenTheUnmappedRestFits) {
+  Start(/*num_blocks=*/30, /*lows=*/2);  // r 13 + 2 x 6 blocks held, 5 free
+  ASSERT_EQ(allocator_->num_available(), 5);
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  // 17 blocks for 65 tokens, 12 of them mapped: 5 needed, 5 free.
+  EXPECT_THAT(plan.preempted, IsEmpty());
+  EXPECT_THAT(plan.admitted, ElementsAre(high_));
+  EXPECT_THAT(plan.matched_tokens, ElementsAre(48));
+}
+
+TEST_F(PriorityWithPrefixTest, PreemptsWhenTheUnmappedRestFitsOnlyThen) {
+  Start(/*num_blocks=*/20, /*lows=*/1);  // r 13 + 6 blocks held, 1 free
+  ASSERT_EQ(allocator_->num_available(), 1);
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  // 5 needed, 1 free: the lower sequence's 6 make room.
+  EXPECT_THAT(plan.preempted, ElementsAre(lows_[0]));
+  EXPECT_THAT(plan.admitted, ElementsAre(high_));
+  EXPECT_THAT(scheduler_->waiting(), ElementsAre(lows_[0]));
+}
+
 }  // namespace
 }  // namespace dikkat::server
