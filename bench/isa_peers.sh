@@ -11,7 +11,9 @@
 #              token, inter-token time); 8 and 32 streams float32 (2 waves of
 #              16-token prompts x 128 new tokens, llama-batched-bench's shape), each
 #              followed by the same over a float16 KV cache; prefill of
-#              512 tokens and the memory triad in-process (engine_bench)
+#              512 tokens, the memory triad, and the fp32 16-token prefill
+#              against a batch-1 step (the memory's state) in process
+#              (engine_bench)
 #   llama.cpp  ../shared/tools/llama.cpp (not part of dikkat) on GGUFs of the
 #              same shape (random weights; its make_gguf.py for F32 and F16,
 #              bench/gguf_q8_0.py for Q8_0): llama-bench pp512/tg128 for F32, F16 and Q8_0,
@@ -180,7 +182,8 @@ for pass in $(seq 1 "$PASSES"); do
       ATEN_CPU_CAPABILITY=$(aten_capability "$isa")
       DIKKAT_ISA=$isa DIKKAT_BENCH_MODEL=$MODEL DIKKAT_BENCH_THREADS=$THREADS \
         "$BUILD/bench/engine_bench" \
-        --benchmark_filter='^BM_(MemoryTriad|Prefill)/' --benchmark_min_time=1 \
+        --benchmark_filter='^BM_(MemoryTriad|Prefill)/|^BM_DecodeStep/dtype:0/batch:1/context:128/' \
+        --benchmark_min_time=1 \
         --benchmark_out="$dir/engine.json" --benchmark_out_format=json >/dev/null
       dikkat_e2e "$isa" float32 "$dir/dikkat_float32" 1
       # float32 weights over a float16 KV cache (llama.cpp's default cache),

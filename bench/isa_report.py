@@ -89,6 +89,14 @@ def load_round(folder):
                 r[f"prefill_{dt}"] = rate(find(e, "BM_Prefill", dtype=code, tokens=512))
             except StopIteration:
                 pass
+        # The machine's state in this pass (performance.md, "Session 45"): a
+        # batch-1 step is bound by the memory, a 16-token prefill by the FMAs.
+        p16 = find(e, "BM_Prefill", dtype=0, tokens=16)
+        s1 = find(e, "BM_DecodeStep", dtype=0, batch=1, context=128)
+        if p16 and p16.get("items_per_second"):
+            r["inproc_prefill16_ms"] = 16e3 / p16["items_per_second"]
+        if s1 and s1.get("items_per_second"):
+            r["inproc_step1_ms"] = 1e3 / s1["items_per_second"]
     for dt, name in (("fp32", "float32"), ("bf16", "bfloat16"), ("int8", "int8"),
                      ("fp32kv16", "float32_kv16")):
         for c in (1, 8, 32):
@@ -289,6 +297,12 @@ def section(res, model_dir):
         if ttft and itl:
             w(f"- Time to first token of the 16-token prompt {ttft:.1f} ms, one decode step {itl:.1f} ms "
               f"({ttft / itl:.2f}x).")
+        p16, s1 = d.get("inproc_prefill16_ms"), d.get("inproc_step1_ms")
+        if p16 and s1:
+            w(f"- In process, the machine's state in this pass: a batch-1 fp32 decode step {s1:.1f} ms "
+              f"(the weights at {streamed * 4 / (s1 / 1e3) / 1e9:.0f} GB/s), the 16-token fp32 prefill "
+              f"{p16:.1f} ms ({p16 / s1:.2f}x a step). The step is bound by the memory, the prefill "
+              f"by the FMAs: their ratio moves with the memory's speed (performance.md, \"Session 45\").")
         # Paired: each pass's own ratio (the two run back to back), then
         # their median.
         kv = []
