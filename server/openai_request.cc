@@ -776,7 +776,10 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
   // The rendered prompt is bounded like any text field, before tokenizing.
   DIKKAT_RETURN_IF_ERROR(CheckTextBytes(prompt.size(), "messages (rendered)", limits));
   wire.mutable_input()->set_text(std::move(prompt));
+  // The template writes the special tokens (BOS, role markers) as text:
+  // they become their ids, as apply_chat_template(tokenize=True) gives them.
   wire.mutable_input()->set_add_special_tokens(false);
+  wire.mutable_input()->set_parse_special_tokens(true);
   DIKKAT_RETURN_IF_ERROR(SetSampling(body, &wire));
   DIKKAT_RETURN_IF_ERROR(SetStream(body, &call));
   const int64_t chat_default = limits.options->default_max_new_tokens;

@@ -99,6 +99,9 @@ class TokenizeCommand : public Command {
   }
   void RegisterFlags(FlagSet* f) override {
     f->Bool("add-special-tokens", &add_special_tokens_, "add the model's special tokens");
+    f->Bool("parse-special-tokens", &parse_special_tokens_,
+            "special tokens written in the text (<s>, <|im_start|>) as their ids, as the chat "
+            "endpoint tokenizes a rendered template");
     f->Bool("ids-only", &ids_only_, "print only the ids, comma-separated");
     f->Bool("json", &json_, "print the response as JSON");
   }
@@ -106,6 +109,7 @@ class TokenizeCommand : public Command {
     v1::TokenizeRequest request;
     request.set_text(JoinedText(args));
     request.set_add_special_tokens(add_special_tokens_);
+    request.set_parse_special_tokens(parse_special_tokens_);
     absl::StatusOr<v1::TokenizeResponse> response =
         context.client->Tokenize(request, context.Call());
     if (!response.ok()) return ReportError(response.status(), context);
@@ -124,6 +128,7 @@ class TokenizeCommand : public Command {
 
  private:
   bool add_special_tokens_ = false;
+  bool parse_special_tokens_ = false;
   bool ids_only_ = false;
   bool json_ = false;
 };

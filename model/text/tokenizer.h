@@ -15,8 +15,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
@@ -66,7 +68,28 @@ class Tokenizer {
 
   // Hex SHA-256 fingerprints of the files the tokenizer was read from (may be empty).
   virtual std::vector<std::string> file_fingerprints() const { return {}; }
+
+  // The special tokens as a chat template writes them ("<s>", "<|im_start|>",
+  // "[CLS]"): (TokenText, id) of every id IsSpecial says is special and
+  // whose text is not empty, the lowest id for a text held by several,
+  // longest text first. Computed once, on first use.
+  const std::vector<std::pair<std::string, int32_t>>& SpecialTexts() const;
+
+ private:
+  mutable absl::once_flag special_texts_once_;
+  mutable std::vector<std::pair<std::string, int32_t>> special_texts_;
 };
+
+// Text -> ids as Hugging Face tokenizers encode by default: the text of every
+// special token in `text` (SpecialTexts, the longest at each place) becomes
+// its id, and each part between them is encoded as Encode(part, false) does;
+// no special tokens are added around it. A text without any is Encode(text,
+// false). For prompts rendered by a chat template, which write the special
+// tokens (BOS, role markers) as text. Not modelled: Hugging Face's
+// lstrip/rstrip flags of added tokens, and added tokens that are not special.
+// INVALID_ARGUMENT if the text is not valid UTF-8.
+absl::StatusOr<Encoding> EncodeParsingSpecialTokens(const Tokenizer& tokenizer,
+                                                    std::string_view text);
 
 // Returns true if `text` is valid UTF-8.
 bool IsValidUtf8(std::string_view text);

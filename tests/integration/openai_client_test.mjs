@@ -243,10 +243,16 @@ await part("chat.completions.create whole and streamed (template applied)", asyn
   const content = chat.choices[0].message.content;
   checkEqual(chat.choices[0].message.role, "assistant", "chat message role");
   check(typeof content === "string" && content.length > 0, "the chat answer has content");
-  // What Gemma 2's template renders for these messages (jinja2's output).
+  // What Gemma 2's template renders for these messages (jinja2's output),
+  // tokenized as chat tokenizes it: its "<s>" (the model's BOS) as the BOS id.
   const rendered = `<s><start_of_turn>user\n${messages[0].content}<end_of_turn>\n<start_of_turn>model\n`;
+  const { stdout: idsText } = await execFileP(cliBin, [
+    `--target=${grpcAddr}`, `--token=${TOKEN}`, "--timeout=30", "--attempts=1", `--model=${CHAT}`,
+    "tokenize", "--parse-special-tokens", "--ids-only", rendered]);
+  const ids = idsText.trim().split(",").map(Number);
+  check(ids[0] === 1 && ids.length < rendered.length, `rendered prompt's ids start with BOS: ${ids}`);
   const completion = await client.completions.create(
-    { model: CHAT, prompt: rendered, max_tokens: 32, temperature: 0 });
+    { model: CHAT, prompt: ids, max_tokens: 32, temperature: 0 });
   checkEqual(content, completion.choices[0].text, "chat = completion of the rendered template");
   checkEqual(chat.usage.prompt_tokens, completion.usage.prompt_tokens, "chat prompt tokens");
 

@@ -454,17 +454,21 @@ TEST_F(OpenAiHttpTest, ChatRendersTheModelsTemplate) {
   EXPECT_EQ(chat.json["object"], "chat.completion");
   EXPECT_TRUE(absl::StartsWith(chat.json["id"].get<std::string>(), "chatcmpl-"));
   EXPECT_EQ(chat.json["choices"][0]["message"]["role"], "assistant");
-  // What jinja2 renders for these messages (the template's own text).
+  // What jinja2 renders for these messages (the template's own text), whose
+  // "<bos>" (the BOS token's text) is tokenized as the BOS id, 257, as
+  // apply_chat_template(tokenize=True) gives it; the rest byte by byte.
   const std::string rendered =
-      "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi "
+      "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi "
       "there<end_of_turn>\n<start_of_turn>user\nHow are you?<end_of_turn>\n"
       "<start_of_turn>model\n";
+  Json ids = Json::array({257});
+  for (unsigned char c : rendered) ids.push_back(static_cast<int>(c));
   HttpReply completion = Post(
       "/v1/completions",
-      Json{{"model", "chat"}, {"prompt", rendered}, {"max_tokens", 16}, {"temperature", 0}}.dump());
+      Json{{"model", "chat"}, {"prompt", ids}, {"max_tokens", 16}, {"temperature", 0}}.dump());
   ASSERT_EQ(completion.status, 200) << completion.body;
   EXPECT_EQ(chat.json["choices"][0]["message"]["content"], completion.json["choices"][0]["text"]);
-  EXPECT_EQ(chat.json["usage"]["prompt_tokens"].get<size_t>(), rendered.size());
+  EXPECT_EQ(chat.json["usage"]["prompt_tokens"].get<size_t>(), rendered.size() + 1);
 
   // Streamed: a role delta first, then the same content.
   HttpReply streamed = Post("/v1/chat/completions", Json{{"model", "chat"},

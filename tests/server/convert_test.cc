@@ -151,6 +151,20 @@ TEST_F(ConvertTest, TextInputIsTokenizedWithOrWithoutSpecialTokens) {
   EXPECT_THAT(*ids, ElementsAre('h', 'i'));
 }
 
+TEST_F(ConvertTest, ParsedSpecialTokensInTheTextBecomeTheirIds) {
+  v1::Input rendered = Text("<bos>hi<eos>");
+  auto ids = InputToIds(rendered, "input", true, limits_);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->size(), 13u);  // as text, after the <bos> Encode adds
+  rendered.set_parse_special_tokens(true);
+  ids = InputToIds(rendered, "input", true, limits_);  // nothing added around it
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre(257, 'h', 'i', 258));
+  rendered.set_add_special_tokens(true);
+  ExpectInvalid(InputToIds(rendered, "input", true, limits_),
+                {"input.parse_special_tokens with input.add_special_tokens = true"});
+}
+
 TEST_F(ConvertTest, TokenInputIsUsedAsGiven) {
   auto ids = InputToIds(Ids({0, 5, 258}), "input", true, limits_);
   ASSERT_TRUE(ids.ok()) << ids.status();

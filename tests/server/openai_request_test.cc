@@ -591,7 +591,8 @@ TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
   ASSERT_EQ(call->prompts.size(), 1u);
   const GenerateRequest& request = call->prompts[0].request;
   EXPECT_EQ(tokenizer_->Decode(request.prompt, false), expected);
-  EXPECT_EQ(request.prompt.size(), expected.size());  // no BOS id added
+  // No BOS id added; "<s>" is not this tokenizer's BOS, so it stays text.
+  EXPECT_EQ(request.prompt.size(), expected.size());
   EXPECT_EQ(request.max_new_tokens, options_.default_max_new_tokens);
   EXPECT_EQ(request.sampling.top_logprobs, 3);
 
@@ -632,6 +633,29 @@ TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.status().message(), HasSubstr("no chat template"));
   fs::remove_all(dir);
+}
+
+// The template writes the tokenizer's special tokens as text ("<bos>" here,
+// the byte tokenizer's BOS, id 257): they are tokenized as their ids, as
+// apply_chat_template(tokenize=True) gives them.
+TEST_F(OpenAiRequestTest, SpecialTokensTheTemplateWritesAreTheirIds) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "dikkat-openai-request-test-specials";
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer_config.json")
+      << Json{{"bos_token", "<bos>"},
+              {"eos_token", "<eos>"},
+              {"chat_template",
+               "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}"}}
+             .dump();
+  absl::StatusOr<ChatPrompt> chat = ChatPrompt::Load(dir.string());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  absl::StatusOr<GenerateCall> call = ParseChatRequest(
+      Json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})"), *chat, BodyLimits{},
+      limits_);
+  ASSERT_TRUE(call.ok()) << call.status();
+  ASSERT_EQ(call->prompts.size(), 1u);
+  EXPECT_THAT(call->prompts[0].request.prompt, ::testing::ElementsAre(257, 'h', 'i', 258));
 }
 
 TEST_F(OpenAiRequestTest, AChatPastTheTemplateBoundsIs400NotRetryable) {

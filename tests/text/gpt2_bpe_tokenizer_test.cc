@@ -132,6 +132,26 @@ TEST_F(Gpt2BpeTest, SpecialsAndTokenText) {
   EXPECT_TRUE(saw_hex);
 }
 
+// A chat template writes special tokens as text; parsed, they are their ids
+// and the text between them is encoded as usual (Hugging Face's default).
+TEST_F(Gpt2BpeTest, ParsingSpecialTokensMapsTheirTextToTheirIds) {
+  ASSERT_EQ(tok_->SpecialTexts().size(), 1u);
+  EXPECT_EQ(tok_->SpecialTexts()[0], std::make_pair(std::string("<|endoftext|>"), 50256));
+  auto parsed = EncodeParsingSpecialTokens(*tok_, "Hello<|endoftext|> world<|endoftext|>");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  std::vector<int32_t> want = Ids("Hello");
+  want.push_back(50256);
+  for (int32_t id : Ids(" world")) want.push_back(id);
+  want.push_back(50256);
+  EXPECT_EQ(parsed->ids, want);
+  // Without a special token's whole text, as Encode.
+  EXPECT_EQ(EncodeParsingSpecialTokens(*tok_, "Hello world")->ids, Ids("Hello world"));
+  EXPECT_EQ(EncodeParsingSpecialTokens(*tok_, "<|endoftext|")->ids, Ids("<|endoftext|"));
+  EXPECT_EQ(EncodeParsingSpecialTokens(*tok_, "<|endoftext|>")->ids, std::vector<int32_t>{50256});
+  EXPECT_EQ(EncodeParsingSpecialTokens(*tok_, "a\xff<|endoftext|>").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(Gpt2BpeTest, StreamingNeverSplitsCharacters) {
   const std::string text = "Emoji 🙂👍🏽👨‍👩‍👧 Türkçe ığüşöç 日本語 done.";
   const std::vector<int32_t> ids = Ids(text);

@@ -154,6 +154,26 @@ TEST_F(LlamaBpeTest, StreamingEqualsOneDecode) {
   EXPECT_EQ(continuation, " world");
 }
 
+// A Llama chat prompt as a template renders it: "<s>" is BOS, and each part
+// between special tokens gets its own dummy-prefix space, as Hugging Face's
+// legacy normalizer gives it to each part (Llama-2 chat: "<s>[INST]" is
+// 1, 518, ...).
+TEST_F(LlamaBpeTest, ParsingSpecialTokensGivesBosItsId) {
+  auto tok = LoadTokenizerJson(Path("legacy"));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int32_t bos = (*ref_)["bos"].get<int>(), eos = (*ref_)["eos"].get<int>();
+  auto parsed = EncodeParsingSpecialTokens(**tok, "<s>[INST] the cat [/INST] a dog </s>");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<Encoding> between = (*tok)->Encode("[INST] the cat [/INST] a dog ", false);
+  ASSERT_TRUE(between.ok()) << between.status();
+  std::vector<int32_t> want = {bos};
+  want.insert(want.end(), between->ids.begin(), between->ids.end());
+  want.push_back(eos);
+  EXPECT_EQ(parsed->ids, want);
+  // Tokenized as text, "<s>" is not BOS.
+  EXPECT_NE((*tok)->Encode("<s>[INST]", false)->ids.front(), bos);
+}
+
 TEST_F(LlamaBpeTest, TokenTextShowsSpacesAndBytes) {
   auto tok = LoadTokenizerJson(Path("legacy"));
   ASSERT_TRUE(tok.ok()) << tok.status();
