@@ -178,9 +178,15 @@ absl::Status Validate(const ModelConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("config field 'rope_scaling' is ", c.rope_scaling, "; it must be > 0"));
   }
-  if (c.norm_eps <= 0) {
+  // Otherwise the norms or the rotary tables give NaN logits, not an error
+  // (a rope_theta of 0 did; JSON itself cannot spell a non-finite number).
+  if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config field 'norm_eps' is ", c.norm_eps, "; it must be > 0"));
+        absl::StrCat("config field 'norm_eps' is ", c.norm_eps, "; it must be finite and > 0"));
+  }
+  if (c.positions == PositionKind::kRotary && (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'rope_theta' is ", c.rope_theta, "; rotary positions need it finite and > 0"));
   }
   if (c.sliding_window < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

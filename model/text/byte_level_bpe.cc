@@ -119,7 +119,13 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
 
     int32_t max_id = -1;
     for (const auto& [token, id] : spec.vocab) max_id = std::max(max_id, id);
-    for (const auto& added : spec.added_tokens) max_id = std::max(max_id, added.id);
+    for (const auto& added : spec.added_tokens) {
+      if (added.id < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "byte-level BPE: added token \"", added.content, "\" has negative id ", added.id));
+      }
+      max_id = std::max(max_id, added.id);
+    }
     if (max_id < 0) return absl::InvalidArgumentError("byte-level BPE: empty vocabulary");
     // The id table is dense (one entry per id up to the largest): an id of
     // INT32_MAX would overflow max_id + 1 and ask for 2^31 entries.

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -129,6 +131,15 @@ TEST(ModelConfigTest, WrongTypesAndRangesAreNamed) {
   j = Minimal();
   j["norm_eps"] = 0;
   EXPECT_THAT(ErrorOf(j), HasSubstr("'norm_eps'"));
+  // A rotary model's theta of 0 or below made NaN rotary tables (NaN logits,
+  // no error) before the check.
+  for (const char* theta : {"0", "-10000"}) {
+    std::string text = Minimal().dump();
+    text.insert(1, absl::StrCat("\"positions\": \"rotary\", \"rope_theta\": ", theta, ", "));
+    EXPECT_THAT(std::string(ParseModelConfigJson(text).status().message()),
+                HasSubstr("'rope_theta'"))
+        << theta;
+  }
   EXPECT_THAT(std::string(ParseModelConfigJson("{not json").status().message()),
               HasSubstr("not a JSON object"));
   EXPECT_FALSE(ParseModelConfigJson("[1, 2]").ok());

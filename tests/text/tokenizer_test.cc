@@ -118,6 +118,18 @@ TEST(ByteLevelBpeTest, RefusesIdsTheDenseTableCannotHold) {
   }
 }
 
+TEST(ByteLevelBpeTest, RefusesANegativeAddedTokenId) {
+  // It indexed the id table with -1 (a write before the table: heap
+  // corruption at start-up).
+  ByteLevelBpeSpec spec;
+  spec.vocab = {{"a", 0}};
+  spec.added_tokens.push_back({-1, "<x>", true});
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = MakeByteLevelBpe(std::move(spec));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), HasSubstr("added token \"<x>\" has negative id -1"));
+}
+
 TEST(LlamaBpeTest, RefusesIdsTheDenseTablesCannotHold) {
   // INT32_MAX overflowed max_id + 1; 2^30 asked for ~70 GB of tables (an
   // uncaught std::bad_alloc or length_error ended the process).
