@@ -109,17 +109,10 @@ bool KvBlockAllocator::Fork(const std::vector<int32_t>& parent, int64_t tokens,
 int32_t KvBlockAllocator::MatchPrefix(absl::Span<const int32_t> tokens, int64_t max_tokens,
                                       std::vector<int32_t>* table) {
   assert(table->empty());
-  const int64_t limit = std::min<int64_t>(max_tokens, static_cast<int64_t>(tokens.size()));
-  int32_t parent = -1;
-  uint32_t parent_generation = 0;
-  for (int64_t start = 0; start + block_size_ <= limit; start += block_size_) {
-    const int32_t b = Find(parent, parent_generation, tokens.subspan(start, block_size_));
-    if (b < 0) break;
+  *table = PeekPrefix(tokens, max_tokens);
+  for (int32_t b : *table) {
     Block& block = blocks_[b];
     if (block.ref_count++ == 0) eviction_order_.erase({block.released_at, b});
-    table->push_back(b);
-    parent = b;
-    parent_generation = block.generation;
   }
   return static_cast<int32_t>(table->size());
 }
