@@ -99,6 +99,12 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const Loa
         folder, ": the tokenizer has ", loaded.tokenizer->vocab_size(),
         " tokens but the model's vocab_size is ", loaded.config.vocab_size));
   }
+  // Generation also ends at the tokenizer's own end-of-sequence token, as
+  // vLLM's does (tokenizer_config.json's eos_token may be the chat turn's end,
+  // which config.json does not name).
+  if (loaded.config.has_decoder()) {
+    AddEosTokenId(&loaded.config, loaded.tokenizer->special_tokens().eos);
+  }
   DIKKAT_ASSIGN_OR_RETURN(loaded.weights_path, FindWeightsFile(folder));
   absl::StatusOr<TensorMap> weights = ReadWeights(loaded.weights_path);
   if (!weights.ok()) return WithFile(weights.status(), loaded.weights_path);

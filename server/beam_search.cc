@@ -73,7 +73,10 @@ std::vector<BeamSearch::Choice> BeamSearch::Step(
       h.tokens.push_back(token);
       h.sum = p.sum;
       h.score = Score(p.sum, generated_);
-      h.reason = p.token == options_.eos_token_id ? FinishReason::kEos : FinishReason::kStop;
+      h.reason = std::find(options_.eos_tokens.begin(), options_.eos_tokens.end(), p.token) !=
+                         options_.eos_tokens.end()
+                     ? FinishReason::kEos
+                     : FinishReason::kStop;
       AddFinished(std::move(h));
       continue;
     }

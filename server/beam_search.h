@@ -40,7 +40,7 @@ struct BeamOptions {
   bool early_stopping = false;
   int32_t max_new = 16;
   std::vector<int32_t> end_tokens;  // EOS (unless ignore_eos) and stop token ids
-  int32_t eos_token_id = -1;        // reported as kEos; other end tokens as kStop
+  std::vector<int32_t> eos_tokens;  // those of end_tokens reported as kEos; others as kStop
 };
 
 struct BeamHypothesis {

@@ -601,6 +601,7 @@ void FillModelInfo(const ModelDescription& description, const EngineStats& stats
   s->set_sep(special.sep);
   s->set_mask(special.mask);
   s->set_decoder_start(static_cast<int32_t>(c.decoder_start_token_id));
+  for (int64_t id : model::EosTokenIds(c)) s->add_eos_ids(static_cast<int32_t>(id));
 
   info->set_kv_cache_bytes(stats.kv_cache_bytes);
   info->set_kv_cache_dtype(description.kv_cache_dtype);

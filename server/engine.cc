@@ -473,7 +473,7 @@ void EngineImpl::Emit(Request* r, const model::SampledToken& token) {
 
   // EOS and stop token ids end the request without their text; the text
   // stream decides stop strings and the length limit.
-  const bool is_eos = token.token_id == config_.eos_token_id && config_.eos_token_id >= 0;
+  const bool is_eos = model::IsEosToken(config_, token.token_id);
   const std::vector<int32_t>& stop_ids = r->gen.stop_token_ids;
   TextPiece piece;
   if (is_eos && !r->gen.ignore_eos) {

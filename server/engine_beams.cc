@@ -55,9 +55,11 @@ bool EngineImpl::StartBeam(Request* r, int64_t reserved) {
   options.early_stopping = r->gen.early_stopping;
   options.max_new = max_new;
   options.end_tokens = r->gen.stop_token_ids;
-  if (config_.eos_token_id >= 0 && !r->gen.ignore_eos) {
-    options.end_tokens.push_back(config_.eos_token_id);
-    options.eos_token_id = config_.eos_token_id;
+  if (!r->gen.ignore_eos) {
+    for (int64_t id : model::EosTokenIds(config_)) {
+      options.end_tokens.push_back(static_cast<int32_t>(id));
+      options.eos_tokens.push_back(static_cast<int32_t>(id));
+    }
   }
   r->beam = std::make_unique<BeamSearch>(std::move(options));
   r->beam_slots.assign(1, BeamSlot{r->tokens, {}, 0});
@@ -214,7 +216,7 @@ void EngineImpl::FinishBeam(Request* r, FinishReason reason, absl::Status status
       std::vector<int32_t> ids;
       for (const GeneratedToken& t : h.tokens) ids.push_back(t.token_id);
       if (h.reason != FinishReason::kLength && !ids.empty()) ids.pop_back();  // the ending token
-      chunk.text = tokenizer_->Decode(ids, /*skip_special_tokens=*/true);
+      chunk.text = DecodeAfter(*tokenizer_, r->gen.prompt, ids);
       chunk.finish = h.reason;
       chunk.cumulative_logprob = h.sum;
       chunk.beam_score = h.score;

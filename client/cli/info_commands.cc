@@ -74,6 +74,7 @@ class InfoCommand : public Command {
       row("special tokens", absl::StrFormat("bos %d eos %d pad %d unk %d cls %d sep %d mask %d",
                                             s.bos(), s.eos(), s.pad(), s.unk(), s.cls(), s.sep(),
                                             s.mask()));
+      if (s.eos_ids_size() > 1) row("ends at (eos)", absl::StrJoin(s.eos_ids(), ", "));
       row("weights", absl::StrFormat("%d bytes, sha256 %s", m.weights_bytes(),
                                      m.weights_sha256()));
       row("kv cache", absl::StrFormat("%d bytes of %s in %d blocks of %d tokens",

@@ -1,5 +1,6 @@
 #include "model/io/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -108,6 +109,24 @@ absl::Status ReadNumber(const Json& j, const char* key, T* out) {
   return absl::OkStatus();
 }
 
+absl::Status ReadIdList(const Json& j, const char* key, std::vector<int64_t>* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field '", key, "' must be a list of token ids, got ", it->dump()));
+  }
+  out->clear();
+  for (const Json& v : *it) {
+    if (!v.is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config field '", key, "' must be a list of token ids, got ", it->dump()));
+    }
+    out->push_back(v.get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadBool(const Json& j, const char* key, bool* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
@@ -143,6 +162,29 @@ absl::Status TokenId(const char* field, int64_t value, int64_t vocab) {
 }
 
 }  // namespace
+
+std::vector<int64_t> EosTokenIds(const ModelConfig& config) {
+  std::vector<int64_t> ids;
+  if (config.eos_token_id >= 0) ids.push_back(config.eos_token_id);
+  ids.insert(ids.end(), config.more_eos_token_ids.begin(), config.more_eos_token_ids.end());
+  return ids;
+}
+
+bool IsEosToken(const ModelConfig& config, int64_t id) {
+  if (id < 0) return false;
+  if (id == config.eos_token_id) return true;
+  const std::vector<int64_t>& more = config.more_eos_token_ids;
+  return std::find(more.begin(), more.end(), id) != more.end();
+}
+
+void AddEosTokenId(ModelConfig* config, int64_t id) {
+  if (id < 0 || IsEosToken(*config, id)) return;
+  if (config->eos_token_id < 0) {
+    config->eos_token_id = id;
+  } else {
+    config->more_eos_token_ids.push_back(id);
+  }
+}
 
 const char* ArchitectureName(Architecture a) { return ArchitectureNames().Name(a); }
 const char* ActivationName(Activation a) { return ActivationNames().Name(a); }
@@ -216,6 +258,20 @@ absl::Status Validate(const ModelConfig& c) {
                            {"decoder_start_token_id", c.decoder_start_token_id}}) {
     if (absl::Status s = TokenId(field, id, c.vocab_size); !s.ok()) return s;
   }
+  for (size_t i = 0; i < c.more_eos_token_ids.size(); ++i) {
+    const int64_t id = c.more_eos_token_ids[i];
+    const std::string field = absl::StrCat("more_eos_token_ids[", i, "]");
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("config field '", field, "' is ", id,
+                                                     "; it must be in [0, ", c.vocab_size, ")"));
+    }
+    if (id == c.eos_token_id ||
+        std::find(c.more_eos_token_ids.begin(), c.more_eos_token_ids.begin() + i, id) !=
+            c.more_eos_token_ids.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config field '", field, "' is ", id, ", an EOS id already listed"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -264,6 +320,7 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
       ReadNumber(j, "eos_token_id", &c.eos_token_id),
       ReadNumber(j, "pad_token_id", &c.pad_token_id),
       ReadNumber(j, "decoder_start_token_id", &c.decoder_start_token_id),
+      ReadIdList(j, "more_eos_token_ids", &c.more_eos_token_ids),
       ReadString(j, "name", &c.name),
       ReadString(j, "weight_layout", &c.weight_layout),
   };
@@ -320,6 +377,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["eos_token_id"] = c.eos_token_id;
   j["pad_token_id"] = c.pad_token_id;
   j["decoder_start_token_id"] = c.decoder_start_token_id;
+  if (!c.more_eos_token_ids.empty()) j["more_eos_token_ids"] = c.more_eos_token_ids;
   j["name"] = c.name;
   j["weight_layout"] = c.weight_layout;
   return j.dump(2);

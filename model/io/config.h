@@ -86,6 +86,11 @@ struct ModelConfig {
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
   int64_t decoder_start_token_id = -1;  // encoder-decoder: first decoder input
+  // Further ids that end generation as eos_token_id does (Llama-3 Instruct's
+  // <|eot_id|>, Qwen2's <|endoftext|> beside <|im_end|>): config.json's and
+  // generation_config.json's lists past their first id, and the tokenizer's
+  // own end-of-sequence token. Never holds eos_token_id or a duplicate.
+  std::vector<int64_t> more_eos_token_ids;
 
   // ---- provenance ---------------------------------------------------------
   std::string name;             // human name, e.g. "gpt2" or "dikkat-tiny-lm"
@@ -112,6 +117,14 @@ struct ModelConfig {
   bool has_decoder() const { return architecture != Architecture::kEncoderOnly; }
   bool has_encoder() const { return architecture != Architecture::kDecoderOnly; }
 };
+
+// Every id that ends generation as EOS: eos_token_id (when set) first, then
+// more_eos_token_ids.
+std::vector<int64_t> EosTokenIds(const ModelConfig& config);
+bool IsEosToken(const ModelConfig& config, int64_t id);
+// Adds `id` to the config's EOS ids (as eos_token_id when that is unset)
+// unless it is -1 or already one of them.
+void AddEosTokenId(ModelConfig* config, int64_t id);
 
 // Checks every invariant; the message names the field, its value and what is allowed.
 absl::Status Validate(const ModelConfig& config);

@@ -1,5 +1,7 @@
 #include "model/io/hf_config.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <utility>
 
@@ -59,26 +61,34 @@ class HfKeys {
     return absl::OkStatus();
   }
 
-  // bos/eos/pad ids: an integer, null (none), or a list (Llama 3 lists
-  // several EOS ids; ModelConfig holds one, so the first one is used).
-  absl::Status TokenId(const char* key, int64_t* out) const {
+  // A token id, a list of ids or null (-1). Of a list, the first id goes to
+  // `out` and the others to `rest` (eos_token_id lists: Llama-3 Instruct's
+  // [128001, 128009]); without `rest` they are ignored.
+  absl::Status TokenId(const char* key, int64_t* out, std::vector<int64_t>* rest = nullptr) const {
     auto it = j_.find(key);
     if (it == j_.end()) return absl::OkStatus();
-    const Json& v = *it;
+    return ReadTokenIds(key, *it, out, rest);
+  }
+
+  absl::Status ReadTokenIds(const char* key, const Json& v, int64_t* out,
+                            std::vector<int64_t>* rest) const {
     if (v.is_null()) {
       *out = -1;
       return absl::OkStatus();
     }
-    const Json* id = &v;
-    if (v.is_array()) {
-      if (v.empty()) {
-        *out = -1;
-        return absl::OkStatus();
-      }
-      id = &v.front();
+    if (!v.is_array()) {
+      if (!v.is_number_integer()) return Error(key, v, "must be a token id, a list of ids or null");
+      *out = v.get<int64_t>();
+      return absl::OkStatus();
     }
-    if (!id->is_number_integer()) return Error(key, v, "must be a token id, a list of ids or null");
-    *out = id->get<int64_t>();
+    for (const Json& id : v) {
+      if (!id.is_number_integer()) return Error(key, v, "must be a token id, a list of ids or null");
+    }
+    *out = v.empty() ? -1 : v.front().get<int64_t>();
+    if (rest != nullptr) {
+      rest->clear();
+      for (size_t i = 1; i < v.size(); ++i) rest->push_back(v[i].get<int64_t>());
+    }
     return absl::OkStatus();
   }
 
@@ -364,7 +374,9 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
   }
   if (type != "bert") {
     DIKKAT_RETURN_IF_ERROR(keys.TokenId("bos_token_id", &c.bos_token_id));
-    DIKKAT_RETURN_IF_ERROR(keys.TokenId("eos_token_id", &c.eos_token_id));
+    std::vector<int64_t> more_eos;
+    DIKKAT_RETURN_IF_ERROR(keys.TokenId("eos_token_id", &c.eos_token_id, &more_eos));
+    for (int64_t id : more_eos) AddEosTokenId(&c, id);
     DIKKAT_RETURN_IF_ERROR(keys.TokenId("pad_token_id", &c.pad_token_id));
   }
   c.name = type;
@@ -375,6 +387,41 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
                                                ") translates to an invalid model: ", s.message()));
   }
   return c;
+}
+
+absl::Status MergeHfGenerationConfig(const std::string& generation_config_json_text,
+                                     ModelConfig* config) {
+  const Json j =
+      Json::parse(generation_config_json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("generation_config.json is not a JSON object");
+  }
+  auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  const bool ok_type = it->is_number_integer() ||
+                       (it->is_array() && std::all_of(it->begin(), it->end(), [](const Json& v) {
+                          return v.is_number_integer();
+                        }));
+  if (!ok_type) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generation_config.json key 'eos_token_id' must be a token id or a list of ids, got ",
+        it->dump()));
+  }
+  std::vector<int64_t> ids;
+  if (it->is_array()) {
+    for (const Json& v : *it) ids.push_back(v.get<int64_t>());
+  } else {
+    ids.push_back(it->get<int64_t>());
+  }
+  for (int64_t id : ids) {
+    if (id < 0 || id >= config->vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("generation_config.json key 'eos_token_id' holds ", id,
+                       ", not a token id of this model (vocab_size ", config->vocab_size, ")"));
+    }
+    AddEosTokenId(config, id);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pooling_json_text) {

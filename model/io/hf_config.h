@@ -38,6 +38,14 @@ const std::vector<std::string>& SupportedHfModelTypes();
 // Translates the text of a config.json and validates the result.
 absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_text);
 
+// Adds the end-of-sequence ids of a Hugging Face `generation_config.json`
+// (`eos_token_id`: an id or a list, as `generate()` reads them) to the
+// config's EOS ids. Its other keys are sampling defaults, which dikkat takes
+// from each request instead. A malformed file or an id outside the
+// vocabulary is INVALID_ARGUMENT.
+absl::Status MergeHfGenerationConfig(const std::string& generation_config_json_text,
+                                     ModelConfig* config);
+
 // Reads the pooling of a sentence-transformers folder (`1_Pooling/config.json`:
 // pooling_mode_cls_token -> kFirst, pooling_mode_mean_tokens -> kMean,
 // pooling_mode_lasttoken -> kLast). Other modes (max, weighted mean) or more

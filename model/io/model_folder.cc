@@ -72,6 +72,15 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder) {
     if (!pooling.ok()) return WithFile(pooling.status(), pooling_path);
     config->default_pooling = *pooling;
   }
+  // generate() stops at generation_config.json's EOS ids (Llama-3 Instruct
+  // lists <|eot_id|> there), which config.json may not hold.
+  const std::string generation_path = (fs::path(folder) / "generation_config.json").string();
+  if (fs::exists(generation_path)) {
+    DIKKAT_ASSIGN_OR_RETURN(const std::string generation_text, ReadText(generation_path));
+    if (absl::Status s = MergeHfGenerationConfig(generation_text, &*config); !s.ok()) {
+      return WithFile(s, generation_path);
+    }
+  }
   return config;
 }
 

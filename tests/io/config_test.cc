@@ -194,6 +194,7 @@ TEST(ModelConfigTest, RoundTripsThroughJson) {
   c.eos_token_id = 2;
   c.pad_token_id = 0;
   c.decoder_start_token_id = 3;
+  c.more_eos_token_ids = {7, 5};
   c.name = "round-trip";
   c.weight_layout = "llama";
   const std::string text = ModelConfigToJson(c);
@@ -212,6 +213,36 @@ TEST(ModelConfigTest, RoundTripsThroughJson) {
   EXPECT_TRUE(back->qkv_bias_only);
   EXPECT_EQ(back->name, "round-trip");
   EXPECT_EQ(back->weight_layout, "llama");
+  EXPECT_EQ(back->more_eos_token_ids, (std::vector<int64_t>{7, 5}));
+  EXPECT_EQ(EosTokenIds(*back), (std::vector<int64_t>{2, 7, 5}));
+}
+
+TEST(ModelConfigTest, MoreEosTokenIdsAreTokenIdsListedOnce) {
+  json j = Minimal();
+  j["eos_token_id"] = 3;
+  j["more_eos_token_ids"] = {4, 9};
+  absl::StatusOr<ModelConfig> c = ParseModelConfigJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(IsEosToken(*c, 3));
+  EXPECT_TRUE(IsEosToken(*c, 9));
+  EXPECT_FALSE(IsEosToken(*c, 5));
+  EXPECT_FALSE(IsEosToken(*c, -1));
+  j["more_eos_token_ids"] = {4, j["vocab_size"]};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("'more_eos_token_ids[1]'"));
+  j["more_eos_token_ids"] = {4, 3};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("already listed"));
+  j["more_eos_token_ids"] = {4, 4};
+  EXPECT_THAT(ErrorOf(j), HasSubstr("already listed"));
+  j["more_eos_token_ids"] = 4;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("list of token ids"));
+  // AddEosTokenId fills eos_token_id first and never duplicates.
+  ModelConfig m;
+  AddEosTokenId(&m, -1);
+  EXPECT_EQ(m.eos_token_id, -1);
+  AddEosTokenId(&m, 8);
+  AddEosTokenId(&m, 8);
+  AddEosTokenId(&m, 6);
+  EXPECT_EQ(EosTokenIds(m), (std::vector<int64_t>{8, 6}));
 }
 
 }  // namespace

@@ -107,6 +107,7 @@ TEST(HfConfigTest, LlamaDefaultsAndOptions) {
   EXPECT_EQ(c->kv_heads(), 8);  // num_key_value_heads absent -> num_attention_heads
   EXPECT_EQ(c->bos_token_id, -1);
   EXPECT_EQ(c->eos_token_id, 200);  // the first of a list
+  EXPECT_EQ(c->more_eos_token_ids, std::vector<int64_t>{201});  // the others end generation too
   EXPECT_DOUBLE_EQ(c->rope_theta, 500000.0);
   EXPECT_DOUBLE_EQ(c->rope_scaling, 1.0);
   EXPECT_EQ(c->max_positions, 2048);
@@ -210,6 +211,33 @@ class HfFolderTest : public ::testing::Test {
   }
   std::string dir_;
 };
+
+// Llama-3 Instruct: config.json names <|end_of_text|> (and sometimes
+// <|eot_id|>), generation_config.json the ids generate() stops at.
+TEST_F(HfFolderTest, GenerationConfigAddsEosIds) {
+  Write("config.json", R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,
+                           "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 256,
+                           "eos_token_id": [250, 252]})");
+  absl::StatusOr<ModelConfig> plain = ReadModelConfig(dir_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(EosTokenIds(*plain), (std::vector<int64_t>{250, 252}));
+  Write("generation_config.json", R"({"bos_token_id": 1, "eos_token_id": [250, 251, 252],
+                                      "do_sample": true, "temperature": 0.6})");
+  absl::StatusOr<ModelConfig> merged = ReadModelConfig(dir_);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(EosTokenIds(*merged), (std::vector<int64_t>{250, 252, 251}));
+  Write("generation_config.json", R"({"eos_token_id": 253})");
+  merged = ReadModelConfig(dir_);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(EosTokenIds(*merged), (std::vector<int64_t>{250, 252, 253}));
+  // Errors name the file and what is wrong.
+  Write("generation_config.json", R"({"eos_token_id": 256})");
+  ExpectInvalid(ReadModelConfig(dir_), {"generation_config.json", "256", "vocab_size 256"});
+  Write("generation_config.json", R"({"eos_token_id": ["</s>"]})");
+  ExpectInvalid(ReadModelConfig(dir_), {"generation_config.json", "eos_token_id", "</s>"});
+  Write("generation_config.json", "{not json");
+  ExpectInvalid(ReadModelConfig(dir_), {"generation_config.json", "not a JSON object"});
+}
 
 TEST_F(HfFolderTest, SentenceTransformersFolderSetsPooling) {
   Write("config.json", R"({"model_type": "bert", "hidden_size": 32, "num_attention_heads": 2})");

@@ -630,9 +630,13 @@ TEST_F(ConvertTest, ModelInfoReportsConfigAndCapabilities) {
   EXPECT_EQ(info.cpu_isa(), model::IsaName(model::ActiveIsa()));
 
   d.config = Config(model::Architecture::kDecoderOnly);
+  d.config.eos_token_id = 258;
+  d.config.more_eos_token_ids = {5, 9};
   v1::ModelInfo lm;
   FillModelInfo(d, stats, *tokenizer_, false, &lm);
   EXPECT_THAT(lm.capabilities(), ElementsAre("generate", "encode", "attention"));
+  EXPECT_EQ(lm.special_tokens().eos(), 258);
+  EXPECT_THAT(lm.special_tokens().eos_ids(), ElementsAre(258, 5, 9));
   EXPECT_EQ(lm.norm(), "layernorm");
   EXPECT_EQ(lm.positions(), "learned");
 }

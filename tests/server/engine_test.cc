@@ -4,13 +4,18 @@
 #include "server/engine.h"
 #include "tests/server/generate_collector.h"
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/failpoint.h"
 #include "common/sync.h"
 #include "server/convert.h"
@@ -116,6 +121,50 @@ TEST_F(EngineTest, ConcurrentGreedyStreamsMatchEachAlone) {
 // logit_bias through the engine: +100 forces a token at every step, -100
 // keeps the greedy choice out, and an id outside the vocabulary is refused
 // at submit.
+// Every EOS id of the config ends generation as EOS (Llama-3 Instruct's
+// <|eot_id|> beside <|end_of_text|>): a copy of tiny-lm whose second EOS id is
+// a token seeded sampling makes.
+TEST_F(EngineTest, EveryEosIdEndsGeneration) {
+  namespace fs = std::filesystem;
+  GenerateRequest r = Greedy("hello", 12);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 7;
+  auto plain = Make("tiny-lm");
+  ASSERT_NE(plain, nullptr);
+  const std::vector<int32_t> ids = RunAlone(*plain, r);
+  ASSERT_EQ(ids.size(), 12u);
+  size_t k = 1;  // the first id from 1 on that sampling did not make before
+  while (k < ids.size() && std::find(ids.begin(), ids.begin() + k, ids[k]) != ids.begin() + k) ++k;
+  ASSERT_LT(k, ids.size()) << "sampling repeated one token";
+  plain.reset();
+
+  std::string dir = (fs::temp_directory_path() / "dikkat_eos_XXXXXX").string();
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  fs::copy_file(ModelPath("tiny-lm") + "/model.safetensors", dir + "/model.safetensors");
+  std::ifstream in(ModelPath("tiny-lm") + "/dikkat.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t brace = config.rfind('}');
+  ASSERT_NE(brace, std::string::npos);
+  config.insert(brace, absl::StrCat(", \"more_eos_token_ids\": [", ids[k], "]\n"));
+  std::ofstream(dir + "/dikkat.json") << config;
+
+  EngineOptions options;
+  options.kv_cache_bytes = 8 << 20;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create("eos", dir, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  r.ignore_eos = false;
+  auto c = std::make_shared<GenerateCollector>();
+  ASSERT_TRUE((*engine)->SubmitGenerate(r, c).ok());
+  ASSERT_TRUE(c->Wait());
+  EXPECT_EQ(c->ids(), std::vector<int32_t>(ids.begin(), ids.begin() + k + 1));
+  EXPECT_EQ(c->summary().reason, FinishReason::kEos);
+  // ignore_eos runs past it.
+  r.ignore_eos = true;
+  EXPECT_EQ(RunAlone(**engine, r), ids);
+  engine->reset();
+  fs::remove_all(dir);
+}
+
 TEST_F(EngineTest, LogitBiasForcesAndBansTokens) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);
