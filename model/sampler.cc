@@ -308,27 +308,34 @@ bool Sampler::penalties_active() const {
 }
 
 void Sampler::Observe(int32_t token_id) {
-  if (penalties_active()) ++counts_[token_id];
+  if (penalties_active()) ++seen_[token_id].generated;
 }
 
 void Sampler::ObserveAll(absl::Span<const int32_t> token_ids) {
   if (!penalties_active()) return;
-  for (int32_t id : token_ids) ++counts_[id];
+  for (int32_t id : token_ids) ++seen_[id].generated;
 }
 
-float Sampler::Penalized(float v, int32_t count) const {
-  if (count == 0) return v;
+void Sampler::ObservePrompt(absl::Span<const int32_t> token_ids) {
+  // Only the repetition penalty reads the prompt.
+  if (params_.repetition_penalty == 1.0f) return;
+  for (int32_t id : token_ids) seen_[id].in_prompt = true;
+}
+
+float Sampler::Penalized(float v, Seen seen) const {
+  if (seen.generated == 0 && !seen.in_prompt) return v;
   const float rep = params_.repetition_penalty;
   if (rep != 1.0f) v = v > 0.0f ? v / rep : v * rep;
+  if (seen.generated == 0) return v;
   v -= params_.presence_penalty;
-  v -= params_.frequency_penalty * static_cast<float>(count);
+  v -= params_.frequency_penalty * static_cast<float>(seen.generated);
   return v;
 }
 
 void Sampler::ApplyPenalties(absl::Span<float> logits) const {
-  for (const auto& [id, count] : counts_) {
+  for (const auto& [id, seen] : seen_) {
     if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
-    logits[id] = Penalized(logits[id], count);
+    logits[id] = Penalized(logits[id], seen);
   }
 }
 
@@ -339,9 +346,9 @@ absl::StatusOr<int32_t> Sampler::ChooseBiased(absl::Span<const float> raw,
   const absl::Span<float> x(scratch.biased_logits);
   for (const LogitBias& entry : params_.logit_bias) {
     if (entry.token_id < 0 || static_cast<size_t>(entry.token_id) >= x.size()) continue;
-    const auto seen = counts_.find(entry.token_id);
+    const auto seen = seen_.find(entry.token_id);
     x[entry.token_id] =
-        Penalized(raw[entry.token_id] + entry.bias, seen == counts_.end() ? 0 : seen->second);
+        Penalized(raw[entry.token_id] + entry.bias, seen == seen_.end() ? Seen{} : seen->second);
   }
   DIKKAT_ASSIGN_OR_RETURN(const float max_logit, CheckedMax(x));
   if (params_.greedy()) {
@@ -365,7 +372,7 @@ absl::StatusOr<SampledToken> Sampler::Sample(absl::Span<const float> input) {
   Scratch& scratch = ThreadScratch();
   // The logits as penalized: a copy only when a penalty changes some.
   absl::Span<const float> x = input;
-  if (penalties_active() && !counts_.empty()) {
+  if (penalties_active() && !seen_.empty()) {
     scratch.logits.assign(input.begin(), input.end());
     ApplyPenalties(absl::MakeSpan(scratch.logits));
     x = scratch.logits;

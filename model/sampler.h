@@ -15,12 +15,16 @@
 //     greedy included: a bias of -100 bans a token in practice, +100 forces
 //     it. They are not the reported distribution (step 4). Ids outside
 //     [0, vocab) are ignored. No bias: none of this costs anything.
-//  1. Penalties, on the logits of every token seen so far (Observe*), with
-//     c = times seen:
-//       repetition (CTRL): logit > 0 ? logit / repetition_penalty
+//  1. Penalties, as vLLM and OpenAI apply them, with c = times generated
+//     so far (Observe) and "in the prompt" from ObservePrompt:
+//       repetition (CTRL, on prompt and generated tokens, as Hugging Face's):
+//                          logit > 0 ? logit / repetition_penalty
 //                                    : logit * repetition_penalty
 //       presence:          logit -= presence_penalty        (once, c > 0)
 //       frequency:         logit -= frequency_penalty * c
+//     Presence and frequency count generated tokens only (OpenAI: "tokens
+//     sampled prior to the current position"): a chat prompt's end-of-turn
+//     token, once per message, is not penalized for being in the prompt.
 //     Seen ids outside [0, vocab) are ignored.
 //  2. temperature == 0: greedy. The token is the argmax of the penalized
 //     logits (ties -> lowest id). No random number is drawn.
@@ -90,12 +94,13 @@ class Sampler {
   // unset (the engine draws one per request so that results are reportable).
   Sampler(const SamplingParams& params, uint64_t seed);
 
-  // Tokens that count for the repetition/presence/frequency penalties (the
-  // prompt, then every generated token). Sample() does not observe its own
-  // result: the engine calls Observe with the token it keeps. When every
-  // penalty is neutral nothing is recorded.
+  // Generated tokens, for the repetition/presence/frequency penalties.
+  // Sample() does not observe its own result: the engine calls Observe with
+  // the token it keeps. When every penalty is neutral nothing is recorded.
   void Observe(int32_t token_id);
   void ObserveAll(absl::Span<const int32_t> token_ids);
+  // The prompt's tokens: they count for the repetition penalty only.
+  void ObservePrompt(absl::Span<const int32_t> token_ids);
 
   // Picks the next token from `logits`: a [vocab] floating tensor of any
   // dtype and device (copied to CPU float32; not modified). INVALID_ARGUMENT
@@ -110,8 +115,12 @@ class Sampler {
 
  private:
   bool penalties_active() const;
-  // Step 1 on one logit of a token seen `count` times.
-  float Penalized(float logit, int32_t count) const;
+  struct Seen {
+    int32_t generated = 0;  // times generated
+    bool in_prompt = false;
+  };
+  // Step 1 on one logit of a token seen as `seen`.
+  float Penalized(float logit, Seen seen) const;
   void ApplyPenalties(absl::Span<float> logits) const;
   // Steps 0, 2 and 3 with a logit bias: the token chosen from `penalized`
   // (the step-1 logits) with each biased token's logit recomputed from its
@@ -122,7 +131,7 @@ class Sampler {
   SamplingParams params_;
   uint64_t seed_;
   std::mt19937_64 rng_;
-  std::unordered_map<int32_t, int32_t> counts_;  // token id -> times seen
+  std::unordered_map<int32_t, Seen> seen_;  // token id -> how it was seen
 };
 
 }  // namespace dikkat::model

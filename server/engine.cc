@@ -237,13 +237,13 @@ absl::Status EngineImpl::Admit(Request* r) {
     r->gen.sampling.seed = seed;
     r->sampler = std::make_unique<model::Sampler>(r->gen.sampling, seed);
     r->text = std::make_unique<TextStream>(tokenizer_.get(), r->gen.stop_strings,
-                                           r->gen.include_stop_text);
+                                           r->gen.include_stop_text, r->tokens);
     r->prompt_len = static_cast<int32_t>(r->tokens.size());
     r->cached_prompt_tokens = static_cast<int32_t>(r->num_matched);
     stat_prefix_hit_tokens_.fetch_add(r->num_matched);
     stat_prefix_query_tokens_.fetch_add(r->prompt_len);
     if (listener_ != nullptr) listener_->OnPrefixLookup(r->prompt_len, r->num_matched);
-    r->sampler->ObserveAll(r->tokens);
+    r->sampler->ObservePrompt(r->tokens);
     r->max_new = r->gen.prompt_only ? 0 : MaxNewTokens(r->gen, r->prompt_len);
   }
   if (config_.architecture == Architecture::kEncoderDecoder && r->cross == nullptr) {
@@ -359,8 +359,10 @@ void EngineImpl::Postprocess(const ScheduleResult& plan, const at::Tensor& logit
   for (size_t i = 0; i < plan.batch.size(); ++i) {
     Request* r = static_cast<Request*>(plan.batch[i]);
     const int64_t len = plan.chunk_lens[i];
-    const int64_t rows = WantsPromptLogits(*r, len) ? len : 1;
-    if (rows > 1) ScorePrompt(r, len, data, row, vocab);
+    const bool scored = WantsPromptLogits(*r, len);
+    const int64_t rows = scored ? len : 1;
+    // A chunk of one prompt token is scored too (a small token budget left).
+    if (scored) ScorePrompt(r, len, data, row, vocab);
     const float* last = data + (row + rows - 1) * vocab;
     row += rows;
     r->num_cached += len;

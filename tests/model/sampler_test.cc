@@ -409,6 +409,46 @@ TEST(SamplerTest, PenaltiesFollowTheDocumentedFormula) {
   }
 }
 
+// As vLLM and OpenAI: the prompt's tokens count for the repetition penalty
+// only; presence and frequency count what was generated.
+TEST(SamplerTest, PromptTokensCountForRepetitionOnly) {
+  const std::vector<float> logits = {1.0f, 0.5f};
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.top_logprobs = 2;
+  params.frequency_penalty = 2.0f;
+  params.presence_penalty = 1.0f;
+  Sampler prompt_only(params, 1);
+  prompt_only.ObservePrompt({0, 0, 0});
+  absl::StatusOr<SampledToken> t = prompt_only.Sample(absl::MakeConstSpan(logits));
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->token_id, 0);  // not 1 - 6 - 1 < 0.5
+  EXPECT_NEAR(t->top[0].logprob - t->top[1].logprob, 0.5, 1e-5);
+  // Generated once: presence once, frequency once.
+  prompt_only.Observe(0);
+  t = prompt_only.Sample(absl::MakeConstSpan(logits));
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->token_id, 1);
+  EXPECT_NEAR(t->top[0].logprob - t->top[1].logprob, 0.5 - (1.0 - 1.0 - 2.0), 1e-5);
+
+  // Repetition reads the prompt too (Hugging Face's and vLLM's rule).
+  SamplingParams rep;
+  rep.temperature = 0.0f;
+  rep.top_logprobs = 2;
+  rep.repetition_penalty = 4.0f;
+  Sampler repeated(rep, 1);
+  repeated.ObservePrompt({0});
+  t = repeated.Sample(absl::MakeConstSpan(logits));
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->token_id, 1);  // 1.0 / 4 < 0.5
+  EXPECT_NEAR(t->top[0].logprob - t->top[1].logprob, 0.5 - 0.25, 1e-5);
+  // Seen in the prompt and generated: the repetition penalty once.
+  repeated.Observe(0);
+  t = repeated.Sample(absl::MakeConstSpan(logits));
+  ASSERT_TRUE(t.ok());
+  EXPECT_NEAR(t->top[0].logprob - t->top[1].logprob, 0.5 - 0.25, 1e-5);
+}
+
 TEST(SamplerTest, FrequencyPenaltyScalesWithCountPresenceDoesNot) {
   // Tokens 0..4 share one logit; token i is seen i times.
   const std::vector<float> logits(5, 0.5f);
