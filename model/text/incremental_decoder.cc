@@ -34,6 +34,16 @@ std::string IncrementalDecoder::TakeDelta(bool flush) {
   const bool incomplete = new_text.size() >= utf8::kReplacementChar.size() &&
                           new_text.compare(new_text.size() - utf8::kReplacementChar.size(),
                                            std::string::npos, utf8::kReplacementChar) == 0;
+  if (new_text == prefix_text) {
+    // The new ids add no text (special tokens skipped): forget them, so a
+    // long run of them does not grow the window decoded on every push.
+    ids_.resize(read_offset_);
+    return "";
+  }
+  // No UTF-8 character spans more than 4 ids of one byte or more: a longer
+  // wait is invalid bytes, not a character in progress. Send them as U+FFFD.
+  constexpr size_t kMaxPendingIds = 8;
+  if (incomplete && ids_.size() - read_offset_ >= kMaxPendingIds) flush = true;
   if (new_text.size() <= prefix_text.size() || (incomplete && !flush)) return "";
   std::string delta = new_text.substr(prefix_text.size());
   prefix_offset_ = read_offset_;

@@ -27,6 +27,8 @@ class IncrementalDecoder {
                      std::vector<int32_t> context);
   std::string Push(int32_t id);
   std::string Flush();
+  // Ids kept for decoding: a few after what was sent, whatever the stream.
+  size_t window() const { return ids_.size(); }
 
  private:
   std::string DecodeRange(size_t begin, size_t end) const;

@@ -639,6 +639,21 @@ TEST_F(SamplesTest, PromptLogprobsDoNotDependOnChunkingOrTheCache) {
     EXPECT_EQ(got[i].top[0].token_id, expected[i].top[0].token_id);
   }
   ExpectIdle(*small);
+
+  // A budget of one token a step: every chunk is one token long, and each is
+  // scored (they were skipped, and with them every later position).
+  EngineOptions single;
+  single.max_batch_tokens = 1;
+  auto one = Make("tiny-lm", single);
+  ASSERT_NE(one, nullptr);
+  auto d = score(*one, /*prompt_only=*/true);
+  const std::vector<GeneratedToken> each = d->prompt_logprobs();
+  ASSERT_EQ(each.size(), expected.size());
+  for (size_t i = 0; i < each.size(); ++i) {
+    EXPECT_EQ(each[i].token_id, expected[i].token_id);
+    EXPECT_NEAR(each[i].logprob, expected[i].logprob, 1e-4) << "position " << i + 1;
+  }
+  ExpectIdle(*one);
 }
 
 }  // namespace

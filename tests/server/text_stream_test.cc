@@ -85,6 +85,58 @@ TEST_F(TextStreamTest, EndHandsOverHeldTextWithTheCallersReason) {
   EXPECT_THAT(piece.finish, Optional(FinishReason::kEos));
 }
 
+// SentencePiece's rule in miniature: id 1000 + b is "▁" + byte b (a word
+// start), which decodes to a space unless it is the first piece of the text;
+// ids below 256 are bytes.
+class WordStartTokenizer : public model::Tokenizer {
+ public:
+  std::string kind() const override { return "word-start"; }
+  int32_t vocab_size() const override { return 1256; }
+  const model::SpecialTokens& special_tokens() const override { return special_; }
+  absl::StatusOr<model::Encoding> Encode(std::string_view, bool) const override {
+    return absl::UnimplementedError("decode only");
+  }
+  std::string Decode(absl::Span<const int32_t> ids, bool) const override {
+    std::string text;
+    for (int32_t id : ids) {
+      if (id >= 1000) {
+        if (!text.empty()) text += ' ';
+        text += static_cast<char>(id - 1000);
+      } else {
+        text += static_cast<char>(id);
+      }
+    }
+    return text;
+  }
+  std::string TokenText(int32_t id) const override { return Decode({id}, false); }
+  bool IsSpecial(int32_t) const override { return false; }
+
+ private:
+  model::SpecialTokens special_;
+};
+
+TEST(TextStreamContextTest, TheFirstWordKeepsItsSpaceAfterThePrompt) {
+  WordStartTokenizer tok;
+  const std::vector<int32_t> prompt = {1000 + 'H', 'i'};  // "Hi"
+  TextStream stream(&tok, {}, false, prompt);
+  EXPECT_EQ(stream.Push(1000 + 'w', false).text, " w");  // not "w": "Hi w" is the whole text
+  EXPECT_EQ(stream.Push('e', false).text, "e");
+  EXPECT_EQ(stream.End(FinishReason::kEos).text, "");
+  EXPECT_EQ(DecodeAfter(tok, prompt, {1000 + 'w', 'e'}), " we");
+  EXPECT_EQ(DecodeAfter(tok, {}, {1000 + 'w', 'e'}), "we");  // no prompt: a text's start
+  TextStream alone(&tok, {}, false);
+  EXPECT_EQ(alone.Push(1000 + 'w', false).text, "w");
+}
+
+TEST_F(TextStreamTest, EndFlushesAPartialCharacterAsReplacement) {
+  TextStream stream(tokenizer_.get(), {}, false);
+  EXPECT_EQ(stream.Push('x', false).text, "x");
+  EXPECT_EQ(stream.Push(0xC3, false).text, "");  // the first byte of a two-byte character
+  TextPiece piece = stream.End(FinishReason::kEos);
+  EXPECT_EQ(piece.text, "\xEF\xBF\xBD");  // U+FFFD, as Decode of the whole output
+  EXPECT_THAT(piece.finish, Optional(FinishReason::kEos));
+}
+
 TEST(StopPrefixHoldTest, LongestSuffixThatStartsAStop) {
   EXPECT_EQ(StopPrefixHold("hello wor", {"world", "or"}), 3u);  // "wor"
   EXPECT_EQ(StopPrefixHold("hello", {"xyz"}), 0u);

@@ -274,6 +274,31 @@ TEST(IncrementalDecoderTest, NeverSplitsACharacterAndReassemblesTheText) {
   EXPECT_EQ(empty_pushes, 4 + 1 + 3 + 6 + 1 + 1);
 }
 
+// Special tokens skipped and invalid bytes do not grow the window decoded on
+// every push (a run of them made each push cost its length).
+TEST(IncrementalDecoderTest, TheWindowStaysBounded) {
+  auto tok = MakeByteTokenizer();
+  const int32_t bos = tok->special_tokens().bos;
+  ASSERT_GE(bos, 0);
+  IncrementalDecoder dec(tok.get(), true);
+  EXPECT_EQ(dec.Push('a'), "a");
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(dec.Push(bos), "");
+    ASSERT_LE(dec.window(), 2u) << i;
+  }
+  EXPECT_EQ(dec.Push('b'), "b");
+  // 0xFF never starts a character: after 8 of them they are sent as U+FFFD.
+  std::string sent;
+  for (int i = 0; i < 100; ++i) {
+    sent += dec.Push(0xFF);
+    ASSERT_LE(dec.window(), 17u) << i;  // the 8 sent as context, and up to 8 more + 1
+  }
+  sent += dec.Flush();
+  std::string expected;
+  for (int i = 0; i < 100; ++i) expected += "\xEF\xBF\xBD";
+  EXPECT_EQ(sent, expected);
+}
+
 TEST(IncrementalDecoderTest, FlushReplacesAnIncompleteTail) {
   auto tok = MakeByteTokenizer();
   IncrementalDecoder dec(tok.get(), true);
