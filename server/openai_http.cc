@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -233,6 +235,13 @@ class OpenAiHttpServer::Handlers {
     });
     http.set_pre_routing_handler(
         [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
+    // "Expect: 100-continue" (curl sends it for bodies over 1 MB): the same
+    // checks answer before the client sends the body; httplib would invite
+    // it first and only then run them.
+    http.set_expect_100_continue_handler([this](const httplib::Request& req,
+                                                httplib::Response& res) {
+      return PreRoute(req, res) == httplib::Server::HandlerResponse::Handled ? res.status : 100;
+    });
     http.set_error_handler(
         httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
           if (res.status == 413) t_close_connection = true;
@@ -312,6 +321,26 @@ class OpenAiHttpServer::Handlers {
           res, 413,
           absl::StrCat("the request body (Content-Length ", req.get_header_value("Content-Length"),
                        ") is larger than the server accepts (", max_body, " bytes)"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // httplib inflates a compressed body with no bound on what it inflates
+    // to (gzip: ~1000x), past max_body_bytes; none is accepted.
+    if (req.has_header("Content-Encoding")) {
+      const std::string encoding = req.get_header_value("Content-Encoding");
+      if (!absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(encoding), "identity")) {
+        t_close_connection = true;
+        SetError(res, 415,
+                 absl::StrCat("Content-Encoding '", encoding,
+                              "' is not accepted: send the request body uncompressed"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    // Without either header httplib reads the body until the client closes
+    // (the client waited for the request deadline); say what is missing.
+    if (req.method == "POST" && !req.has_header("Content-Length") &&
+        !req.has_header("Transfer-Encoding")) {
+      t_close_connection = true;
+      SetError(res, 411, "a POST needs a Content-Length (or a chunked Transfer-Encoding)");
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;

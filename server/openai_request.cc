@@ -467,7 +467,8 @@ absl::Status InPrompt(const absl::Status& status, size_t index, size_t count) {
 }
 
 // One chat message's content as the template sees it: a string (a list of
-// text parts is joined; other parts are not served).
+// text parts is joined with "\n", as vLLM joins them; other parts are not
+// served).
 absl::StatusOr<Json> MessageContent(const Json& content, size_t index) {
   if (content.is_string() || content.is_null()) return content;
   if (!content.is_array()) {
@@ -487,6 +488,7 @@ absl::StatusOr<Json> MessageContent(const Json& content, size_t index) {
       return Invalid(absl::StrCat("messages[", index, "].content[", i,
                                   "]: only {\"type\": \"text\", \"text\": ...} parts are served"));
     }
+    if (i > 0) text += '\n';  // as vLLM joins a message's text parts
     text += part_text->get<std::string>();
   }
   return Json(text);

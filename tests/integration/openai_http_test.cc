@@ -786,19 +786,23 @@ TEST_F(OpenAiHttpTest, AHeadPastSixteenKibIs431) {
 // it is read: a client that sent only the start of a 10 MB body gets its 413
 // at once (cpp-httplib 0.11.4 alone reads the whole body first: the client
 // waited for the 30 s request deadline).
-TEST_F(OpenAiHttpTest, AnOversizedBodyIs413BeforeItIsRead) {
+// Sends `request` on a raw connection and reads until the server closes it
+// (or 10 s pass); `took`: how long the answer took.
+std::string RawExchange(int port, const std::string& request, absl::Duration* took) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
+  if (fd < 0) return "socket failed";
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(Port(*server_)));
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  const std::string request = absl::StrCat(
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-      "Content-Length: 10000000\r\n\r\n{\"messages\": [{\"role\": \"user\", \"content\": \"",
-      std::string(1024, 'x'));
-  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return "send failed";
+  }
   const absl::Time start = absl::Now();
   timeval tv{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -807,11 +811,75 @@ TEST_F(OpenAiHttpTest, AnOversizedBodyIs413BeforeItIsRead) {
   for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
     reply.append(buf, static_cast<size_t>(n));
   }
-  const absl::Duration took = absl::Now() - start;
+  *took = absl::Now() - start;
   close(fd);
+  return reply;
+}
+
+TEST_F(OpenAiHttpTest, AnOversizedBodyIs413BeforeItIsRead) {
+  const std::string request = absl::StrCat(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 10000000\r\n\r\n{\"messages\": [{\"role\": \"user\", \"content\": \"",
+      std::string(1024, 'x'));
+  absl::Duration took;
+  const std::string reply = RawExchange(Port(*server_), request, &took);
   EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 413 ")) << reply.substr(0, 200);
   EXPECT_THAT(reply, HasSubstr("larger than the server accepts"));
   EXPECT_LT(took, absl::Seconds(3));  // the answer, then the connection closed
+}
+
+// curl sends "Expect: 100-continue" for bodies over 1 MB and waits for the
+// answer before sending them: the checks answer it, not "100 Continue".
+TEST_F(OpenAiHttpTest, ExpectContinueIsAnsweredByTheChecks) {
+  absl::Duration took;
+  std::string reply = RawExchange(
+      Port(*server_),
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Expect: 100-continue\r\nContent-Length: 10000000\r\n\r\n",
+      &took);
+  EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 413 ")) << reply.substr(0, 200);
+  EXPECT_LT(took, absl::Seconds(3));
+  // A body within the limit is invited, then served.
+  const std::string body = Json{{"prompt", "x"}, {"max_tokens", 1}}.dump();
+  reply = RawExchange(Port(*server_),
+                      absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                   "Content-Type: application/json\r\nConnection: close\r\n"
+                                   "Expect: 100-continue\r\nContent-Length: ",
+                                   body.size(), "\r\n\r\n", body),
+                      &took);
+  EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 "))
+      << reply.substr(0, 200);
+}
+
+// A compressed body would be inflated past max_body_bytes (gzip: ~1000x)
+// before any check: refused unread. A POST with no length is refused at
+// once, not after the request deadline.
+TEST_F(OpenAiHttpTest, CompressedOrUnframedBodiesAreRefused) {
+  absl::Duration took;
+  std::string reply = RawExchange(
+      Port(*server_),
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Encoding: gzip\r\nContent-Length: 20\r\n\r\n",
+      &took);
+  EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 415 ")) << reply.substr(0, 200);
+  EXPECT_THAT(reply, HasSubstr("Content-Encoding 'gzip' is not accepted"));
+  EXPECT_LT(took, absl::Seconds(3));
+  reply = RawExchange(Port(*server_),
+                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                      "Content-Type: application/json\r\n\r\n{\"prompt\": \"x\"}",
+                      &took);
+  EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 411 ")) << reply.substr(0, 200);
+  EXPECT_THAT(reply, HasSubstr("Content-Length"));
+  EXPECT_LT(took, absl::Seconds(3));
+  // identity is no compression.
+  const std::string body = Json{{"prompt", "x"}, {"max_tokens", 1}}.dump();
+  reply = RawExchange(Port(*server_),
+                      absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                   "Content-Type: application/json\r\nConnection: close\r\n"
+                                   "Content-Encoding: identity\r\nContent-Length: ",
+                                   body.size(), "\r\n\r\n", body),
+                      &took);
+  EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 200 ")) << reply.substr(0, 200);
 }
 
 // An explicit max_tokens past tiny-lm's context (512) is 400 with OpenAI's

@@ -587,7 +587,7 @@ TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
                       "logprobs": true, "top_logprobs": 3})"),
       *chat, BodyLimits{}, limits_);
   ASSERT_TRUE(call.ok()) << call.status();
-  const std::string expected = "<s>[user]ab[assistant]";
+  const std::string expected = "<s>[user]a\nb[assistant]";  // parts joined by "\n", as vLLM
   ASSERT_EQ(call->prompts.size(), 1u);
   const GenerateRequest& request = call->prompts[0].request;
   EXPECT_EQ(tokenizer_->Decode(request.prompt, false), expected);
