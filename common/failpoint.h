@@ -6,7 +6,8 @@
 //
 // Armed failpoints in the server: "engine.encode_source" (the encoder pass of
 // an encoder-decoder Generate request throws), "engine.emit" (emitting a
-// generated token throws std::bad_alloc).
+// generated token throws std::bad_alloc), "engine.nan_logits" (a forward's
+// logits, sampled or searched, are all NaN).
 #ifndef DIKKAT_COMMON_FAILPOINT_H_
 #define DIKKAT_COMMON_FAILPOINT_H_
 

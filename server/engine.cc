@@ -17,8 +17,10 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/full_like.h>
 
 #include <algorithm>
+#include <cmath>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -324,6 +326,7 @@ std::optional<at::Tensor> EngineImpl::Run(const ScheduleResult& plan) {
   try {
     model::ForwardOptions opts;
     logits = transformer_->Decode(chunks, cache_.get(), opts).logits.to(at::kCPU).contiguous();
+    if (FailpointArmed("engine.nan_logits")) logits = at::full_like(logits, std::nanf(""));
   } catch (const std::exception& e) {
     const absl::Status error = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
     for (Sequence* s : plan.batch)
@@ -386,7 +389,10 @@ void EngineImpl::Postprocess(const ScheduleResult& plan, const at::Tensor& logit
   });
   for (Draw& d : draws) {
     if (!d.token.ok()) {
-      FinishGenerate(d.request, FinishReason::kError, d.token.status());
+      // The logits are the model's, not the caller's: NaN or +inf in them
+      // is the server's failure, not an invalid request.
+      FinishGenerate(d.request, FinishReason::kError,
+                     absl::InternalError(absl::StrCat("sampling failed: ", d.token.status().message())));
       continue;
     }
     // What throws while a token is emitted (out of memory in the text stream

@@ -14,14 +14,18 @@
 // Requests start in arrival order (one that waits holds back those after
 // it); priorities do not apply to them.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/full_like.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/failpoint.h"
+#include "model/cpu_elementwise.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"
 #include "server/auxiliary_jobs.h"
@@ -132,6 +136,7 @@ void EngineImpl::RunBeams() {
     logits = transformer_->Decode(chunks, cache_.get(), model::ForwardOptions{})
                  .logits.to(at::kCPU)
                  .contiguous();
+    if (FailpointArmed("engine.nan_logits")) logits = at::full_like(logits, std::nanf(""));
   } catch (const std::exception& e) {
     const absl::Status error = absl::InternalError(absl::StrCat("forward failed: ", e.what()));
     for (Request* r : stepped) FinishBeam(r, FinishReason::kError, error);
@@ -151,6 +156,18 @@ void EngineImpl::RunBeams() {
       row += vocab;
     }
     if (!r->first_token_at) r->first_token_at = absl::Now();
+    // NaN or +inf (a float16 overflow, say) would rank every proposal as
+    // NaN: garbage hypotheses and a search that never ends early.
+    bool bad = false;
+    for (absl::Span<const float> logits : rows) {
+      model::CpuMaxChecked(logits.data(), static_cast<int64_t>(logits.size()), &bad);
+      if (bad) break;
+    }
+    if (bad) {
+      FinishBeam(r, FinishReason::kError,
+                 absl::InternalError("the model produced NaN or +inf logits"));
+      continue;
+    }
     const std::vector<BeamSearch::Choice> choices = r->beam->Step(rows);
     if (r->beam->done()) {
       FinishBeam(r, FinishReason::kLength);

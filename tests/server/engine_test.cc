@@ -674,6 +674,33 @@ TEST_F(EngineTest, AFailureWhileEmittingATokenFailsOnlyThatRequest) {
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }
 
+// NaN logits (a float16 overflow, say) fail the request with INTERNAL, the
+// server's failure: sampling said INVALID_ARGUMENT, a beam search ranked NaN
+// proposals and ran to max_new_tokens.
+TEST_F(EngineTest, NanLogitsFailTheRequestAsInternal) {
+  auto engine = Make("tiny-lm");
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest beams = Greedy("abc", 6);
+  beams.beam_width = 2;
+  SetFailpoint("engine.nan_logits", true);
+  auto sampled = std::make_shared<GenerateCollector>();
+  ASSERT_TRUE(engine->SubmitGenerate(Greedy("abc", 4), sampled).ok());
+  const bool sampled_done = sampled->Wait();
+  auto searched = std::make_shared<GenerateCollector>();
+  ASSERT_TRUE(engine->SubmitGenerate(beams, searched).ok());
+  const bool searched_done = searched->Wait();
+  SetFailpoint("engine.nan_logits", false);
+  ASSERT_TRUE(sampled_done && searched_done);
+  EXPECT_EQ(sampled->summary().status.code(), absl::StatusCode::kInternal)
+      << sampled->summary().status;
+  EXPECT_EQ(searched->summary().status.code(), absl::StatusCode::kInternal)
+      << searched->summary().status;
+  EXPECT_THAT(std::string(searched->summary().status.message()), ::testing::HasSubstr("NaN"));
+  EXPECT_EQ(RunAlone(*engine, Greedy("abc", 4)).size(), 4u);
+  WaitIdle(*engine);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, EncoderDecoderGeneratesAndShutsDownCleanly) {
   auto engine = Make("tiny-seq2seq");
   ASSERT_NE(engine, nullptr);
