@@ -1,5 +1,6 @@
 #include "model/text/incremental_decoder.h"
 
+#include <cstddef>
 #include <utility>
 
 #include "model/text/utf8.h"
@@ -34,6 +35,16 @@ std::string IncrementalDecoder::TakeDelta(bool flush) {
   const bool incomplete = new_text.size() >= utf8::kReplacementChar.size() &&
                           new_text.compare(new_text.size() - utf8::kReplacementChar.size(),
                                            std::string::npos, utf8::kReplacementChar) == 0;
+  if (new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
+    // The new ids changed the text before them: they complete a character
+    // the window's end decoded as U+FFFD (a prompt of ids ending inside
+    // one, or invalid bytes sent as U+FFFD below), which was sent as such.
+    // Cutting new_text at prefix_text's length could split a character:
+    // the new ids are decoded alone instead, from here on.
+    ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(read_offset_));
+    prefix_offset_ = read_offset_ = 0;
+    return TakeDelta(flush);
+  }
   if (new_text == prefix_text) {
     // The new ids add no text (special tokens skipped): forget them, so a
     // long run of them does not grow the window decoded on every push.

@@ -299,6 +299,44 @@ TEST(IncrementalDecoderTest, TheWindowStaysBounded) {
   EXPECT_EQ(sent, expected);
 }
 
+// Whatever the ids, every delta is valid UTF-8: invalid bytes sent as U+FFFD
+// and then completed, a context that ends inside a character, random bytes.
+TEST(IncrementalDecoderTest, EveryDeltaIsValidUtf8) {
+  auto tok = MakeByteTokenizer();
+  {
+    // 8 pending bytes of an unfinished 4-byte character are sent as U+FFFD;
+    // the bytes that would have finished it must not split the next one.
+    IncrementalDecoder dec(tok.get(), true);
+    std::string sent;
+    for (int32_t id : {0xF0, 0x9F, 0xF0, 0x9F, 0xF0, 0x9F, 0xF0, 0x9F, 0x98, 0x80, int32_t{'a'}}) {
+      const std::string delta = dec.Push(id);
+      EXPECT_TRUE(IsValidUtf8(delta)) << absl::BytesToHexString(delta);
+      sent += delta;
+    }
+    sent += dec.Flush();
+    EXPECT_TRUE(IsValidUtf8(sent));
+    EXPECT_NE(sent.find('a'), std::string::npos);
+  }
+  {
+    // A context ending inside "€" (E2 82 AC): the first id completes it.
+    IncrementalDecoder dec(tok.get(), true, std::vector<int32_t>{'x', 0xE2, 0x82});
+    const std::string delta = dec.Push(0xAC) + dec.Push('y') + dec.Flush();
+    EXPECT_TRUE(IsValidUtf8(delta)) << absl::BytesToHexString(delta);
+    EXPECT_NE(delta.find('y'), std::string::npos);
+  }
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<int32_t> context;
+    for (int i = 0; i < 3; ++i) context.push_back(static_cast<int32_t>(rng() % 256));
+    IncrementalDecoder dec(tok.get(), true, context);
+    for (int i = 0; i < 64; ++i) {
+      const std::string delta = dec.Push(static_cast<int32_t>(rng() % 259));
+      ASSERT_TRUE(IsValidUtf8(delta)) << round << " " << absl::BytesToHexString(delta);
+    }
+    ASSERT_TRUE(IsValidUtf8(dec.Flush()));
+  }
+}
+
 TEST(IncrementalDecoderTest, FlushReplacesAnIncompleteTail) {
   auto tok = MakeByteTokenizer();
   IncrementalDecoder dec(tok.get(), true);
