@@ -24,8 +24,9 @@ PACKAGES=(
   docker-compose python3-yaml
   # reference oracles for parity tests (Debian's own PyTorch and gRPC for Python)
   python3 python3-torch python3-numpy python3-grpcio python3-protobuf
-  # tokenizer references: SentencePiece trainer/encoder; Unicode categories for GPT-2 pre-tokenization
-  python3-sentencepiece libicu-dev
+  # tokenizer references: SentencePiece trainer/encoder; Unicode categories for GPT-2 pre-tokenization;
+  # the `regex` module (\p{L}, (?i:...)) runs Llama 3's and Qwen2's split patterns
+  python3-sentencepiece libicu-dev python3-regex
   # chat-template reference: Debian's jinja2, configured as Hugging Face's
   # apply_chat_template configures it (tests/chat/chat_template_reference.py)
   python3-jinja2

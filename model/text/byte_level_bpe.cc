@@ -2,10 +2,15 @@
 // characters (GPT-2's bytes_to_unicode table) -> merges by rank.
 #include "model/text/byte_level_bpe.h"
 
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
+
 #include <array>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <mutex>
+#include <queue>
 #include <shared_mutex>
 #include <unordered_set>
 
@@ -58,6 +63,22 @@ std::string ReadableBytes(std::string_view bytes) {
   return out;
 }
 
+// Unicode normalization form C (Hugging Face's NFC normalizer). `text` is
+// valid UTF-8.
+std::string Nfc(std::string_view text) {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+  const icu::UnicodeString in =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  if (U_FAILURE(status) || nfc->isNormalized(in, status)) return std::string(text);
+  status = U_ZERO_ERROR;
+  const icu::UnicodeString out = nfc->normalize(in, status);
+  if (U_FAILURE(status)) return std::string(text);
+  std::string result;
+  out.toUTF8String(result);
+  return result;
+}
+
 class ByteLevelBpeTokenizer final : public Tokenizer {
  public:
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(ByteLevelBpeSpec spec) {
@@ -80,11 +101,32 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
       prefixed = " " + std::string(text);
       text = prefixed;
     }
+    std::string normalized;
+    if (nfc_) {
+      normalized = Nfc(text);
+      text = normalized;
+    }
     Encoding enc;
     if (add_special_tokens) enc.ids = prefix_ids_;
-    for (std::string_view chunk : Gpt2PreTokenize(text)) {
+    const auto encode = [&](std::string_view chunk) {
       const std::vector<int32_t> ids = EncodeChunk(chunk);
       enc.ids.insert(enc.ids.end(), ids.begin(), ids.end());
+    };
+    switch (pre_tokenizer_) {
+      case BytePreTokenizer::kGpt2:
+        for (std::string_view chunk : Gpt2PreTokenize(text)) encode(chunk);
+        break;
+      case BytePreTokenizer::kGpt2Digits:
+        for (std::string_view piece : SplitDigits(text)) {
+          for (std::string_view chunk : Gpt2PreTokenize(piece)) encode(chunk);
+        }
+        break;
+      case BytePreTokenizer::kLlama3:
+        for (std::string_view chunk : Llama3PreTokenize(text, 3)) encode(chunk);
+        break;
+      case BytePreTokenizer::kQwen2:
+        for (std::string_view chunk : Llama3PreTokenize(text, 1)) encode(chunk);
+        break;
     }
     if (add_special_tokens) enc.ids.insert(enc.ids.end(), suffix_ids_.begin(), suffix_ids_.end());
     return enc;
@@ -112,6 +154,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
 
   absl::Status Init(ByteLevelBpeSpec spec) {
     add_prefix_space_ = spec.add_prefix_space;
+    pre_tokenizer_ = spec.pre_tokenizer;
+    nfc_ = spec.nfc;
     fingerprints_ = std::move(spec.fingerprints);
     const std::array<char32_t, 256> table = ByteToUnicode();
     std::unordered_map<char32_t, uint8_t> unicode_to_byte;
@@ -151,6 +195,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
           utf8::Append(cp, &bytes);  // not byte-level (e.g. an added token's text)
         }
       }
+      if (spec.ignore_merges) whole_tokens_.emplace(bytes, id);
       id_to_bytes_[id] = std::move(bytes);
     }
     for (int b = 0; b < 256; ++b) {
@@ -200,8 +245,10 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   void SetSpecialRole(const std::string& content, int32_t id) {
     if (content == "<|endoftext|>") {
       specials_.bos = specials_.eos = id;
-    } else if (content == "<s>") {
+    } else if (content == "<s>" || content == "<|begin_of_text|>") {  // Llama 3's
       specials_.bos = id;
+    } else if (content == "<|end_of_text|>") {
+      specials_.eos = id;
     } else if (content == "</s>") {
       specials_.eos = id;
     } else if (content == "<pad>") {
@@ -214,51 +261,87 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   }
 
   std::vector<int32_t> EncodeChunk(std::string_view chunk) const {
-    {
+    if (chunk.size() < kMaxCachedChunkBytes) {
       std::shared_lock lock(cache_mu_);
       auto it = cache_.find(std::string(chunk));
       if (it != cache_.end()) return it->second;
+    }
+    // ignore_merges: a chunk that is a token is that token, whatever the
+    // merges would make of it (Llama 3's tiktoken ranks differ there).
+    if (!whole_tokens_.empty()) {
+      auto it = whole_tokens_.find(std::string(chunk));
+      if (it != whole_tokens_.end()) return {it->second};
     }
     std::vector<int32_t> ids;
     ids.reserve(chunk.size());
     for (char c : chunk) ids.push_back(byte_ids_[static_cast<uint8_t>(c)]);
     ApplyMerges(&ids);
+    if (chunk.size() >= kMaxCachedChunkBytes) return ids;
     std::unique_lock lock(cache_mu_);
     if (cache_.size() >= kMaxCacheEntries) cache_.clear();
     cache_.emplace(std::string(chunk), ids);
     return ids;
   }
 
-  // GPT-2's loop: merge every occurrence (left to right) of the adjacent
-  // pair with the lowest rank, until no pair has a merge.
+  // GPT-2's rule: repeatedly merge the adjacent pair with the lowest rank,
+  // the leftmost first. As Hugging Face's tokenizers do it: a heap of
+  // candidate pairs keyed by (rank, position) over a linked list of the
+  // symbols, O(n log n). (GPT-2's own loop rescans the whole chunk after
+  // every merge: a run of 32K letters, one chunk, cost ~6,000 passes.)
+  // A trained merge list creates a token before any merge that uses it, so
+  // the pairs a merge creates rank after it and the order is GPT-2's.
   void ApplyMerges(std::vector<int32_t>* ids) const {
     std::vector<int32_t>& w = *ids;
-    while (w.size() > 1) {
-      int32_t best_rank = std::numeric_limits<int32_t>::max();
-      uint64_t best_key = 0;
-      int32_t best_result = -1;
-      for (size_t i = 0; i + 1 < w.size(); ++i) {
-        auto it = merges_.find(PairKey(w[i], w[i + 1]));
-        if (it != merges_.end() && it->second.rank < best_rank) {
-          best_rank = it->second.rank;
-          best_key = it->first;
-          best_result = it->second.result;
-        }
+    const int32_t n = static_cast<int32_t>(w.size());
+    if (n < 2) return;
+    struct Candidate {
+      int32_t rank;
+      int32_t pos;    // the left symbol
+      int32_t left;   // the ids it was found with: stale once either changed
+      int32_t right;
+      bool operator>(const Candidate& o) const {
+        return rank != o.rank ? rank > o.rank : pos > o.pos;
       }
-      if (best_result < 0) break;
-      size_t out = 0;
-      for (size_t i = 0; i < w.size();) {
-        if (i + 1 < w.size() && PairKey(w[i], w[i + 1]) == best_key) {
-          w[out++] = best_result;
-          i += 2;
-        } else {
-          w[out++] = w[i++];
-        }
-      }
-      w.resize(out);
+    };
+    std::vector<int32_t> next(n), prev(n);
+    for (int32_t i = 0; i < n; ++i) {
+      next[i] = i + 1 < n ? i + 1 : -1;
+      prev[i] = i - 1;
     }
+    std::vector<Candidate> heap_storage;
+    heap_storage.reserve(n);
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap(
+        std::greater<Candidate>(), std::move(heap_storage));
+    auto push = [&](int32_t pos) {
+      if (pos < 0 || next[pos] < 0) return;
+      auto it = merges_.find(PairKey(w[pos], w[next[pos]]));
+      if (it != merges_.end()) heap.push({it->second.rank, pos, w[pos], w[next[pos]]});
+    };
+    for (int32_t i = 0; i + 1 < n; ++i) push(i);
+    std::vector<bool> dead(n, false);
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      if (dead[c.pos] || w[c.pos] != c.left) continue;
+      const int32_t r = next[c.pos];
+      if (r < 0 || w[r] != c.right) continue;
+      w[c.pos] = merges_.at(PairKey(c.left, c.right)).result;
+      dead[r] = true;
+      next[c.pos] = next[r];
+      if (next[r] >= 0) prev[next[r]] = c.pos;
+      push(prev[c.pos]);
+      push(c.pos);
+    }
+    int32_t out = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      if (!dead[i]) w[out++] = w[i];
+    }
+    w.resize(out);
   }
 
+  // Only short chunks are cached, as Hugging Face's cache (256 bytes): a
+  // long one is rarely seen twice, and each would hold its bytes and ids.
+  static constexpr size_t kMaxCachedChunkBytes = 256;
   static constexpr size_t kMaxCacheEntries = 1 << 16;
 
   std::vector<std::string> id_to_bytes_;  // what each id decodes to
@@ -267,6 +350,10 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   std::unordered_set<int32_t> special_ids_;
   SpecialTokens specials_;
   bool add_prefix_space_ = false;
+  BytePreTokenizer pre_tokenizer_ = BytePreTokenizer::kGpt2;
+  bool nfc_ = false;
+  // ignore_merges: the vocabulary's tokens (as bytes) -> id; empty otherwise.
+  std::unordered_map<std::string, int32_t> whole_tokens_;
   std::vector<int32_t> prefix_ids_, suffix_ids_;  // added around the text by add_special_tokens
   std::vector<std::string> fingerprints_;
 

@@ -21,11 +21,22 @@ struct AddedToken {
   bool special = false;
 };
 
+// How the text is cut into the chunks BPE runs on.
+enum class BytePreTokenizer {
+  kGpt2,            // GPT-2's pattern (ByteLevel's own regex)
+  kGpt2Digits,      // Digits(individual_digits) first, then GPT-2's pattern (SmolLM)
+  kLlama3,          // Llama 3's Split pattern (\p{N}{1,3}), ByteLevel without its regex
+  kQwen2,           // Qwen2's Split pattern (\p{N})
+};
+
 struct ByteLevelBpeSpec {
   std::unordered_map<std::string, int32_t> vocab;        // byte-level token -> id
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order
   std::vector<AddedToken> added_tokens;  // decoded as their content, never produced by Encode
   bool add_prefix_space = false;         // ByteLevel pre-tokenizer option (RoBERTa-style)
+  BytePreTokenizer pre_tokenizer = BytePreTokenizer::kGpt2;
+  bool nfc = false;            // an NFC normalizer (Qwen2) before the pre-tokenizer
+  bool ignore_merges = false;  // a chunk that is itself a token is that token (Llama 3)
   // What Encode(add_special_tokens=true) puts around the text (RoBERTa: <s> ... </s>).
   std::vector<int32_t> prefix_ids;
   std::vector<int32_t> suffix_ids;

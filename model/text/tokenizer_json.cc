@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "model/text/byte_level_bpe.h"
+#include "model/text/gpt2_pretokenizer.h"
 #include "model/text/llama_bpe_tokenizer.h"
 #include "model/text/tokenizer.h"
 #include "model/text/tokenizer_files.h"
@@ -45,14 +46,59 @@ std::string TypeOf(const Json& j) {
   return j.dump();
 }
 
-// The ByteLevel pre-tokenizer, directly or as the only member of a Sequence.
-const Json* FindByteLevel(const Json& pre) {
-  if (TypeOf(pre) == "ByteLevel") return &pre;
+struct ByteLevelPipeline {
+  BytePreTokenizer pre_tokenizer = BytePreTokenizer::kGpt2;
+  bool add_prefix_space = false;
+};
+
+// The byte-level pre-tokenizers dikkat implements:
+//   ByteLevel (GPT-2's pattern), alone or as the only member of a Sequence;
+//   Sequence[Digits(individual_digits), ByteLevel]          (SmolLM);
+//   Sequence[Split(Llama 3's or Qwen2's pattern, Isolated),
+//            ByteLevel(use_regex = false)]                  (Llama 3, Qwen2).
+absl::StatusOr<ByteLevelPipeline> ReadByteLevelPipeline(const std::string& path, const Json& pre) {
+  const auto unsupported = [&]() {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": BPE with pre_tokenizer ", pre.dump().substr(0, 600),
+        " is not supported (supported: ByteLevel with the GPT-2 pattern; Digits(individual_digits) "
+        "then ByteLevel; Split with Llama 3's or Qwen2's pattern then ByteLevel(use_regex=false))"));
+  };
+  std::vector<const Json*> steps;
   if (TypeOf(pre) == "Sequence" && pre.contains("pretokenizers") &&
-      pre["pretokenizers"].size() == 1 && TypeOf(pre["pretokenizers"][0]) == "ByteLevel") {
-    return &pre["pretokenizers"][0];
+      pre["pretokenizers"].is_array()) {
+    for (const Json& step : pre["pretokenizers"]) steps.push_back(&step);
+  } else if (!pre.is_null()) {
+    steps.push_back(&pre);
   }
-  return nullptr;
+  if (steps.empty() || steps.size() > 2 || TypeOf(*steps.back()) != "ByteLevel") return unsupported();
+  const Json& byte_level = *steps.back();
+  ByteLevelPipeline pipeline;
+  pipeline.add_prefix_space = byte_level.value("add_prefix_space", false);
+  const bool own_regex = byte_level.value("use_regex", true);
+  if (steps.size() == 1) {
+    if (!own_regex) return unsupported();
+    return pipeline;
+  }
+  const Json& first = *steps.front();
+  if (TypeOf(first) == "Digits" && first.value("individual_digits", false) && own_regex) {
+    pipeline.pre_tokenizer = BytePreTokenizer::kGpt2Digits;
+    return pipeline;
+  }
+  if (TypeOf(first) != "Split" || own_regex || pipeline.add_prefix_space ||
+      first.value("behavior", std::string()) != "Isolated" || first.value("invert", false) ||
+      !first.contains("pattern") || !first["pattern"].is_object() ||
+      !first["pattern"].contains("Regex") || !first["pattern"]["Regex"].is_string()) {
+    return unsupported();
+  }
+  const std::string regex = first["pattern"]["Regex"].get<std::string>();
+  if (regex == kLlama3SplitPattern) {
+    pipeline.pre_tokenizer = BytePreTokenizer::kLlama3;
+  } else if (regex == kQwen2SplitPattern) {
+    pipeline.pre_tokenizer = BytePreTokenizer::kQwen2;
+  } else {
+    return unsupported();
+  }
+  return pipeline;
 }
 
 struct SpecialFrame {
@@ -215,19 +261,33 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadByteLevelBpeJson(const std::strin
                                                                 const Json& j) {
   static const Json kNull;
   const Json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : kNull;
-  const Json* byte_level = FindByteLevel(pre);  // points into `j`
-  if (byte_level == nullptr || !byte_level->value("use_regex", true)) {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": BPE with pre_tokenizer ", TypeOf(pre),
-        " is not supported (supported: ByteLevel with the GPT-2 pattern)"));
-  }
-  if (!j.value("normalizer", Json()).is_null()) {
+  DIKKAT_ASSIGN_OR_RETURN(const ByteLevelPipeline pipeline, ReadByteLevelPipeline(path, pre));
+  const Json& norm = j.contains("normalizer") ? j["normalizer"] : kNull;
+  if (!norm.is_null() && TypeOf(norm) != "NFC") {
     return absl::UnimplementedError(absl::StrCat(path, ": byte-level BPE with normalizer ",
-                                                 TypeOf(j["normalizer"]), " is not supported"));
+                                                 TypeOf(norm),
+                                                 " is not supported (supported: none, NFC)"));
   }
   const Json& model = j.at("model");
+  // BPE options that change the pieces, which this tokenizer does not model.
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const Json& v = model.contains(key) ? model[key] : kNull;
+    if (!v.is_null() && !(v.is_string() && v.get<std::string>().empty())) {
+      return absl::UnimplementedError(
+          absl::StrCat(path, ": byte-level BPE with ", key, " ", v.dump(), " is not supported"));
+    }
+  }
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      !(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0)) {
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": byte-level BPE with dropout ", model["dropout"].dump(),
+                     " is not supported (it samples merges: not reproducible)"));
+  }
   ByteLevelBpeSpec spec;
-  spec.add_prefix_space = byte_level->value("add_prefix_space", false);
+  spec.add_prefix_space = pipeline.add_prefix_space;
+  spec.pre_tokenizer = pipeline.pre_tokenizer;
+  spec.nfc = TypeOf(norm) == "NFC";
+  spec.ignore_merges = model.value("ignore_merges", false);
   for (const auto& [token, id] : model.at("vocab").items()) spec.vocab.emplace(token, Int32Of(id));
   DIKKAT_ASSIGN_OR_RETURN(spec.merges, ParseMerges(path, model));
   spec.added_tokens = ParseAddedTokens(j);

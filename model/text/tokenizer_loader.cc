@@ -59,9 +59,18 @@ absl::StatusOr<WordPieceOptions> WordPieceOptionsFromConfig(const fs::path& path
   options.lower_case = flag("do_lower_case", true);
   options.strip_accents = flag("strip_accents", options.lower_case);  // null: follows lower-casing
   options.tokenize_chinese_chars = flag("tokenize_chinese_chars", true);
-  if (auto it = j.find("unk_token"); it != j.end()) {
-    if (it->is_string()) options.unk_token = it->get<std::string>();
-    if (it->is_object() && it->contains("content")) options.unk_token = (*it)["content"].get<std::string>();
+  if (auto it = j.find("unk_token"); it != j.end() && !it->is_null()) {
+    const nlohmann::json* text = &*it;
+    if (it->is_object()) {
+      auto content = it->find("content");
+      text = content == it->end() ? nullptr : &*content;
+    }
+    if (text == nullptr || !text->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path.string(), ": \"unk_token\" must be a string or {\"content\": string}, got ",
+          it->dump()));
+    }
+    options.unk_token = text->get<std::string>();
   }
   return options;
 }
@@ -74,13 +83,16 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& mode
   const bool has_spm = IsFile(dir / "tokenizer.model");
   if (IsFile(dir / "tokenizer.json")) {
     auto tok = LoadTokenizerJson((dir / "tokenizer.json").string());
-    // Folders with a tokenizer.json pipeline dikkat does not read (e.g. a
-    // Unigram model) often also ship the original files, which read the
-    // same text.
-    if (tok.ok() || tok.status().code() != absl::StatusCode::kUnimplemented ||
-        !(has_bpe_pair || has_spm)) {
+    // A tokenizer.json pipeline dikkat does not read falls back only to a
+    // SentencePiece model (a Unigram tokenizer.json converted from it reads
+    // the same text). Never to vocab.json + merges.txt: those hold no
+    // normalizer, pre-tokenizer or added tokens, and Qwen2's and SmolLM's
+    // (NFC, another split pattern, <|im_start|> only in tokenizer.json) would
+    // load as GPT-2's and tokenize chat prompts as text, silently.
+    if (tok.ok() || tok.status().code() != absl::StatusCode::kUnimplemented || !has_spm) {
       return tok;
     }
+    return LoadSentencePiece((dir / "tokenizer.model").string());
   }
   if (has_bpe_pair) {
     return LoadGpt2Bpe((dir / "vocab.json").string(), (dir / "merges.txt").string());

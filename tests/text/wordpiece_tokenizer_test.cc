@@ -141,6 +141,21 @@ TEST_F(WordPieceTest, LoadTokenizerReadsTokenizerConfig) {
   ExpectMatches(**cased, "cased");
 }
 
+TEST_F(WordPieceTest, AMalformedUnkTokenIsAnError) {
+  ScratchDir dir;
+  ASSERT_EQ(testing_util::Run("cp " + VocabPath() + " " + dir.File("vocab.txt")), 0);
+  for (const char* config : {R"({"unk_token": {"content": null}})", R"({"unk_token": 5})",
+                             R"({"unk_token": {"lstrip": false}})"}) {
+    WriteFile(dir.File("tokenizer_config.json"), config);
+    auto tok = LoadTokenizer(dir.path());  // threw nlohmann's type_error: std::terminate
+    ASSERT_FALSE(tok.ok()) << config;
+    EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(tok.status().message()), ::testing::HasSubstr("unk_token"));
+  }
+  WriteFile(dir.File("tokenizer_config.json"), R"({"unk_token": {"content": "[UNK]"}})");
+  EXPECT_TRUE(LoadTokenizer(dir.path()).ok());
+}
+
 TEST_F(WordPieceTest, TokenizerJsonWordPiece) {
   std::vector<std::string> vocab;
   {
