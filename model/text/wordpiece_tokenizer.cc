@@ -28,11 +28,12 @@ bool IsBertWhitespace(char32_t c) {
   return u_charType(static_cast<UChar32>(c)) == U_SPACE_SEPARATOR;
 }
 
-// Cc and Cf, except the whitespace BERT keeps.
+// Every "Other" category (Cc, Cf, Co private use, Cn unassigned, Cs), except
+// the whitespace BERT keeps: Hugging Face's rule, slow (category starts with
+// "C") and fast (is_other) alike; Google's original dropped Cc and Cf only.
 bool IsBertControl(char32_t c) {
   if (c == U'\t' || c == U'\n' || c == U'\r') return false;
-  const int8_t t = u_charType(static_cast<UChar32>(c));
-  return t == U_CONTROL_CHAR || t == U_FORMAT_CHAR;
+  return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_C_MASK) != 0;
 }
 
 // ASCII symbols count as punctuation too ("$", "^", "`"), as in BERT.

@@ -21,7 +21,9 @@ test writes. Usage: tokenizer_reference.py <command> <in> <out>.
         package's copy (which renamed "##x" to "x" and "x" to "\u2581x", ids
         unchanged) into dir/vocab.txt, then tokenizes with a from-scratch
         Python rendering of the BERT README's algorithm (BasicTokenizer +
-        greedy longest-match-first WordPiece). out: {"vocab": path, name:
+        greedy longest-match-first WordPiece), dropping every "C*" category
+        character as transformers' BertTokenizer does (the README's code:
+        Cc and Cf only). out: {"vocab": path, name:
         {"ids": [[int]]}} with [CLS] ... [SEP] around each text.
 
   llama in: {"corpus": [str], "dir": scratch dir, "texts": [str] to encode
@@ -157,7 +159,7 @@ def bert_words(text, lower_case, strip_accents, chinese):
         cat = unicodedata.category(ch)
         if ch in " \t\n\r" or cat == "Zs":
             chars.append(" ")
-        elif ord(ch) == 0 or ord(ch) == 0xFFFD or cat in ("Cc", "Cf"):
+        elif ord(ch) == 0 or ord(ch) == 0xFFFD or cat.startswith("C"):  # transformers' rule
             continue
         elif chinese and is_ideograph(ord(ch)):
             chars.append(" " + ch + " ")

@@ -31,7 +31,9 @@ std::vector<std::string> BertCorpus() {
         "ΟΔΥΣΣΕΥΣ ἄλφα", "İstanbul İİ ıI", "$5.00 ^caret^ `tick` ~tilde~ @at #hash",
         "supercalifragilisticexpialidocioussupercalifragilisticexpialidocioussupercalifragilist"
         "icexpialidocious-and-more", "한국어 텍스트 ひらがな カタカナ 漢字",
-        "«quoted» „low“ — dash … ellipsis"}) {
+        "«quoted» „low“ — dash … ellipsis",
+        // private use (Co) and unassigned (Cn) are dropped, as transformers drops them
+        "a\uE000b private\U000F0000use un\U000E0080assigned"}) {
     corpus.push_back(extra);
   }
   return corpus;
