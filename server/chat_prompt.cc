@@ -49,18 +49,29 @@ absl::StatusOr<std::string> TemplateSource(const nlohmann::ordered_json& config,
 }  // namespace
 
 absl::StatusOr<ChatPrompt> ChatPrompt::Load(const std::string& model_dir) {
-  const std::string file = model_dir + "/tokenizer_config.json";
+  std::string file = model_dir + "/tokenizer_config.json";
   ChatPrompt prompt;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return prompt;
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::ordered_json config =
-      nlohmann::ordered_json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": not a JSON object"));
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  if (std::ifstream in(file, std::ios::binary); in) {
+    std::stringstream text;
+    text << in.rdbuf();
+    config = nlohmann::ordered_json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": not a JSON object"));
+    }
   }
-  absl::StatusOr<std::string> source = TemplateSource(config, file);
+  // Newer folders keep the template in its own file, which transformers
+  // reads in place of tokenizer_config.json's chat_template.
+  absl::StatusOr<std::string> source;
+  const std::string jinja = model_dir + "/chat_template.jinja";
+  if (std::ifstream in(jinja, std::ios::binary); in) {
+    std::stringstream text;
+    text << in.rdbuf();
+    source = text.str();
+    file = jinja;
+  } else {
+    source = TemplateSource(config, file);
+  }
   if (!source.ok()) return source.status();
   if (source->empty()) return prompt;
   absl::StatusOr<chat::ChatTemplate> parsed = chat::ChatTemplate::Parse(*source);
@@ -78,7 +89,8 @@ absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& mes
                                                const nlohmann::ordered_json& tools) const {
   if (!template_.has_value()) {
     return absl::FailedPreconditionError(
-        "this model has no chat template (no chat_template in its tokenizer_config.json): use "
+        "this model has no chat template (no chat_template.jinja, and no chat_template in its "
+        "tokenizer_config.json): use "
         "/v1/completions with a prompt instead");
   }
   nlohmann::ordered_json context = nlohmann::ordered_json::object();

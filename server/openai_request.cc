@@ -700,18 +700,31 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
   v1::GenerateRequest wire;
   DIKKAT_RETURN_IF_ERROR(SetSampling(body, &wire));
   DIKKAT_RETURN_IF_ERROR(SetStream(body, &call));
-  DIKKAT_ASSIGN_OR_RETURN(
-      std::optional<int64_t> max_tokens,
-      OptionalMaxTokens(body, "max_tokens", *limits.options, kDefaultCompletionMaxTokens));
+  DIKKAT_ASSIGN_OR_RETURN(call.echo, OptionalBool(body, "echo"));
+  // max_tokens 0 with echo returns the prompt alone (with its logprobs when
+  // asked): the legacy way to score a text, which vLLM serves too.
+  const Json* max_tokens_value = Field(body, "max_tokens");
+  const bool prompt_only = call.echo && max_tokens_value != nullptr &&
+                           max_tokens_value->is_number_integer() &&
+                           max_tokens_value->get<int64_t>() == 0;
+  std::optional<int64_t> max_tokens;
+  if (prompt_only) {
+    max_tokens = 0;
+  } else {
+    DIKKAT_ASSIGN_OR_RETURN(
+        max_tokens,
+        OptionalMaxTokens(body, "max_tokens", *limits.options, kDefaultCompletionMaxTokens));
+  }
   wire.set_max_new_tokens(max_tokens ? static_cast<int32_t>(*max_tokens)
                                      : kDefaultCompletionMaxTokens);
   DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> logprobs,
                           OptionalInteger(body, "logprobs", 0, kMaxPromptLogprobs));
-  DIKKAT_ASSIGN_OR_RETURN(call.echo, OptionalBool(body, "echo"));
   if (logprobs) {
     call.want_logprobs = true;
     wire.set_top_logprobs(static_cast<int32_t>(*logprobs));
     if (call.echo) wire.set_prompt_logprobs(static_cast<int32_t>(*logprobs));
+  } else if (prompt_only) {
+    wire.set_prompt_logprobs(0);  // the engine's prompt-only mode; not in the response
   }
   if (prompts.size() > 1)
     DIKKAT_RETURN_IF_ERROR(CheckCallCost(prompts.size(), wire, *limits.options));
@@ -734,7 +747,7 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
                       i, prompts.size());
     }
     // An explicit max_tokens past the context is refused, as OpenAI does.
-    converted->request.strict_max_new_tokens = max_tokens.has_value();
+    converted->request.strict_max_new_tokens = max_tokens.has_value() && !prompt_only;
     if (prompts.size() > 1) {
       // Every prompt is checked before the first is submitted: a bad one
       // costs none of the others' work.

@@ -206,16 +206,19 @@ void ChoiceBuilder::AppendCompletionLogprob(const GeneratedToken& token, bool kn
   }
 }
 
+// `bytes`: what the token stands for, so that a client can join the bytes of
+// a character split across tokens (a byte-level "<0xE2>" is [226]).
 Json ChoiceBuilder::ChatLogprob(const GeneratedToken& token) const {
   const std::string text = tokenizer_.TokenText(token.token_id);
   Json top = Json::array();
   for (const TokenAlternative& alt : token.top) {
-    const std::string alt_text = tokenizer_.TokenText(alt.token_id);
-    top.push_back({{"token", alt_text}, {"logprob", alt.logprob}, {"bytes", Bytes(alt_text)}});
+    top.push_back({{"token", tokenizer_.TokenText(alt.token_id)},
+                   {"logprob", alt.logprob},
+                   {"bytes", Bytes(tokenizer_.TokenBytes(alt.token_id))}});
   }
   return Json{{"token", text},
               {"logprob", token.logprob},
-              {"bytes", Bytes(text)},
+              {"bytes", Bytes(tokenizer_.TokenBytes(token.token_id))},
               {"top_logprobs", std::move(top)}};
 }
 

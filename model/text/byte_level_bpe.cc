@@ -147,6 +147,11 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     return ReadableBytes(id_to_bytes_[id]);
   }
 
+  std::string TokenBytes(int32_t id) const override {
+    if (id < 0 || id >= vocab_size()) return "";
+    return id_to_bytes_[id];
+  }
+
   bool IsSpecial(int32_t id) const override { return special_ids_.count(id) > 0; }
 
  private:

@@ -64,6 +64,11 @@ class ByteTokenizer final : public Tokenizer {
     return buf;
   }
 
+  std::string TokenBytes(int32_t id) const override {
+    if (id >= 0 && id < kNumBytes) return std::string(1, static_cast<char>(id));
+    return TokenText(id);
+  }
+
   bool IsSpecial(int32_t id) const override { return id >= kNumBytes && id < vocab_size(); }
 
  private:

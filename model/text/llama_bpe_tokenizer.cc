@@ -137,6 +137,12 @@ class LlamaBpeTokenizer final : public Tokenizer {
     return decoded_[id];
   }
 
+  std::string TokenBytes(int32_t id) const override {
+    if (id < 0 || id >= vocab_size()) return "";
+    if (const int b = byte_value_[id]; b >= 0) return std::string(1, static_cast<char>(b));
+    return TokenText(id);
+  }
+
   bool IsSpecial(int32_t id) const override { return special_ids_.count(id) > 0; }
 
  private:

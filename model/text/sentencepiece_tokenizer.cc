@@ -181,6 +181,14 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   // Control pieces (<s>, </s>, <pad>, user-declared control symbols). <unk>
   // is an ordinary piece: it decodes to SentencePiece's " ⁇ ".
+  std::string TokenBytes(int32_t id) const override {
+    if (id >= 0 && id < vocab_size() && model_->IsByte(id)) {
+      const int b = BytePieceValue(model_->IdToPiece(id));
+      if (b >= 0) return std::string(1, static_cast<char>(b));
+    }
+    return TokenText(id);
+  }
+
   bool IsSpecial(int32_t id) const override {
     return id >= 0 && id < vocab_size() && model_->IsControl(id);
   }

@@ -63,6 +63,12 @@ class Tokenizer {
   // labels; byte-level pieces are shown as their text, e.g. "Ġthe" -> " the").
   virtual std::string TokenText(int32_t id) const = 0;
 
+  // The bytes `id` stands for on its own, as OpenAI's logprobs report them
+  // (`bytes`: a byte-level or byte-fallback token holding part of a
+  // character is that byte, where TokenText shows "<0xE2>"). May be invalid
+  // UTF-8. Default: TokenText.
+  virtual std::string TokenBytes(int32_t id) const { return TokenText(id); }
+
   // True if `id` is a special/control token (BOS, EOS, PAD, [CLS], added special tokens).
   virtual bool IsSpecial(int32_t id) const = 0;
 

@@ -442,6 +442,31 @@ TEST_F(OpenAiHttpTest, EchoAndLogprobs) {
   for (int i = 1; i < 6; ++i) EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);
 }
 
+// max_tokens 0 with echo: the prompt alone, scored when logprobs are asked
+// (the legacy scoring call; vLLM serves it). Without echo 0 is still refused.
+TEST_F(OpenAiHttpTest, MaxTokensZeroWithEchoScoresThePrompt) {
+  HttpReply scored = Post(
+      "/v1/completions",
+      Json{{"prompt", "abcd"}, {"max_tokens", 0}, {"logprobs", 1}, {"echo", true}}.dump());
+  ASSERT_EQ(scored.status, 200) << scored.body;
+  const Json& choice = scored.json["choices"][0];
+  EXPECT_EQ(choice["text"], "abcd");
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_EQ(scored.json["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(scored.json["usage"]["prompt_tokens"], 4);
+  ASSERT_EQ(choice["logprobs"]["tokens"].size(), 4u) << scored.body;
+  EXPECT_TRUE(choice["logprobs"]["token_logprobs"][0].is_null());
+  for (int i = 1; i < 4; ++i) EXPECT_LE(choice["logprobs"]["token_logprobs"][i].get<double>(), 0.0);
+  HttpReply plain =
+      Post("/v1/completions", Json{{"prompt", "abcd"}, {"max_tokens", 0}, {"echo", true}}.dump());
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(plain.json["choices"][0]["text"], "abcd");
+  EXPECT_TRUE(plain.json["choices"][0]["logprobs"].is_null()) << plain.body;
+  HttpReply refused = Post("/v1/completions", Json{{"prompt", "abcd"}, {"max_tokens", 0}}.dump());
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr("max_tokens"));
+}
+
 TEST_F(OpenAiHttpTest, ChatRendersTheModelsTemplate) {
   Json messages = Json::array({{{"role", "user"}, {"content", "Hello"}},
                                {{"role", "assistant"}, {"content", "Hi there"}},

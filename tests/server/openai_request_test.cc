@@ -622,8 +622,23 @@ TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
                   .message(),
               HasSubstr("messages[0].role"));
 
-  // A folder without a tokenizer_config.json has no template: chat is refused.
+  // chat_template.jinja (newer folders) is read in place of the config's.
+  std::ofstream(dir / "chat_template.jinja") << "{% for m in messages %}<{{ m.content }}>{% endfor %}";
+  absl::StatusOr<ChatPrompt> from_file = ChatPrompt::Load(dir.string());
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  absl::StatusOr<GenerateCall> rendered = ParseChatRequest(
+      Json::parse(R"({"messages": [{"role": "user", "content": "q"}]})"), *from_file,
+      BodyLimits{}, limits_);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(tokenizer_->Decode(rendered->prompts[0].request.prompt, false), "<q>");
+  // It needs no tokenizer_config.json.
   fs::remove(dir / "tokenizer_config.json");
+  from_file = ChatPrompt::Load(dir.string());
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_TRUE(from_file->has_template());
+  fs::remove(dir / "chat_template.jinja");
+
+  // A folder without a tokenizer_config.json has no template: chat is refused.
   absl::StatusOr<ChatPrompt> none = ChatPrompt::Load(dir.string());
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_template());
@@ -827,6 +842,31 @@ TEST(OpenAiResponseTest, ChunksBecomeChoicesAndEvents) {
   ASSERT_EQ(events.size(), 1u);  // only sample 0 is left
   EXPECT_EQ(events[0]["choices"][0]["index"], 0);
   EXPECT_EQ(events[0]["choices"][0]["finish_reason"], "length");
+}
+
+// Chat logprobs' `bytes` are what each token stands for: the two tokens of
+// "é" (byte tokens C3 A9) are [195] and [169], which join into the
+// character, not the bytes of their "<0xC3>" display text.
+TEST(OpenAiResponseTest, ChatLogprobBytesAreTheTokensBytes) {
+  std::unique_ptr<model::Tokenizer> tokenizer = model::MakeByteTokenizer();
+  GenerateCall call;
+  call.n = 1;
+  call.want_logprobs = true;
+  call.prompts.resize(1);
+  ChoiceBuilder builder(NewResponseMeta(Api::kChat, "m"), call, *tokenizer);
+  GeneratedChunk chunk{{{0xC3, -0.5f, {{0xC3, -0.5f}, {'x', -1.0f}}}, {0xA9, -0.25f, {}}},
+                       "\xC3\xA9", 0, FinishReason::kLength, 0, {}, std::nullopt};
+  builder.Add(chunk);
+  GenerateSummary summary;
+  summary.reason = FinishReason::kLength;
+  const Json response = builder.Response(summary);
+  const Json& content = response["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u) << response.dump();
+  EXPECT_EQ(content[0]["token"], "<0xC3>");
+  EXPECT_EQ(content[0]["bytes"], Json::array({0xC3}));
+  EXPECT_EQ(content[1]["bytes"], Json::array({0xA9}));
+  EXPECT_EQ(content[0]["top_logprobs"][0]["bytes"], Json::array({0xC3}));
+  EXPECT_EQ(content[0]["top_logprobs"][1]["bytes"], Json::array({'x'}));
 }
 
 // approx_bytes follows what Response writes for the choices' text and
