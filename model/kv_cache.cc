@@ -3,6 +3,7 @@
 #include <ATen/ops/zeros.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "model/huge_pages.h"
 
 namespace dikkat::model {
@@ -12,15 +13,13 @@ int64_t KvCache::BytesPerToken(const ModelConfig& config, c10::ScalarType dtype)
          static_cast<int64_t>(c10::elementSize(dtype));
 }
 
-absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int64_t budget_bytes,
-                                        int32_t block_size, c10::ScalarType dtype,
-                                        c10::Device device, bool huge_pages) {
+absl::Status KvCache::CheckBudget(const ModelConfig& config, int64_t budget_bytes,
+                                  int32_t block_size, c10::ScalarType dtype) {
   if (block_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV block size is ", block_size, "; it must be > 0"));
   }
-  const int64_t per_token = BytesPerToken(config, dtype);
-  const int64_t per_block = per_token * block_size;
+  const int64_t per_block = BytesPerToken(config, dtype) * block_size;
   const int64_t blocks_for_context = (config.max_positions + block_size - 1) / block_size;
   const int64_t num_blocks = per_block > 0 ? budget_bytes / per_block : 0;
   if (config.cached_layers() > 0 && num_blocks < blocks_for_context) {
@@ -29,6 +28,20 @@ absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int64_t budge
         " tokens; one full-context sequence (", config.max_positions, " tokens) needs ",
         blocks_for_context * per_block, " bytes"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int64_t budget_bytes,
+                                        int32_t block_size, c10::ScalarType dtype,
+                                        c10::Device device, bool huge_pages) {
+  if (block_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV block size is ", block_size, "; it must be > 0"));
+  }
+  DIKKAT_RETURN_IF_ERROR(CheckBudget(config, budget_bytes, block_size, dtype));
+  const int64_t per_token = BytesPerToken(config, dtype);
+  const int64_t per_block = per_token * block_size;
+  const int64_t num_blocks = per_block > 0 ? budget_bytes / per_block : 0;
   std::vector<at::Tensor> keys, values;
   const auto options = at::TensorOptions().dtype(dtype).device(device);
   // One region for every layer's keys and values (each kAlign-aligned).

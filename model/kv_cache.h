@@ -26,6 +26,12 @@ class KvCache {
   // Bytes one token occupies: 2 (K and V) * layers * kv_heads * head_dim * itemsize.
   static int64_t BytesPerToken(const ModelConfig& config, c10::ScalarType dtype);
 
+  // OK if `budget_bytes` holds one full-context sequence (what Create
+  // needs); else INVALID_ARGUMENT saying how much is needed. Cheap: callers
+  // check before loading the weights.
+  static absl::Status CheckBudget(const ModelConfig& config, int64_t budget_bytes,
+                                  int32_t block_size, c10::ScalarType dtype);
+
   // As many blocks as fit in `budget_bytes` (at least one full-context
   // sequence must fit, else INVALID_ARGUMENT says how much is needed),
   // zeroed. On the CPU with `huge_pages`, in one region advised for 2 MiB

@@ -233,6 +233,10 @@ struct EngineOptions {
   int32_t max_batch_size = 64;          // running sequences per step
   int32_t max_batch_tokens = 2048;      // tokens per forward (prefill budget)
   int64_t kv_cache_bytes = 256ll << 20; // KV cache budget
+  // Caps each model's context (prompt + generated tokens) below its
+  // max_positions; 0 = the model's own. A 32K-context model whose full
+  // context does not fit kv_cache_bytes is served with a shorter one.
+  int64_t max_context = 0;
   int32_t kv_block_size = 16;           // tokens per KV block
   // CPU: the weights and the KV cache in memory advised for 2 MiB pages
   // (model/huge_pages.h).

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "model/io/model_folder.h"
 #include "model/kv_cache.h"
 #include "model/model_loader.h"
 #include "model/sampler.h"
@@ -413,6 +414,32 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   if (options.max_held_output_bytes < 0) {
     return absl::InvalidArgumentError("max_held_output_bytes must be >= 0 (0: no limit)");
   }
+  if (options.max_context < 0) {
+    return absl::InvalidArgumentError("max_context must be >= 0 (0: the model's max_positions)");
+  }
+  // The context a model is served with: its own, or max_context if shorter.
+  const auto cap_context = [&](model::ModelConfig* c) {
+    if (options.max_context > 0 && c->max_positions > options.max_context) {
+      c->max_positions = options.max_context;
+    }
+  };
+  const auto with_hint = [&](const absl::Status& s, const model::ModelConfig& c) {
+    const int64_t per_token = model::KvCache::BytesPerToken(c, cache_dtype);
+    const int64_t fits = per_token > 0 ? options.kv_cache_bytes / per_token : 0;
+    return absl::Status(
+        s.code(), absl::StrCat(model_path, ": ", s.message(), "; raise --kv_cache_bytes, or serve a ",
+                               "shorter context with --max_context (", fits, " tokens fit)"));
+  };
+  // The KV budget is checked before the weights are read: a 30 GB load
+  // should not come before an error a flag fixes.
+  if (absl::StatusOr<model::ModelConfig> early = model::ReadModelConfig(model_path); early.ok()) {
+    cap_context(&*early);
+    if (absl::Status s = model::KvCache::CheckBudget(*early, options.kv_cache_bytes,
+                                                     options.kv_block_size, cache_dtype);
+        !s.ok()) {
+      return with_hint(s, *early);
+    }
+  }
   model::LoadOptions load;
   load.dtype = dtype;
   load.device = device;
@@ -424,10 +451,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
     return absl::InternalError(absl::StrCat(model_path, ": loading failed: ", e.what()));
   }
   if (!loaded.ok()) return loaded.status();
-  DIKKAT_ASSIGN_OR_RETURN(
-      model::KvCache cache,
+  cap_context(&loaded->config);
+  absl::StatusOr<model::KvCache> cache =
       model::KvCache::Create(loaded->config, options.kv_cache_bytes, options.kv_block_size,
-                             cache_dtype, device, options.huge_pages));
+                             cache_dtype, device, options.huge_pages);
+  if (!cache.ok()) return with_hint(cache.status(), loaded->config);
   ModelDescription d;
   d.name = name;
   d.path = model_path;
@@ -445,7 +473,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   d.load_time = absl::Now() - start;
   return std::unique_ptr<Engine>(new engine_internal::EngineImpl(
       std::move(d), loaded->config, std::move(loaded->transformer), std::move(loaded->tokenizer),
-      std::make_unique<model::KvCache>(std::move(cache)), options, listener));
+      std::make_unique<model::KvCache>(std::move(*cache)), options, listener));
 }
 
 }  // namespace dikkat::server

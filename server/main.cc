@@ -87,6 +87,10 @@ ABSL_FLAG(int32_t, max_batch_tokens, 2048,
 ABSL_FLAG(ByteSize, kv_cache_bytes, ByteSize{256ll << 20},
           "KV cache memory per model, e.g. 256MiB, 2GiB or a plain number of bytes.");
 ABSL_FLAG(int32_t, kv_block_size, 16, "Tokens per KV cache block.");
+ABSL_FLAG(int64_t, max_context, 0,
+          "Serve each model with a context (prompt + generated tokens) of at most this many "
+          "tokens; 0 = the model's max_positions. The KV cache must hold one full context: a "
+          "32K-context model needs this, or more --kv_cache_bytes.");
 ABSL_FLAG(bool, huge_pages, true,
           "CPU: ask the kernel for 2 MiB pages (transparent huge pages, madvise) for the "
           "weights and the KV cache, which every decode step streams: fewer TLB misses. Needs "
@@ -203,6 +207,7 @@ EngineOptions OptionsFromFlags() {
   o.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
   o.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  o.max_context = absl::GetFlag(FLAGS_max_context);
   o.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   o.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   o.priority_aging = absl::GetFlag(FLAGS_priority_aging);

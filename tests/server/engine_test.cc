@@ -118,9 +118,6 @@ TEST_F(EngineTest, ConcurrentGreedyStreamsMatchEachAlone) {
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }
 
-// logit_bias through the engine: +100 forces a token at every step, -100
-// keeps the greedy choice out, and an id outside the vocabulary is refused
-// at submit.
 // Every EOS id of the config ends generation as EOS (Llama-3 Instruct's
 // <|eot_id|> beside <|end_of_text|>): a copy of tiny-lm whose second EOS id is
 // a token seeded sampling makes.
@@ -165,6 +162,43 @@ TEST_F(EngineTest, EveryEosIdEndsGeneration) {
   fs::remove_all(dir);
 }
 
+// --max_context serves a model with a shorter context than its
+// max_positions, so that a KV budget too small for its full context still
+// serves it; without it the error (before any weights are read) says how
+// many tokens fit.
+TEST_F(EngineTest, MaxContextCapsTheContextTheKvCacheMustHold) {
+  EngineOptions options;
+  options.kv_cache_bytes = 128 << 10;  // tiny-lm: 1 KiB a token, 512 positions
+  absl::StatusOr<std::unique_ptr<Engine>> refused =
+      Engine::Create("tiny-lm", ModelPath("tiny-lm"), options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("--max_context (128 tokens fit)"),
+                               ::testing::HasSubstr("512 tokens")));
+  options.max_context = 100;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create("tiny-lm", ModelPath("tiny-lm"), options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->description().config.max_positions, 100);
+  // A prompt within the capped context runs up to it; past it is refused.
+  GenerateRequest r = Greedy(std::string(90, 'a'), 50);
+  auto c = std::make_shared<GenerateCollector>();
+  ASSERT_TRUE((*engine)->SubmitGenerate(r, c).ok());
+  ASSERT_TRUE(c->Wait());
+  EXPECT_EQ(c->ids().size(), 10u);  // 90 + 10 = the context
+  EXPECT_EQ(c->summary().reason, FinishReason::kLength);
+  absl::StatusOr<RequestId> too_long =
+      (*engine)->SubmitGenerate(Greedy(std::string(100, 'a'), 1), std::make_shared<GenerateCollector>());
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(std::string(too_long.status().message()), ::testing::HasSubstr("100"));
+  options.max_context = -1;
+  EXPECT_FALSE(Engine::Create("tiny-lm", ModelPath("tiny-lm"), options).ok());
+}
+
+// logit_bias through the engine: +100 forces a token at every step, -100
+// keeps the greedy choice out, and an id outside the vocabulary is refused
+// at submit.
 TEST_F(EngineTest, LogitBiasForcesAndBansTokens) {
   auto engine = Make("tiny-lm");
   ASSERT_NE(engine, nullptr);
