@@ -104,6 +104,9 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const Loa
   // which config.json does not name).
   if (loaded.config.has_decoder()) {
     AddEosTokenId(&loaded.config, loaded.tokenizer->special_tokens().eos);
+    DIKKAT_ASSIGN_OR_RETURN(const int32_t config_eos,
+                            TokenizerConfigEos(folder, *loaded.tokenizer));
+    AddEosTokenId(&loaded.config, config_eos);
   }
   DIKKAT_ASSIGN_OR_RETURN(loaded.weights_path, FindWeightsFile(folder));
   absl::StatusOr<TensorMap> weights = ReadWeights(loaded.weights_path);

@@ -390,9 +390,13 @@ void EngineImpl::Postprocess(const ScheduleResult& plan, const at::Tensor& logit
   for (Draw& d : draws) {
     if (!d.token.ok()) {
       // The logits are the model's, not the caller's: NaN or +inf in them
-      // is the server's failure, not an invalid request.
-      FinishGenerate(d.request, FinishReason::kError,
-                     absl::InternalError(absl::StrCat("sampling failed: ", d.token.status().message())));
+      // is the server's failure, not an invalid request. (Out of memory
+      // stays RESOURCE_EXHAUSTED: retryable.)
+      absl::Status status = d.token.status();
+      if (absl::IsInvalidArgument(status)) {
+        status = absl::InternalError(absl::StrCat("sampling failed: ", status.message()));
+      }
+      FinishGenerate(d.request, FinishReason::kError, std::move(status));
       continue;
     }
     // What throws while a token is emitted (out of memory in the text stream

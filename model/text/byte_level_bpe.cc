@@ -293,8 +293,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   // candidate pairs keyed by (rank, position) over a linked list of the
   // symbols, O(n log n). (GPT-2's own loop rescans the whole chunk after
   // every merge: a run of 32K letters, one chunk, cost ~6,000 passes.)
-  // A trained merge list creates a token before any merge that uses it, so
-  // the pairs a merge creates rank after it and the order is GPT-2's.
+  // This is Hugging Face's order. It is GPT-2's too when, as in a trained
+  // merge list, no merge uses a token that a later merge creates (the pairs
+  // a merge creates then rank after it); GPT-2's own list is such a list.
   void ApplyMerges(std::vector<int32_t>* ids) const {
     std::vector<int32_t>& w = *ids;
     const int32_t n = static_cast<int32_t>(w.size());

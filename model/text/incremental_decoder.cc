@@ -1,5 +1,6 @@
 #include "model/text/incremental_decoder.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 
@@ -45,14 +46,20 @@ std::string IncrementalDecoder::TakeDelta(bool flush) {
     prefix_offset_ = read_offset_ = 0;
     return TakeDelta(flush);
   }
-  if (new_text == prefix_text) {
-    // The new ids add no text (special tokens skipped): forget them, so a
-    // long run of them does not grow the window decoded on every push.
+  if (new_text == prefix_text && skip_special_ &&
+      std::all_of(ids_.begin() + static_cast<std::ptrdiff_t>(read_offset_), ids_.end(),
+                  [&](int32_t id) { return tokenizer_->IsSpecial(id); })) {
+    // Skipped special tokens add no text: forget them, so that a long run
+    // of them does not grow the window decoded on every push. (Other ids
+    // that add no text yet may: a continuation byte, SentencePiece's lone
+    // "▁" before a word.)
     ids_.resize(read_offset_);
     return "";
   }
-  // No UTF-8 character spans more than 4 ids of one byte or more: a longer
-  // wait is invalid bytes, not a character in progress. Send them as U+FFFD.
+  // A long wait on a trailing U+FFFD is bytes that never form a character
+  // (a model emitting invalid UTF-8), not one in progress: real text keeps
+  // at most 2-3 ids pending. Past 8 they are sent as U+FFFD, which bounds
+  // the window decoded on every push.
   constexpr size_t kMaxPendingIds = 8;
   if (incomplete && ids_.size() - read_offset_ >= kMaxPendingIds) flush = true;
   if (new_text.size() <= prefix_text.size() || (incomplete && !flush)) return "";

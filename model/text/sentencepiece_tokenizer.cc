@@ -179,8 +179,6 @@ class SentencePieceTokenizer final : public Tokenizer {
     return out;
   }
 
-  // Control pieces (<s>, </s>, <pad>, user-declared control symbols). <unk>
-  // is an ordinary piece: it decodes to SentencePiece's " ⁇ ".
   std::string TokenBytes(int32_t id) const override {
     if (id >= 0 && id < vocab_size() && model_->IsByte(id)) {
       const int b = BytePieceValue(model_->IdToPiece(id));
@@ -189,6 +187,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     return TokenText(id);
   }
 
+  // Control pieces (<s>, </s>, <pad>, user-declared control symbols). <unk>
+  // is an ordinary piece: it decodes to SentencePiece's " ⁇ ".
   bool IsSpecial(int32_t id) const override {
     return id >= 0 && id < vocab_size() && model_->IsControl(id);
   }

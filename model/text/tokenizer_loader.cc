@@ -77,6 +77,32 @@ absl::StatusOr<WordPieceOptions> WordPieceOptionsFromConfig(const fs::path& path
 
 }  // namespace
 
+absl::StatusOr<int32_t> TokenizerConfigEos(const std::string& model_dir,
+                                           const Tokenizer& tokenizer) {
+  const fs::path path = fs::path(model_dir) / "tokenizer_config.json";
+  if (!IsFile(path)) return -1;
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
+  }
+  auto it = j.find("eos_token");
+  if (it == j.end()) return -1;
+  const nlohmann::json* text = &*it;
+  if (it->is_object()) {
+    auto content = it->find("content");
+    text = content == it->end() ? nullptr : &*content;
+  }
+  if (text == nullptr || !text->is_string() || text->get<std::string>().empty()) return -1;
+  const std::string eos = text->get<std::string>();
+  for (const auto& [special, id] : tokenizer.SpecialTexts()) {
+    if (special == eos) return id;
+  }
+  absl::StatusOr<Encoding> enc = tokenizer.Encode(eos, /*add_special_tokens=*/false);
+  if (enc.ok() && enc->ids.size() == 1) return enc->ids[0];
+  return -1;
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
   const fs::path dir(model_dir);
   const bool has_bpe_pair = IsFile(dir / "vocab.json") && IsFile(dir / "merges.txt");

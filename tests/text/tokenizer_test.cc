@@ -370,9 +370,20 @@ TEST(IncrementalDecoderTest, EveryDeltaIsValidUtf8) {
   {
     // A context ending inside "€" (E2 82 AC): the first id completes it.
     IncrementalDecoder dec(tok.get(), true, std::vector<int32_t>{'x', 0xE2, 0x82});
-    const std::string delta = dec.Push(0xAC) + dec.Push('y') + dec.Flush();
+    std::string delta = dec.Push(0xAC);  // one call a statement: in order
+    delta += dec.Push('y');
+    delta += dec.Flush();
     EXPECT_TRUE(IsValidUtf8(delta)) << absl::BytesToHexString(delta);
     EXPECT_NE(delta.find('y'), std::string::npos);
+    // Ending one byte earlier: 82 leaves the text as it was (one U+FFFD
+    // either way) and must not be forgotten; the bytes come out as U+FFFD.
+    IncrementalDecoder early(tok.get(), true, std::vector<int32_t>{'x', 0xE2});
+    std::string out = early.Push(0x82);
+    out += early.Push(0xAC);
+    out += early.Push('y');
+    out += early.Flush();
+    EXPECT_TRUE(IsValidUtf8(out)) << absl::BytesToHexString(out);
+    EXPECT_EQ(out, "\xEF\xBF\xBD\xEF\xBF\xBDy");
   }
   std::mt19937 rng(7);
   for (int round = 0; round < 200; ++round) {
@@ -404,6 +415,29 @@ TEST(IncrementalDecoderTest, KeepsSpecialTokensWhenAsked) {
   IncrementalDecoder dec(tok.get(), /*skip_special_tokens=*/false);
   EXPECT_EQ(dec.Push('x'), "x");
   EXPECT_EQ(dec.Push(258), "<eos>");
+}
+
+TEST(LoadTokenizerTest, TokenizerConfigEosIsItsId) {
+  ScratchDir dir;
+  auto tok = MakeByteTokenizer();
+  EXPECT_EQ(*TokenizerConfigEos(dir.path(), *tok), -1);  // no file
+  const std::vector<std::pair<std::string, int32_t>> cases = {
+      {R"({"eos_token": "<bos>"})", 257},
+      {R"({"eos_token": {"content": "<eos>", "special": true}})", 258},
+      {R"({"eos_token": "a"})", 'a'},
+      {R"({"eos_token": "ab"})", -1},  // not one token
+      {R"({"eos_token": null})", -1},
+      {R"({"bos_token": "<bos>"})", -1},
+  };
+  for (const auto& [config, want] : cases) {
+    WriteFile(dir.File("tokenizer_config.json"), config);
+    absl::StatusOr<int32_t> eos = TokenizerConfigEos(dir.path(), *tok);
+    ASSERT_TRUE(eos.ok()) << config << ": " << eos.status();
+    EXPECT_EQ(*eos, want) << config;
+  }
+  WriteFile(dir.File("tokenizer_config.json"), "[1]");
+  EXPECT_EQ(TokenizerConfigEos(dir.path(), *tok).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LoadTokenizerTest, ByteFromDikkatJson) {
