@@ -198,10 +198,30 @@ at::Tensor MultiHeadAttention::ProjectOut(const at::Tensor& x) const {
 }
 
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta,
-                                 double scaling, c10::Device device) {
+                                 double scaling, c10::Device device,
+                                 const RopeLlama3Scaling& llama3) {
   // inv_freq[i] = theta^(-2i/D); angle = (pos / scaling) * inv_freq.
   auto opts = at::TensorOptions().dtype(at::kDouble);
   at::Tensor inv_freq = at::pow(theta, at::arange(0, head_dim, 2, opts) / head_dim).reciprocal();
+  if (llama3.factor != 0.0) {
+    // Llama 3.1: wavelengths 2 pi / f under old / high_freq_factor kept, over
+    // old / low_freq_factor divided by factor, between them a blend whose
+    // weight grows linearly in old / wavelength from low to high_freq_factor.
+    const double old = llama3.original_max_positions;
+    const double low = llama3.low_freq_factor, high = llama3.high_freq_factor;
+    double* f = inv_freq.data_ptr<double>();
+    for (int64_t i = 0; i < inv_freq.numel(); ++i) {
+      constexpr double kPi = 3.14159265358979323846;
+      const double wavelength = 2.0 * kPi / f[i];
+      if (wavelength < old / high) continue;
+      if (wavelength > old / low) {
+        f[i] /= llama3.factor;
+        continue;
+      }
+      const double smooth = (old / wavelength - low) / (high - low);
+      f[i] = (1.0 - smooth) * f[i] / llama3.factor + smooth * f[i];
+    }
+  }
   at::Tensor pos = at::arange(max_positions, opts) / scaling;
   at::Tensor angles = at::outer(pos, inv_freq);  // [P, D/2]
   cos_ = at::cos(angles).to(device, at::kFloat);

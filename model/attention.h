@@ -19,6 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "model/forward_batch.h"
+#include "model/io/config.h"
 #include "model/linear_weight.h"
 
 namespace dikkat::model {
@@ -92,8 +93,9 @@ class MultiHeadAttention {
 class RotaryEmbedding {
  public:
   RotaryEmbedding() = default;
+  // `llama3`: Llama 3.1's frequency scaling (config.h), off when factor is 0.
   RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta, double scaling,
-                  c10::Device device);
+                  c10::Device device, const RopeLlama3Scaling& llama3 = {});
   bool defined() const { return cos_.defined(); }
   // x [N, H, D] rotated by each row's position (positions: long [N]).
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& positions) const;

@@ -127,6 +127,30 @@ absl::Status ReadIdList(const Json& j, const char* key, std::vector<int64_t>* ou
   return absl::OkStatus();
 }
 
+// "rope_llama3": {"factor", "low_freq_factor", "high_freq_factor",
+// "original_max_positions"} (numbers; absent ones keep their defaults).
+absl::Status ReadRopeLlama3(const Json& j, RopeLlama3Scaling* out) {
+  auto it = j.find("rope_llama3");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'rope_llama3' must be an object, got ", it->dump()));
+  }
+  for (auto [key, field] : {std::pair<const char*, double*>{"factor", &out->factor},
+                            {"low_freq_factor", &out->low_freq_factor},
+                            {"high_freq_factor", &out->high_freq_factor},
+                            {"original_max_positions", &out->original_max_positions}}) {
+    auto v = it->find(key);
+    if (v == it->end()) continue;
+    if (!v->is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat("config field 'rope_llama3." , key,
+                                                     "' must be a number, got ", v->dump()));
+    }
+    *field = v->get<double>();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadBool(const Json& j, const char* key, bool* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
@@ -220,6 +244,20 @@ absl::Status Validate(const ModelConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("config field 'rope_scaling' is ", c.rope_scaling, "; it must be > 0"));
   }
+  if (const RopeLlama3Scaling& r = c.rope_llama3; r.factor != 0.0) {
+    const bool ok = std::isfinite(r.factor) && r.factor >= 1.0 && std::isfinite(r.low_freq_factor) &&
+                    r.low_freq_factor > 0 && std::isfinite(r.high_freq_factor) &&
+                    r.high_freq_factor > r.low_freq_factor &&
+                    std::isfinite(r.original_max_positions) && r.original_max_positions > 0;
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field 'rope_llama3' is {factor ", r.factor, ", low_freq_factor ",
+          r.low_freq_factor, ", high_freq_factor ", r.high_freq_factor,
+          ", original_max_positions ", r.original_max_positions,
+          "}; it needs factor >= 1, 0 < low_freq_factor < high_freq_factor and "
+          "original_max_positions > 0, all finite"));
+    }
+  }
   // Otherwise the norms or the rotary tables give NaN logits, not an error
   // (a rope_theta of 0 did; JSON itself cannot spell a non-finite number).
   if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps)) {
@@ -307,6 +345,7 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
       ReadEnum(j, "positions", PositionNames(), &c.positions),
       ReadNumber(j, "rope_theta", &c.rope_theta),
       ReadNumber(j, "rope_scaling", &c.rope_scaling),
+      ReadRopeLlama3(j, &c.rope_llama3),
       ReadNumber(j, "sliding_window", &c.sliding_window),
       ReadBool(j, "tie_embeddings", &c.tie_embeddings),
       ReadBool(j, "share_encoder_decoder_embeddings", &c.share_encoder_decoder_embeddings),
@@ -366,6 +405,12 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["positions"] = PositionName(c.positions);
   j["rope_theta"] = c.rope_theta;
   j["rope_scaling"] = c.rope_scaling;
+  if (c.rope_llama3.factor != 0.0) {
+    j["rope_llama3"] = {{"factor", c.rope_llama3.factor},
+                        {"low_freq_factor", c.rope_llama3.low_freq_factor},
+                        {"high_freq_factor", c.rope_llama3.high_freq_factor},
+                        {"original_max_positions", c.rope_llama3.original_max_positions}};
+  }
   j["sliding_window"] = c.sliding_window;
   j["tie_embeddings"] = c.tie_embeddings;
   j["share_encoder_decoder_embeddings"] = c.share_encoder_decoder_embeddings;

@@ -39,6 +39,17 @@ enum class Activation {
 // How hidden states become one embedding per input (Encode).
 enum class Pooling { kMean, kFirst, kLast };
 
+// Llama 3.1's RoPE frequency scaling (Hugging Face rope_type "llama3"):
+// wavelengths under original_max_positions / high_freq_factor are kept,
+// those over original_max_positions / low_freq_factor are stretched by
+// `factor`, and the ones between blend the two. factor 0: off.
+struct RopeLlama3Scaling {
+  double factor = 0.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  double original_max_positions = 8192.0;
+};
+
 struct ModelConfig {
   Architecture architecture = Architecture::kDecoderOnly;
 
@@ -71,6 +82,7 @@ struct ModelConfig {
   PositionKind positions = PositionKind::kLearned;
   double rope_theta = 10000.0;
   double rope_scaling = 1.0;    // linear RoPE scaling: positions divided by this factor
+  RopeLlama3Scaling rope_llama3;  // Llama 3.1's frequency scaling (off by default)
   int64_t sliding_window = 0;   // 0 = full attention; else keys within the last N positions
 
   // ---- embeddings and output ----------------------------------------------

@@ -155,11 +155,27 @@ absl::Status ReadRope(const HfKeys& keys, ModelConfig* c) {
   DIKKAT_RETURN_IF_ERROR(inner.String("type", &type));
   DIKKAT_RETURN_IF_ERROR(inner.String("rope_type", &type));
   if (type == "default") return absl::OkStatus();
+  if (type == "llama3") {  // Llama 3.1 / 3.2
+    RopeLlama3Scaling& r = c->rope_llama3;
+    for (auto [name, field] : {std::pair<const char*, double*>{"factor", &r.factor},
+                               {"low_freq_factor", &r.low_freq_factor},
+                               {"high_freq_factor", &r.high_freq_factor},
+                               {"original_max_position_embeddings", &r.original_max_positions}}) {
+      const Json* v = inner.Find(name);
+      if (v == nullptr || !v->is_number()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json key '", key, "' of type llama3 needs a number '", name, "', got ",
+            scaling->dump()));
+      }
+      *field = v->get<double>();
+    }
+    return absl::OkStatus();  // Validate checks the ranges
+  }
   if (type != "linear") {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json key '", key, "' has type '", type, "' (model_type ", keys.model_type(),
         "); dikkat supports rope scaling types: linear (positions divided by 'factor'), "
-        "default, or no ", key));
+        "llama3, default, or no ", key));
   }
   const Json* factor = inner.Find("factor");
   if (factor == nullptr || !factor->is_number() || !(factor->get<double>() > 0) ||

@@ -195,6 +195,7 @@ TEST(ModelConfigTest, RoundTripsThroughJson) {
   c.pad_token_id = 0;
   c.decoder_start_token_id = 3;
   c.more_eos_token_ids = {7, 5};
+  c.rope_llama3 = {8.0, 1.0, 4.0, 8192.0};
   c.name = "round-trip";
   c.weight_layout = "llama";
   const std::string text = ModelConfigToJson(c);
@@ -214,6 +215,12 @@ TEST(ModelConfigTest, RoundTripsThroughJson) {
   EXPECT_EQ(back->name, "round-trip");
   EXPECT_EQ(back->weight_layout, "llama");
   EXPECT_EQ(back->more_eos_token_ids, (std::vector<int64_t>{7, 5}));
+  EXPECT_DOUBLE_EQ(back->rope_llama3.factor, 8.0);
+  EXPECT_DOUBLE_EQ(back->rope_llama3.original_max_positions, 8192.0);
+  // Its ranges are checked.
+  json bad = json::parse(text);
+  bad["rope_llama3"]["high_freq_factor"] = 0.5;  // below low_freq_factor
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("'rope_llama3'"));
   EXPECT_EQ(EosTokenIds(*back), (std::vector<int64_t>{2, 7, 5}));
 }
 

@@ -130,7 +130,27 @@ TEST(HfConfigTest, LlamaDefaultsAndOptions) {
                 {"n_kv_heads", "5"});
 }
 
-TEST(HfConfigTest, RopeScalingLinearOnly) {
+TEST(HfConfigTest, RopeScalingLlama3) {
+  absl::StatusOr<ModelConfig> c = Translate(
+      R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 32.0,
+          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope_llama3.factor, 32.0);
+  EXPECT_DOUBLE_EQ(c->rope_llama3.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c->rope_llama3.high_freq_factor, 4.0);
+  EXPECT_DOUBLE_EQ(c->rope_llama3.original_max_positions, 8192.0);
+  EXPECT_DOUBLE_EQ(c->rope_scaling, 1.0);
+  ExpectInvalid(Translate(R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3",
+                              "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}})"),
+                {"original_max_position_embeddings"});
+  ExpectInvalid(Translate(R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3",
+                              "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+                              "original_max_position_embeddings": 8192}})"),
+                {"rope_llama3"});
+}
+
+TEST(HfConfigTest, RopeScalingLinearOrLlama3Only) {
   for (const char* json :
        {R"({"model_type": "llama", "rope_scaling": {"type": "linear", "factor": 4.0}})",
         R"({"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": 4}})",
@@ -147,10 +167,6 @@ TEST(HfConfigTest, RopeScalingLinearOnly) {
   ExpectInvalid(
       Translate(R"({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 2.0}})"),
       {"'rope_scaling'", "'dynamic'", "linear"});
-  ExpectInvalid(
-      Translate(R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
-                   "low_freq_factor": 1.0, "high_freq_factor": 4.0}})"),
-      {"'llama3'", "linear"});
   ExpectInvalid(Translate(R"({"model_type": "mistral", "rope_scaling": {"type": "yarn"}})"),
                 {"'yarn'"});
   ExpectInvalid(Translate(R"({"model_type": "llama", "rope_scaling": {"type": "linear"}})"),

@@ -6,6 +6,9 @@
 //            "model." prefix.
 //   mistral  one kv head, head_dim 24 != hidden / heads, sliding window 6.
 //   qwen2    q/k/v biases (o_proj none), tied head, {"rope_type": "linear"}.
+//   llama3   Llama 3.1's rope_scaling {"rope_type": "llama3"} (factor 8, an
+//            original context of 32: frequencies kept, blended and stretched;
+//            the reference follows Meta's published apply_scaling).
 // Tolerance (fp32): 1e-4 of the largest logit (parity::MaxRelDiff); 32 greedy tokens (paged KV cache)
 // identical.
 #include <map>
@@ -30,7 +33,7 @@ class HfLlamaTest : public ::testing::TestWithParam<Case> {
  protected:
   static void SetUpTestSuite() {
     suites_ = new std::map<std::string, parity::HfSuite*>();
-    for (const char* name : {"llama", "mistral", "qwen2"}) {
+    for (const char* name : {"llama", "mistral", "qwen2", "llama3"}) {
       absl::StatusOr<std::unique_ptr<parity::HfSuite>> suite = parity::MakeHfSuite(name);
       if (!suite.ok()) {
         error_ = new std::string(suite.status().ToString());
@@ -75,6 +78,11 @@ TEST_P(HfLlamaTest, ConfigTranslation) {
     EXPECT_DOUBLE_EQ(config->rope_scaling, 2.0);
     EXPECT_DOUBLE_EQ(config->rope_theta, 500.0);
     EXPECT_FALSE(config->tie_embeddings);
+  } else if (type == "llama3") {
+    EXPECT_DOUBLE_EQ(config->rope_scaling, 1.0);
+    EXPECT_DOUBLE_EQ(config->rope_llama3.factor, 8.0);
+    EXPECT_DOUBLE_EQ(config->rope_llama3.high_freq_factor, 4.0);
+    EXPECT_DOUBLE_EQ(config->rope_llama3.original_max_positions, 32.0);
   } else if (type == "mistral") {
     EXPECT_EQ(config->kv_heads(), 1);
     EXPECT_EQ(config->head_size(), 24);
@@ -111,7 +119,7 @@ TEST_P(HfLlamaTest, GreedyGenerationWithKvCacheMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Folders, HfLlamaTest,
                          ::testing::Values(Case{"llama", "st"}, Case{"llama", "bin"},
                                            Case{"llama", "sharded"}, Case{"mistral", "st"},
-                                           Case{"qwen2", "st"}),
+                                           Case{"qwen2", "st"}, Case{"llama3", "st"}),
                          [](const auto& info) {
                            return info.param.first + "_" + info.param.second;
                          });

@@ -354,12 +354,34 @@ def rotate_half(x):
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
+def llama3_inv_freq(inv_freq, factor, low_freq_factor, high_freq_factor,
+                    original_max_position_embeddings):
+    """Llama 3.1's RoPE frequency scaling, as Meta's model card code gives it
+    (apply_scaling in llama-models): frequencies with wavelength under
+    old_context / high_freq_factor kept, over old_context / low_freq_factor
+    divided by factor, and between them a linear blend of the two in
+    old_context / wavelength."""
+    old = original_max_position_embeddings
+    out = []
+    for f in inv_freq.tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < old / high_freq_factor:
+            out.append(f)
+        elif wavelen > old / low_freq_factor:
+            out.append(f / factor)
+        else:
+            smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return torch.tensor(out, dtype=torch.float64)
+
+
 class LlamaReference:
     def __init__(self, gen, vocab, d, heads, kv_heads, head_dim, layers, ffn, eps, theta,
-                 scaling, window, qkv_bias, tied):
+                 scaling, window, qkv_bias, tied, llama3=None):
         self.__dict__.update(dict(vocab=vocab, d=d, heads=heads, kv_heads=kv_heads,
                                   head_dim=head_dim, layers=layers, ffn=ffn, eps=eps,
-                                  theta=theta, scaling=scaling, window=window, tied=tied))
+                                  theta=theta, scaling=scaling, window=window, tied=tied,
+                                  llama3=llama3))
 
         def lin(out_f, in_f):
             return torch.randn(out_f, in_f, generator=gen) / math.sqrt(in_f)
@@ -402,6 +424,8 @@ class LlamaReference:
         t, hd = len(ids), self.head_dim
         x = self.w["model.embed_tokens.weight"][torch.tensor(ids)]  # [T, d]
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        if self.llama3:
+            inv_freq = llama3_inv_freq(inv_freq, **self.llama3)
         angles = torch.outer(torch.arange(t, dtype=torch.float64) / self.scaling, inv_freq)
         emb = torch.cat([angles, angles], dim=-1)
         cos, sin = emb.cos().float(), emb.sin().float()  # [T, hd]
@@ -481,6 +505,22 @@ def suite_llama(out):
                eps=1e-5, theta=500.0, scaling=2.0, window=0, qkv_bias=False, tied=False)
 
 
+def suite_llama3(out):
+    # Llama 3.1's rope_scaling at a small scale: with head_dim 16 and theta
+    # 500 the 8 wavelengths run from 6.3 to 1440, so an original context of
+    # 32 keeps 1 (under 8), blends 2 (8-32) and stretches 5 (over 32).
+    scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32}
+    llama_like(out, "llama3", 83, "llama",
+               {"architecture": "LlamaForCausalLM", "max_position_embeddings": 64,
+                "rope_scaling": dict(scaling, rope_type="llama3"),
+                "attention_bias": False, "mlp_bias": False},
+               ["st"], [7, 12],
+               vocab=300, d=64, heads=4, kv_heads=2, head_dim=16, layers=2, ffn=96,
+               eps=1e-5, theta=500.0, scaling=1.0, window=0, qkv_bias=False, tied=False,
+               llama3=scaling)
+
+
 def suite_mistral(out):
     llama_like(out, "mistral", 78, "mistral",
                {"architecture": "MistralForCausalLM", "max_position_embeddings": 64,
@@ -500,7 +540,7 @@ def suite_qwen2(out):
                eps=1e-6, theta=1e6, scaling=4.0, window=0, qkv_bias=True, tied=True)
 
 
-SUITES = {"gpt2": suite_gpt2, "bert": suite_bert, "llama": suite_llama,
+SUITES = {"gpt2": suite_gpt2, "bert": suite_bert, "llama": suite_llama, "llama3": suite_llama3,
           "mistral": suite_mistral, "qwen2": suite_qwen2}
 
 
