@@ -28,14 +28,40 @@ std::string IncrementalDecoder::DecodeRange(size_t begin, size_t end) const {
   return tokenizer_->Decode(absl::MakeConstSpan(ids_.data() + begin, end - begin), skip_special_);
 }
 
+bool IncrementalDecoder::EndsInsideCharacter() const {
+  // The last bytes of the ids not yet sent (skipped special tokens add none).
+  std::string tail;
+  for (size_t i = ids_.size(); i > read_offset_ && tail.size() < 4; --i) {
+    const int32_t id = ids_[i - 1];
+    if (skip_special_ && tokenizer_->IsSpecial(id)) continue;
+    tail.insert(0, tokenizer_->TokenBytes(id));
+  }
+  if (tail.size() > 4) tail.erase(0, tail.size() - 4);
+  // The last lead byte, and whether the bytes from it are a well-formed
+  // start of a character that is not complete yet.
+  for (size_t back = 1; back <= tail.size(); ++back) {
+    const size_t lead = tail.size() - back;
+    const unsigned char b = static_cast<unsigned char>(tail[lead]);
+    if ((b & 0xC0) == 0x80) continue;  // continuation
+    const size_t need = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
+                        : b >= 0xF0 && b <= 0xF4 ? 4 : 0;  // 0: ASCII or never a lead
+    size_t subpart = 0;
+    return back < need && utf8::SequenceLength(tail, lead, &subpart) == 0 && subpart == back;
+  }
+  return false;  // continuation bytes alone: never a character
+}
+
 std::string IncrementalDecoder::TakeDelta(bool flush) {
   const std::string prefix_text = DecodeRange(prefix_offset_, read_offset_);
   const std::string new_text = DecodeRange(prefix_offset_, ids_.size());
-  // A trailing U+FFFD means the last ids end inside a multi-byte character
-  // (byte-level BPE, byte fallback): wait for the rest of it.
+  // A trailing U+FFFD whose bytes end inside a multi-byte character
+  // (byte-level BPE, byte fallback) waits for the rest of it. One that is
+  // the text's own, or stands for bytes no more bytes can complete, does
+  // not: waiting on it would grow the window decoded on every push.
   const bool incomplete = new_text.size() >= utf8::kReplacementChar.size() &&
                           new_text.compare(new_text.size() - utf8::kReplacementChar.size(),
-                                           std::string::npos, utf8::kReplacementChar) == 0;
+                                           std::string::npos, utf8::kReplacementChar) == 0 &&
+                          EndsInsideCharacter();
   if (new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
     // The new ids changed the text before them: they complete a character
     // the window's end decoded as U+FFFD (a prompt of ids ending inside
@@ -56,12 +82,6 @@ std::string IncrementalDecoder::TakeDelta(bool flush) {
     ids_.resize(read_offset_);
     return "";
   }
-  // A long wait on a trailing U+FFFD is bytes that never form a character
-  // (a model emitting invalid UTF-8), not one in progress: real text keeps
-  // at most 2-3 ids pending. Past 8 they are sent as U+FFFD, which bounds
-  // the window decoded on every push.
-  constexpr size_t kMaxPendingIds = 8;
-  if (incomplete && ids_.size() - read_offset_ >= kMaxPendingIds) flush = true;
   if (new_text.size() <= prefix_text.size() || (incomplete && !flush)) return "";
   std::string delta = new_text.substr(prefix_text.size());
   prefix_offset_ = read_offset_;

@@ -32,6 +32,9 @@ class IncrementalDecoder {
 
  private:
   std::string DecodeRange(size_t begin, size_t end) const;
+  // Whether the bytes of ids_[read_offset_, end) (TokenBytes) end inside a
+  // UTF-8 character that more bytes could complete.
+  bool EndsInsideCharacter() const;
   // Emits the text of ids_[read_offset_, end) if it is complete (or `flush`).
   std::string TakeDelta(bool flush);
 

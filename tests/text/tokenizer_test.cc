@@ -337,11 +337,13 @@ TEST(IncrementalDecoderTest, TheWindowStaysBounded) {
     ASSERT_LE(dec.window(), 2u) << i;
   }
   EXPECT_EQ(dec.Push('b'), "b");
-  // 0xFF never starts a character: after 8 of them they are sent as U+FFFD.
+  // 0xFF never starts a character: each is sent as U+FFFD at once.
   std::string sent;
   for (int i = 0; i < 100; ++i) {
-    sent += dec.Push(0xFF);
-    ASSERT_LE(dec.window(), 17u) << i;  // the 8 sent as context, and up to 8 more + 1
+    const std::string delta = dec.Push(0xFF);
+    EXPECT_EQ(delta, "\xEF\xBF\xBD") << i;
+    sent += delta;
+    ASSERT_LE(dec.window(), 3u) << i;
   }
   sent += dec.Flush();
   std::string expected;
@@ -354,8 +356,8 @@ TEST(IncrementalDecoderTest, TheWindowStaysBounded) {
 TEST(IncrementalDecoderTest, EveryDeltaIsValidUtf8) {
   auto tok = MakeByteTokenizer();
   {
-    // 8 pending bytes of an unfinished 4-byte character are sent as U+FFFD;
-    // the bytes that would have finished it must not split the next one.
+    // Unfinished 4-byte characters cut by other lead bytes: each is sent as
+    // U+FFFD once the next lead byte shows it cannot finish.
     IncrementalDecoder dec(tok.get(), true);
     std::string sent;
     for (int32_t id : {0xF0, 0x9F, 0xF0, 0x9F, 0xF0, 0x9F, 0xF0, 0x9F, 0x98, 0x80, int32_t{'a'}}) {
