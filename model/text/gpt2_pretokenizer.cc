@@ -44,10 +44,18 @@ Decoded DecodeText(std::string_view text) {
   return d;
 }
 
-// Length (in code points) of the contraction at i ('s 't 're 've 'm 'll 'd), or 0.
-size_t MatchContraction(const Decoded& d, size_t i) {
+// Length (in code points) of the contraction at i ('s 't 're 've 'm 'll 'd),
+// or 0. `ignore_case`: (?i:...), with simple case folding as the regex
+// engines apply it (U+017F LATIN SMALL LETTER LONG S folds to s).
+size_t MatchContraction(const Decoded& d, size_t i, bool ignore_case = false) {
   if (d.cps[i] != U'\'') return 0;
-  const auto at = [&](size_t k) -> char32_t { return i + k < d.cps.size() ? d.cps[i + k] : 0; };
+  const auto at = [&](size_t k) -> char32_t {
+    if (i + k >= d.cps.size()) return 0;
+    const char32_t c = d.cps[i + k];
+    if (!ignore_case) return c;
+    if (c == 0x017F) return U's';
+    return c >= U'A' && c <= U'Z' ? c - U'A' + U'a' : c;
+  };
   for (const char32_t* suffix : {U"s", U"t", U"re", U"ve", U"m", U"ll", U"d"}) {
     size_t k = 0;
     while (suffix[k] != 0 && at(k + 1) == suffix[k]) ++k;
@@ -81,27 +89,9 @@ size_t MatchAt(const Decoded& d, size_t i) {
 
 bool IsNewline(char32_t c) { return c == U'\r' || c == U'\n'; }
 
-// (?i:'s|'t|'re|'ve|'m|'ll|'d): code points, or 0. Simple case folding, as
-// the regex engines apply (?i): U+017F LATIN SMALL LETTER LONG S folds to s.
-size_t MatchContractionIgnoreCase(const Decoded& d, size_t i) {
-  if (d.cps[i] != U'\'') return 0;
-  const auto folded = [&](size_t k) -> char32_t {
-    if (i + k >= d.cps.size()) return 0;
-    const char32_t c = d.cps[i + k];
-    if (c == 0x017F) return U's';
-    return c < 128 && c >= U'A' && c <= U'Z' ? c - U'A' + U'a' : c;
-  };
-  for (const char32_t* suffix : {U"s", U"t", U"re", U"ve", U"m", U"ll", U"d"}) {
-    size_t k = 0;
-    while (suffix[k] != 0 && folded(k + 1) == suffix[k]) ++k;
-    if (suffix[k] == 0) return k + 1;
-  }
-  return 0;
-}
-
 size_t MatchLlama3At(const Decoded& d, size_t i, size_t max_digits) {
   const size_t n = d.cps.size();
-  if (size_t len = MatchContractionIgnoreCase(d, i)) return len;
+  if (size_t len = MatchContraction(d, i, /*ignore_case=*/true)) return len;
   // [^\r\n\p{L}\p{N}]?\p{L}+
   if (d.cls[i] != CharClass::kLetter && d.cls[i] != CharClass::kNumber && !IsNewline(d.cps[i]) &&
       i + 1 < n && d.cls[i + 1] == CharClass::kLetter) {

