@@ -20,7 +20,9 @@ using Json = nlohmann::json;
 // caller's default in place: that is how transformers fills a config class.
 class HfKeys {
  public:
-  HfKeys(const Json& j, std::string model_type) : j_(j), model_type_(std::move(model_type)) {}
+  // `file`: what errors call the JSON the keys are read from.
+  HfKeys(const Json& j, std::string model_type, std::string file = "config.json")
+      : j_(j), model_type_(std::move(model_type)), file_(std::move(file)) {}
 
   bool Has(const char* key) const { return j_.contains(key); }
 
@@ -103,9 +105,10 @@ class HfKeys {
   }
 
   absl::Status Error(const char* key, const Json& value, const char* what) const {
-    return absl::InvalidArgumentError(absl::StrCat("config.json key '", key, "' (model_type ",
-                                                   model_type_, ") ", what, ", got ",
-                                                   value.dump()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, " key '", key, "'",
+                     model_type_.empty() ? "" : absl::StrCat(" (model_type ", model_type_, ")"),
+                     " ", what, ", got ", value.dump()));
   }
 
   const std::string& model_type() const { return model_type_; }
@@ -113,6 +116,7 @@ class HfKeys {
  private:
   const Json& j_;
   std::string model_type_;
+  std::string file_;
 };
 
 // hidden_act / activation_function names of transformers' ACT2FN that match
@@ -412,23 +416,14 @@ absl::Status MergeHfGenerationConfig(const std::string& generation_config_json_t
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("generation_config.json is not a JSON object");
   }
+  // The same id, list of ids or null as config.json's eos_token_id.
   auto it = j.find("eos_token_id");
-  if (it == j.end() || it->is_null()) return absl::OkStatus();
-  const bool ok_type = it->is_number_integer() ||
-                       (it->is_array() && std::all_of(it->begin(), it->end(), [](const Json& v) {
-                          return v.is_number_integer();
-                        }));
-  if (!ok_type) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "generation_config.json key 'eos_token_id' must be a token id or a list of ids, got ",
-        it->dump()));
-  }
+  if (it == j.end() || it->is_null() || (it->is_array() && it->empty())) return absl::OkStatus();
+  int64_t first = -1;
   std::vector<int64_t> ids;
-  if (it->is_array()) {
-    for (const Json& v : *it) ids.push_back(v.get<int64_t>());
-  } else {
-    ids.push_back(it->get<int64_t>());
-  }
+  DIKKAT_RETURN_IF_ERROR(
+      HfKeys(j, "", "generation_config.json").TokenId("eos_token_id", &first, &ids));
+  ids.insert(ids.begin(), first);
   for (int64_t id : ids) {
     if (id < 0 || id >= config->vocab_size) {
       return absl::InvalidArgumentError(

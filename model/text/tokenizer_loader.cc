@@ -43,15 +43,33 @@ absl::StatusOr<std::string> DikkatJsonTokenizer(const fs::path& path) {
   return it->get<std::string>();
 }
 
-// Hugging Face's BertTokenizer settings, when the folder has them.
-absl::StatusOr<WordPieceOptions> WordPieceOptionsFromConfig(const fs::path& path) {
-  WordPieceOptions options;
-  if (!IsFile(path)) return options;
+// tokenizer_config.json as a JSON object; an empty one when the file is
+// absent.
+absl::StatusOr<nlohmann::json> ReadTokenizerConfig(const fs::path& path) {
+  if (!IsFile(path)) return nlohmann::json::object();
   std::ifstream in(path);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
   }
+  return j;
+}
+
+// The text of a special token entry ("<unk>" or {"content": "<unk>", ...});
+// null when it has none.
+const nlohmann::json* TokenContent(const nlohmann::json& entry) {
+  const nlohmann::json* text = &entry;
+  if (entry.is_object()) {
+    auto content = entry.find("content");
+    text = content == entry.end() ? nullptr : &*content;
+  }
+  return text != nullptr && text->is_string() ? text : nullptr;
+}
+
+// Hugging Face's BertTokenizer settings, when the folder has them.
+absl::StatusOr<WordPieceOptions> WordPieceOptionsFromConfig(const fs::path& path) {
+  WordPieceOptions options;
+  DIKKAT_ASSIGN_OR_RETURN(const nlohmann::json j, ReadTokenizerConfig(path));
   const auto flag = [&](const char* key, bool fallback) {
     auto it = j.find(key);
     return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
@@ -60,12 +78,8 @@ absl::StatusOr<WordPieceOptions> WordPieceOptionsFromConfig(const fs::path& path
   options.strip_accents = flag("strip_accents", options.lower_case);  // null: follows lower-casing
   options.tokenize_chinese_chars = flag("tokenize_chinese_chars", true);
   if (auto it = j.find("unk_token"); it != j.end() && !it->is_null()) {
-    const nlohmann::json* text = &*it;
-    if (it->is_object()) {
-      auto content = it->find("content");
-      text = content == it->end() ? nullptr : &*content;
-    }
-    if (text == nullptr || !text->is_string()) {
+    const nlohmann::json* text = TokenContent(*it);
+    if (text == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           path.string(), ": \"unk_token\" must be a string or {\"content\": string}, got ",
           it->dump()));
@@ -79,21 +93,12 @@ absl::StatusOr<WordPieceOptions> WordPieceOptionsFromConfig(const fs::path& path
 
 absl::StatusOr<int32_t> TokenizerConfigEos(const std::string& model_dir,
                                            const Tokenizer& tokenizer) {
-  const fs::path path = fs::path(model_dir) / "tokenizer_config.json";
-  if (!IsFile(path)) return -1;
-  std::ifstream in(path);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
-  }
+  DIKKAT_ASSIGN_OR_RETURN(const nlohmann::json j,
+                          ReadTokenizerConfig(fs::path(model_dir) / "tokenizer_config.json"));
   auto it = j.find("eos_token");
   if (it == j.end()) return -1;
-  const nlohmann::json* text = &*it;
-  if (it->is_object()) {
-    auto content = it->find("content");
-    text = content == it->end() ? nullptr : &*content;
-  }
-  if (text == nullptr || !text->is_string() || text->get<std::string>().empty()) return -1;
+  const nlohmann::json* text = TokenContent(*it);
+  if (text == nullptr || text->get<std::string>().empty()) return -1;
   const std::string eos = text->get<std::string>();
   for (const auto& [special, id] : tokenizer.SpecialTexts()) {
     if (special == eos) return id;
