@@ -90,18 +90,15 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
       }
       DIKKAT_RETURN_IF_ERROR(
           CheckTextBytes(input.text().size(), absl::StrCat(field, ".text"), limits));
-      if (input.parse_special_tokens() && input.has_add_special_tokens() &&
-          input.add_special_tokens()) {
-        return Invalid(absl::StrCat(
-            field, ".parse_special_tokens with ", field,
-            ".add_special_tokens = true: the text carries its own special tokens; leave "
-            "add_special_tokens unset or false"));
-      }
-      const bool add_special = input.has_add_special_tokens() ? input.add_special_tokens()
-                                                              : default_add_special_tokens;
+      // Parsed text adds nothing around it unless asked: it usually carries
+      // its own special tokens (a rendered chat template).
+      const bool add_special =
+          input.has_add_special_tokens()
+              ? input.add_special_tokens()
+              : default_add_special_tokens && !input.parse_special_tokens();
       absl::StatusOr<model::Encoding> encoding =
           input.parse_special_tokens()
-              ? model::EncodeParsingSpecialTokens(*limits.tokenizer, input.text())
+              ? model::EncodeParsingSpecialTokens(*limits.tokenizer, input.text(), add_special)
               : limits.tokenizer->Encode(input.text(), add_special);
       if (!encoding.ok()) return InField(absl::StrCat(field, ".text"), encoding.status());
       ids = std::move(encoding->ids);

@@ -81,9 +81,9 @@ absl::StatusOr<std::optional<int64_t>> OptionalMaxTokens(const Json& body, const
   return n;
 }
 
-absl::StatusOr<bool> OptionalBool(const Json& body, const char* name) {
+absl::StatusOr<bool> OptionalBool(const Json& body, const char* name, bool if_absent = false) {
   const Json* v = Field(body, name);
-  if (v == nullptr) return false;
+  if (v == nullptr) return if_absent;
   if (!v->is_boolean()) {
     return Invalid(absl::StrCat(name, ": expected true or false, got ", TypeName(*v)));
   }
@@ -145,7 +145,8 @@ constexpr std::string_view kGenerateFields[] = {"model",
                                                 "include_stop_str_in_output",
                                                 "stream",
                                                 "stream_options",
-                                                "max_tokens"};
+                                                "max_tokens",
+                                                "add_special_tokens"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "logprobs", "echo"};
 constexpr std::string_view kChatFields[] = {"messages",        "tools",
                                             "tool_choice",     "parallel_tool_calls",
@@ -729,11 +730,21 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
   if (prompts.size() > 1)
     DIKKAT_RETURN_IF_ERROR(CheckCallCost(prompts.size(), wire, *limits.options));
 
+  // A text prompt is tokenized as vLLM and `tokenizer(prompt)` do: the
+  // special tokens written in it become their ids, and those the model
+  // expects around an input (Llama's BOS) are added unless the vLLM field
+  // add_special_tokens is false.
+  DIKKAT_ASSIGN_OR_RETURN(const bool add_special,
+                          OptionalBool(body, "add_special_tokens", /*if_absent=*/true));
   for (size_t i = 0; i < prompts.size(); ++i) {
     const Json& prompt = *prompts[i];
     if (prompt.is_string()) {
       wire.mutable_input()->set_text(prompt.get<std::string>());
+      wire.mutable_input()->set_parse_special_tokens(true);
+      wire.mutable_input()->set_add_special_tokens(add_special);
     } else {
+      wire.mutable_input()->clear_parse_special_tokens();
+      wire.mutable_input()->clear_add_special_tokens();
       const std::string field = prompts.size() == 1 ? "prompt" : absl::StrCat("prompt[", i, "]");
       absl::StatusOr<std::vector<int32_t>> ids = TokenIds(prompt, field);
       if (!ids.ok()) return ids.status();
@@ -761,6 +772,11 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
           prompt.is_string()
               ? prompt.get<std::string>()
               : limits.tokenizer->Decode(converted->prompt_ids, /*skip_special_tokens=*/false);
+      if (prompt.is_string() && add_special) {
+        const model::Tokenizer::AddedTokens added = limits.tokenizer->SpecialTokensAround();
+        converted->added_before = static_cast<int32_t>(added.before.size());
+        converted->added_after = static_cast<int32_t>(added.after.size());
+      }
     }
     call.prompts.push_back(std::move(*converted));
   }
@@ -792,8 +808,12 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
   DIKKAT_RETURN_IF_ERROR(CheckTextBytes(prompt.size(), "messages (rendered)", limits));
   wire.mutable_input()->set_text(std::move(prompt));
   // The template writes the special tokens (BOS, role markers) as text:
-  // they become their ids, as apply_chat_template(tokenize=True) gives them.
-  wire.mutable_input()->set_add_special_tokens(false);
+  // they become their ids, as apply_chat_template(tokenize=True) gives them;
+  // nothing is added around them unless the vLLM field add_special_tokens
+  // asks (a template that writes no BOS).
+  DIKKAT_ASSIGN_OR_RETURN(const bool add_special,
+                          OptionalBool(body, "add_special_tokens", /*if_absent=*/false));
+  wire.mutable_input()->set_add_special_tokens(add_special);
   wire.mutable_input()->set_parse_special_tokens(true);
   DIKKAT_RETURN_IF_ERROR(SetSampling(body, &wire));
   DIKKAT_RETURN_IF_ERROR(SetStream(body, &call));

@@ -106,6 +106,10 @@ struct PromptCall {
   // tokens too.
   std::string echo_text;
   std::vector<int32_t> prompt_ids;
+  // Of prompt_ids, how many the tokenizer added before and after the text
+  // (Llama's BOS): not in echo_text, so of no width in text_offset.
+  int32_t added_before = 0;
+  int32_t added_after = 0;
 };
 
 // A Generate call as the HTTP handlers need it: one engine request per

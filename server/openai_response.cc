@@ -238,15 +238,24 @@ void ChoiceBuilder::Consume(const GeneratedChunk& chunk, Choice& choice, std::st
       if (call_.want_logprobs && !chat && !prompt.prompt_ids.empty()) {
         // The first prompt token has no logprob; the others come from the
         // engine's prompt_logprobs, in order.
-        // Offsets: each prompt token's own decoded bytes.
+        // Offsets: each prompt token's own decoded bytes; none for those
+        // the tokenizer added around the text (not in the echo).
+        const size_t count = prompt.prompt_ids.size();
+        const auto width = [&](size_t i, int32_t id) -> int64_t {
+          if (i < static_cast<size_t>(prompt.added_before) ||
+              i + prompt.added_after >= count) {
+            return 0;
+          }
+          return static_cast<int64_t>(
+              tokenizer_.Decode({id}, /*skip_special_tokens=*/false).size());
+        };
         AppendCompletionLogprob(GeneratedToken{prompt.prompt_ids[0], 0.0f, {}}, false, *logprobs,
                                 choice.text_offset);
-        choice.text_offset += static_cast<int64_t>(
-            tokenizer_.Decode({prompt.prompt_ids[0]}, /*skip_special_tokens=*/false).size());
-        for (const GeneratedToken& t : prompt_logprobs) {
+        choice.text_offset += width(0, prompt.prompt_ids[0]);
+        for (size_t i = 0; i < prompt_logprobs.size(); ++i) {
+          const GeneratedToken& t = prompt_logprobs[i];
           AppendCompletionLogprob(t, true, *logprobs, choice.text_offset);
-          choice.text_offset += static_cast<int64_t>(
-              tokenizer_.Decode({t.token_id}, /*skip_special_tokens=*/false).size());
+          choice.text_offset += width(i + 1, t.token_id);
         }
         // The echo is the prompt's text: what follows starts after it.
         choice.text_offset = static_cast<int64_t>(prompt.echo_text.size());

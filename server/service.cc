@@ -769,15 +769,10 @@ grpc::ServerUnaryReactor* DikkatService::Tokenize(grpc::CallbackServerContext* c
     return FinishInline(context, record, size);
   }
   const model::Tokenizer& tokenizer = (*engine)->tokenizer();
-  if (request->parse_special_tokens() && request->add_special_tokens()) {
-    return FinishInline(context, record,
-                        absl::InvalidArgumentError(
-                            "parse_special_tokens with add_special_tokens = true: the text "
-                            "carries its own special tokens; leave add_special_tokens false"));
-  }
   absl::StatusOr<model::Encoding> encoding =
       request->parse_special_tokens()
-          ? model::EncodeParsingSpecialTokens(tokenizer, request->text())
+          ? model::EncodeParsingSpecialTokens(tokenizer, request->text(),
+                                              request->add_special_tokens())
           : tokenizer.Encode(request->text(), request->add_special_tokens());
   if (!encoding.ok()) {
     return FinishInline(context, record,

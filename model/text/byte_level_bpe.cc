@@ -107,7 +107,6 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
       text = normalized;
     }
     Encoding enc;
-    if (add_special_tokens) enc.ids = prefix_ids_;
     const auto encode = [&](std::string_view chunk) {
       const std::vector<int32_t> ids = EncodeChunk(chunk);
       enc.ids.insert(enc.ids.end(), ids.begin(), ids.end());
@@ -128,9 +127,11 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
         for (std::string_view chunk : Llama3PreTokenize(text, 1)) encode(chunk);
         break;
     }
-    if (add_special_tokens) enc.ids.insert(enc.ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+    if (add_special_tokens) AddSpecialTokens(&enc);
     return enc;
   }
+
+  AddedTokens SpecialTokensAround() const override { return {prefix_ids_, suffix_ids_}; }
 
   std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override {
     std::string bytes;

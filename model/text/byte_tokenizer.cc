@@ -41,6 +41,8 @@ class ByteTokenizer final : public Tokenizer {
     return enc;
   }
 
+  AddedTokens SpecialTokensAround() const override { return {{specials_.bos}, {}}; }
+
   std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override {
     std::string bytes;
     bytes.reserve(ids.size());

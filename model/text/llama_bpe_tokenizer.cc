@@ -73,7 +73,6 @@ class LlamaBpeTokenizer final : public Tokenizer {
       return absl::InvalidArgumentError("bpe tokenizer: input text is not valid UTF-8");
     }
     Encoding enc;
-    if (add_special_tokens) enc.ids = prefix_ids_;
     if (!text.empty()) {
       std::string normalized = ReplaceAll(text, " ", kSpaceMark);
       const bool has_mark = normalized.compare(0, kSpaceMark.size(), kSpaceMark) == 0;
@@ -96,9 +95,11 @@ class LlamaBpeTokenizer final : public Tokenizer {
         EncodeWord(normalized, &enc.ids);
       }
     }
-    if (add_special_tokens) enc.ids.insert(enc.ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+    if (add_special_tokens) AddSpecialTokens(&enc);
     return enc;
   }
+
+  AddedTokens SpecialTokensAround() const override { return {prefix_ids_, suffix_ids_}; }
 
   // Runs of ordinary ids decode together; the prefix space is dropped at the
   // start of each run, as SentencePiece does at the start of a text (the

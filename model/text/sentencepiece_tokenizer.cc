@@ -129,10 +129,15 @@ class SentencePieceTokenizer final : public Tokenizer {
       return absl::InternalError(absl::StrCat("sentencepiece Encode failed: ", error));
     }
     Encoding enc;
-    enc.ids.reserve(ids.size() + 1);
-    if (add_special_tokens && specials_.bos >= 0) enc.ids.push_back(specials_.bos);
-    enc.ids.insert(enc.ids.end(), ids.begin(), ids.end());
+    enc.ids.assign(ids.begin(), ids.end());
+    if (add_special_tokens) AddSpecialTokens(&enc);
     return enc;
+  }
+
+  AddedTokens SpecialTokensAround() const override {
+    AddedTokens added;
+    if (specials_.bos >= 0) added.before.push_back(specials_.bos);
+    return added;
   }
 
   // Runs of ordinary ids are decoded together so SentencePiece applies its

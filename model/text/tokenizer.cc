@@ -11,6 +11,14 @@ namespace dikkat::model {
 
 bool IsValidUtf8(std::string_view text) { return utf8::IsValid(text); }
 
+void Tokenizer::AddSpecialTokens(Encoding* enc) const {
+  const AddedTokens added = SpecialTokensAround();
+  enc->ids.insert(enc->ids.begin(), added.before.begin(), added.before.end());
+  enc->ids.insert(enc->ids.end(), added.after.begin(), added.after.end());
+  // One segment (BERT's type 0) over the whole.
+  if (!enc->type_ids.empty()) enc->type_ids.assign(enc->ids.size(), 0);
+}
+
 const std::vector<std::pair<std::string, int32_t>>& Tokenizer::SpecialTexts() const {
   absl::call_once(special_texts_once_, [this] {
     absl::flat_hash_map<std::string, int32_t> by_text;
@@ -30,9 +38,10 @@ const std::vector<std::pair<std::string, int32_t>>& Tokenizer::SpecialTexts() co
 }
 
 absl::StatusOr<Encoding> EncodeParsingSpecialTokens(const Tokenizer& tokenizer,
-                                                    std::string_view text) {
+                                                    std::string_view text,
+                                                    bool add_special_tokens) {
   const std::vector<std::pair<std::string, int32_t>>& specials = tokenizer.SpecialTexts();
-  if (specials.empty()) return tokenizer.Encode(text, false);
+  if (specials.empty()) return tokenizer.Encode(text, add_special_tokens);
   if (!IsValidUtf8(text)) return absl::InvalidArgumentError("text is not valid UTF-8");
   // Candidates by first byte, longest first (SpecialTexts' order).
   std::array<std::vector<int32_t>, 256> by_first;
@@ -71,6 +80,7 @@ absl::StatusOr<Encoding> EncodeParsingSpecialTokens(const Tokenizer& tokenizer,
   if (absl::Status s = encode_part(text.substr(part_start)); !s.ok()) return s;
   // One segment (BERT's type 0) when the tokenizer gives segment ids.
   if (type_ids) out.type_ids.assign(out.ids.size(), 0);
+  if (add_special_tokens) tokenizer.AddSpecialTokens(&out);
   return out;
 }
 

@@ -54,6 +54,19 @@ class Tokenizer {
   virtual absl::StatusOr<Encoding> Encode(std::string_view text,
                                           bool add_special_tokens) const = 0;
 
+  // What Encode(text, true) puts before and after one input (BERT: [CLS]
+  // and [SEP]; Llama: BOS; a tokenizer.json post-processor's template).
+  // Default: nothing.
+  struct AddedTokens {
+    std::vector<int32_t> before, after;
+  };
+  virtual AddedTokens SpecialTokensAround() const { return {}; }
+
+  // Puts SpecialTokensAround() around `enc`, one input encoded without
+  // special tokens, segment ids included when `enc` has them:
+  // Encode(text, true) is Encode(text, false) followed by this.
+  void AddSpecialTokens(Encoding* enc) const;
+
   // Ids -> text. Ids out of range are skipped; special tokens are dropped
   // when `skip_special_tokens`. Bytes that do not form valid UTF-8 become
   // U+FFFD.
@@ -89,13 +102,17 @@ class Tokenizer {
 // Text -> ids as Hugging Face tokenizers encode by default: the text of every
 // special token in `text` (SpecialTexts, the longest at each place) becomes
 // its id, and each part between them is encoded as Encode(part, false) does;
-// no special tokens are added around it. A text without any is Encode(text,
-// false). For prompts rendered by a chat template, which write the special
-// tokens (BOS, role markers) as text. Not modelled: Hugging Face's
+// with `add_special_tokens` the whole is then wrapped as AddSpecialTokens
+// does (what `tokenizer(text)` gives: a Llama prompt written with "<s>" gets
+// two BOS, as in Hugging Face). A text without any special token is
+// Encode(text, add_special_tokens). For prompts rendered by a chat template,
+// which write the special tokens (BOS, role markers) as text (add nothing
+// then), and for completion prompts as vLLM tokenizes them. Not modelled: Hugging Face's
 // lstrip/rstrip flags of added tokens, and added tokens that are not special.
 // INVALID_ARGUMENT if the text is not valid UTF-8.
 absl::StatusOr<Encoding> EncodeParsingSpecialTokens(const Tokenizer& tokenizer,
-                                                    std::string_view text);
+                                                    std::string_view text,
+                                                    bool add_special_tokens = false);
 
 // Returns true if `text` is valid UTF-8.
 bool IsValidUtf8(std::string_view text);

@@ -100,11 +100,17 @@ class WordPieceTokenizer final : public Tokenizer {
       return absl::InvalidArgumentError("wordpiece tokenizer: input text is not valid UTF-8");
     }
     Encoding enc;
-    if (add_special_tokens && specials_.cls >= 0) enc.ids.push_back(specials_.cls);
     for (const std::u32string& word : BasicTokenize(text)) WordPiece(word, &enc.ids);
-    if (add_special_tokens && specials_.sep >= 0) enc.ids.push_back(specials_.sep);
+    if (add_special_tokens) AddSpecialTokens(&enc);
     enc.type_ids.assign(enc.ids.size(), 0);
     return enc;
+  }
+
+  AddedTokens SpecialTokensAround() const override {
+    AddedTokens added;
+    if (specials_.cls >= 0) added.before.push_back(specials_.cls);
+    if (specials_.sep >= 0) added.after.push_back(specials_.sep);
+    return added;
   }
 
   std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override {

@@ -142,10 +142,13 @@ console.log(`openai ${openaiVersion} (node ${process.version}) -> ${baseURL}, gR
 const client = new OpenAI({ baseURL, apiKey: TOKEN, maxRetries: 0, timeout: 30_000 });
 
 // ---- gRPC through the dikkat CLI ----------------------------------------------
+// With the special tokens the model adds around an input (<bos>), as
+// completions tokenize a text prompt (vLLM, `tokenizer(prompt)`).
 async function grpcGenerate(prompt, maxTokens, extra = []) {
   const { stdout } = await execFileP(cliBin, [
     `--target=${grpcAddr}`, `--token=${TOKEN}`, "--timeout=30", "--attempts=1", "generate",
-    "--temperature=0", `--max-tokens=${maxTokens}`, ...extra, `--prompt=${prompt}`,
+    "--temperature=0", "--add-special-tokens", `--max-tokens=${maxTokens}`, ...extra,
+    `--prompt=${prompt}`,
   ], { encoding: "utf8" });
   return stdout;
 }

@@ -196,7 +196,8 @@ TEST_F(OpenAiRequestTest, CompletionFieldsMapToTheEngineRequest) {
   ASSERT_EQ(call->prompts.size(), 1u);
   EXPECT_EQ(call->n, 2);
   const GenerateRequest& r = call->prompts[0].request;
-  EXPECT_THAT(r.prompt, ElementsAre('h', 'i'));  // byte tokenizer: ids are bytes
+  // Byte tokenizer: ids are bytes, after the <bos> (257) tokenizer(prompt) adds.
+  EXPECT_THAT(r.prompt, ElementsAre(257, 'h', 'i'));
   EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
   EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
   EXPECT_EQ(r.sampling.seed, 42u);
@@ -402,9 +403,9 @@ TEST_F(OpenAiRequestTest, SeveralPromptsAreOneEngineRequestEach) {
   ASSERT_EQ(call->prompts.size(), 3u);
   EXPECT_EQ(call->n, 2);
   EXPECT_EQ(call->choices(), 6);
-  EXPECT_THAT(call->prompts[0].request.prompt, ElementsAre('a', 'b'));
-  EXPECT_THAT(call->prompts[1].request.prompt, ElementsAre(104, 105));
-  EXPECT_THAT(call->prompts[2].request.prompt, ElementsAre('c'));
+  EXPECT_THAT(call->prompts[0].request.prompt, ElementsAre(257, 'a', 'b'));
+  EXPECT_THAT(call->prompts[1].request.prompt, ElementsAre(104, 105));  // ids as given
+  EXPECT_THAT(call->prompts[2].request.prompt, ElementsAre(257, 'c'));
   for (const PromptCall& p : call->prompts) {
     EXPECT_EQ(p.request.n, 2);
     EXPECT_EQ(p.request.max_new_tokens, 5);
@@ -427,11 +428,11 @@ TEST_F(OpenAiRequestTest, ExplicitMaxTokensPastTheContextIsRefused) {
   absl::Status checked = CheckGenerateRequest(call->prompts[0].request, config_, options_);
   EXPECT_EQ(checked.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(checked.message(),
-            "This model's maximum context length is 64 tokens. However, you requested 65 tokens "
-            "(10 in the prompt, 55 for the completion). Please reduce the length of the prompt "
+            "This model's maximum context length is 64 tokens. However, you requested 66 tokens "
+            "(11 in the prompt, 55 for the completion). Please reduce the length of the prompt "
             "or completion.");
-  // At the context exactly: served.
-  call = Completion(absl::StrCat(R"({"prompt": ")", prompt, R"(", "max_tokens": 54})"));
+  // At the context exactly (the prompt's 10 bytes and <bos>): served.
+  call = Completion(absl::StrCat(R"({"prompt": ")", prompt, R"(", "max_tokens": 53})"));
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_TRUE(CheckGenerateRequest(call->prompts[0].request, config_, options_).ok());
   // Not strict: the same overlong request is capped by the engine, as for gRPC.
@@ -447,7 +448,7 @@ TEST_F(OpenAiRequestTest, ExplicitMaxTokensPastTheContextIsRefused) {
                                  R"("], "max_tokens": 10})"));
   EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(call.status().message(), HasSubstr("prompt[1]"));
-  EXPECT_THAT(call.status().message(), HasSubstr("(60 in the prompt, 10 for the completion)"));
+  EXPECT_THAT(call.status().message(), HasSubstr("(61 in the prompt, 10 for the completion)"));
   // Chat: max_completion_tokens (or max_tokens) makes it strict; neither does not.
   const ChatPrompt chat = LoadChat("{{ messages[0]['content'] }}");
   absl::StatusOr<GenerateCall> strict = Chat(chat, R"(, "max_completion_tokens": 63)");
@@ -504,8 +505,9 @@ TEST_F(OpenAiRequestTest, ResponsesThatMustPassTheResponseBoundAreRefused) {
   limits_.max_response_bytes = 64 << 10;
   const std::string prompt(300, 'p');  // 300 tokens with the byte tokenizer
   // 16 choices x (300 bytes of echo + 299 entries x (1 + 20 alternatives) x 7 bytes).
-  const Json echoed = {{"prompt", prompt}, {"n", 16}, {"temperature", 1}, {"max_tokens", 1},
-                       {"echo", true},     {"logprobs", 20}};
+  const Json echoed = {{"prompt", prompt}, {"n", 16},       {"temperature", 1},
+                       {"max_tokens", 1},  {"echo", true}, {"logprobs", 20},
+                       {"add_special_tokens", false}};
   absl::StatusOr<GenerateCall> refused = Completion(echoed.dump());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()),
@@ -562,6 +564,25 @@ TEST_F(OpenAiRequestTest, CompletionErrorsNameTheField) {
               HasSubstr("max_text_bytes"));
   EXPECT_THAT(ModelName(Json::parse(R"({"model": 3})")).status().message(),
               HasSubstr("model: expected a string"));
+}
+
+// A text prompt is tokenized as vLLM (and `tokenizer(prompt)`) does: special
+// tokens written in it are their ids, and <bos> is added before it unless
+// the vLLM field add_special_tokens is false. Token ids are used as given.
+TEST_F(OpenAiRequestTest, CompletionPromptsAreTokenizedAsTokenizerDoes) {
+  absl::StatusOr<GenerateCall> call = Completion(R"({"prompt": "<bos>hi<eos>x"})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_THAT(call->prompts[0].request.prompt, ElementsAre(257, 257, 'h', 'i', 258, 'x'));
+  call = Completion(R"({"prompt": "<eos>hi", "add_special_tokens": false})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_THAT(call->prompts[0].request.prompt, ElementsAre(258, 'h', 'i'));
+  call = Completion(R"({"prompt": ["hi", [1, 2]], "add_special_tokens": true})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_THAT(call->prompts[0].request.prompt, ElementsAre(257, 'h', 'i'));
+  EXPECT_THAT(call->prompts[1].request.prompt, ElementsAre(1, 2));
+  call = Completion(R"({"prompt": "hi", "add_special_tokens": 1})");
+  EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(call.status().message(), HasSubstr("add_special_tokens: expected true or false"));
 }
 
 TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
@@ -671,6 +692,14 @@ TEST_F(OpenAiRequestTest, SpecialTokensTheTemplateWritesAreTheirIds) {
   ASSERT_TRUE(call.ok()) << call.status();
   ASSERT_EQ(call->prompts.size(), 1u);
   EXPECT_THAT(call->prompts[0].request.prompt, ::testing::ElementsAre(257, 'h', 'i', 258));
+  // vLLM's add_special_tokens adds the model's own around the rendered text.
+  call = ParseChatRequest(
+      Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+                      "add_special_tokens": true})"),
+      *chat, BodyLimits{}, limits_);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_THAT(call->prompts[0].request.prompt,
+              ::testing::ElementsAre(257, 257, 'h', 'i', 258));
 }
 
 TEST_F(OpenAiRequestTest, AChatPastTheTemplateBoundsIs400NotRetryable) {
