@@ -172,6 +172,15 @@ TEST_F(LlamaBpeTest, ParsingSpecialTokensGivesBosItsId) {
   EXPECT_EQ(parsed->ids, want);
   // Tokenized as text, "<s>" is not BOS.
   EXPECT_NE((*tok)->Encode("<s>[INST]", false)->ids.front(), bos);
+  // Parsed and added, as tokenizer(text) gives it: the BOS written and the
+  // one added (Hugging Face warns of the double BOS, and gives it).
+  auto both = EncodeParsingSpecialTokens(**tok, "<s>[INST] the cat [/INST] a dog </s>", true);
+  ASSERT_TRUE(both.ok()) << both.status();
+  want.insert(want.begin(), bos);
+  EXPECT_EQ(both->ids, want);
+  const Tokenizer::AddedTokens around = (*tok)->SpecialTokensAround();
+  EXPECT_EQ(around.before, std::vector<int32_t>{bos});
+  EXPECT_TRUE(around.after.empty());
 }
 
 TEST_F(LlamaBpeTest, TokenTextShowsSpacesAndBytes) {

@@ -126,6 +126,12 @@ TEST_F(WordPieceTest, KnownIdsSpecialsAndDecode) {
   ASSERT_TRUE(with.ok());
   EXPECT_EQ((*tok)->Decode(with->ids, true), "i like strawberries !");
   EXPECT_EQ((*tok)->Decode(with->ids, false), "[CLS] i like strawberries ! [SEP]");
+  // Special tokens in the text parsed, and [CLS] ... [SEP] added around it
+  // (tokenizer(text)), with one segment id per token.
+  auto both = EncodeParsingSpecialTokens(**tok, "i like[SEP]strawberries", true);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_THAT(both->ids, ElementsAre(101, 1045, 2066, 102, 13137, 20968, 102));
+  EXPECT_EQ(both->type_ids, std::vector<int32_t>(7, 0));
 }
 
 TEST_F(WordPieceTest, LoadTokenizerReadsTokenizerConfig) {
