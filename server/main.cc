@@ -155,7 +155,8 @@ ABSL_FLAG(ByteSize, max_held_output_bytes, ByteSize{256ll << 20},
 ABSL_FLAG(int32_t, max_batch_entries, 64, "Most inputs one Encode call may carry.");
 ABSL_FLAG(int64_t, max_attention_values, 16ll << 20,
           "Most attention weights (layers x heads x queries x keys) one Attention call may "
-          "return.");
+          "return, and most one layer may compute (all its heads x queries x keys, before "
+          "heads are selected or aggregated).");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain for TLS on the gRPC port (with --tls_key). Empty = plaintext.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");

@@ -376,6 +376,18 @@ absl::Status CheckAttentionRequest(const AttentionRequest& r, const model::Model
         " maps x ", q_len, " x ", k_len, "); the limit is ", limit,
         "; select fewer layers or heads, aggregate heads, or shorten the input"));
   }
+  // What is computed before the maps are selected or aggregated: every
+  // head's scores and weights of one layer at a time ([H, q, k] each), so a
+  // mean of one layer is not H times cheaper than the response says. Bound
+  // by the server's limit, whatever the call's own max_values.
+  const int64_t computed = config.n_heads * q_len * k_len;
+  if (computed > options.max_attention_values) {
+    return Invalid(absl::StrCat(
+        "computing one layer's attention weights holds ", computed, " values (all ",
+        config.n_heads, " heads x ", q_len, " x ", k_len,
+        ", before heads are selected or aggregated); the server's limit is ",
+        options.max_attention_values, " (--max_attention_values): shorten the input"));
+  }
   return absl::OkStatus();
 }
 

@@ -460,19 +460,25 @@ TEST_F(RpcTest, AttentionCrossMapsTargetRowsToSourceColumns) {
 }
 
 TEST_F(RpcTest, AttentionOverTheSizeLimitSaysHowToShrinkIt) {
-  // 2 layers x 4 heads x 40 x 40 = 12800 weights > 4096.
+  // 2 layers x 4 heads x 30 x 30 = 7200 weights > 4096.
   v1::AttentionRequest request;
-  *request.mutable_input() = client::TokenInput(std::vector<int32_t>(40, 65));
+  *request.mutable_input() = client::TokenInput(std::vector<int32_t>(30, 65));
   absl::StatusOr<v1::AttentionResponse> r = client_->Attention(request);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
-  EXPECT_THAT(r.status().message(), HasSubstr("12800"));
+  EXPECT_THAT(r.status().message(), HasSubstr("7200"));
   EXPECT_THAT(r.status().message(), HasSubstr("4096"));
   EXPECT_THAT(r.status().message(), HasSubstr("aggregate"));
-  // Aggregating the heads (2 x 1600 = 3200) fits.
+  // Aggregating the heads (2 x 900 = 1800; a layer computes 4 x 900) fits.
   request.set_aggregation(v1::HEAD_AGGREGATION_MEAN);
   r = client_->Attention(request);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->maps_size(), kLayers);
+  // At 40 tokens the mean (2 x 1600) would fit the response, but a layer
+  // computes all 4 heads first (6400).
+  *request.mutable_input() = client::TokenInput(std::vector<int32_t>(40, 65));
+  r = client_->Attention(request);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("holds 6400 values (all 4 heads x 40 x 40"));
 }
 
 // ---- model info, tokenization ---------------------------------------------------

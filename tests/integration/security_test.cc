@@ -387,15 +387,15 @@ TEST_F(SecurityTest, SizeAndCountLimitsAreEnforcedWithClearErrors) {
   encode.set_return_hidden_states(false);
   EXPECT_TRUE((*c)->Encode(encode).ok());
 
-  // Attention payload: 2 layers x 4 heads x 20 x 20 = 3200 values > 1000.
+  // Attention payload: 2 layers x 4 heads x 15 x 15 = 1800 values > 1000.
   v1::AttentionRequest attention;
-  attention.mutable_input()->set_text(std::string(20, 'z'));
+  attention.mutable_input()->set_text(std::string(15, 'z'));
   attention.mutable_input()->set_add_special_tokens(false);
   s = (*c)->Attention(attention).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("the limit is 1000"));
   attention.add_layers(0);
-  attention.set_aggregation(v1::HEAD_AGGREGATION_MEAN);  // 400 values
+  attention.set_aggregation(v1::HEAD_AGGREGATION_MEAN);  // 225 values (the layer: 900)
   absl::StatusOr<v1::AttentionResponse> ok = (*c)->Attention(attention);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->maps_size(), 1);

@@ -177,6 +177,16 @@ TEST_F(RequestChecksTest, AttentionKindTargetIndicesAndSize) {
                 {"72 attention weights", "the limit is 71"});
   r.aggregation = HeadAggregation::kMean;  // 18 values
   EXPECT_TRUE(CheckAttentionRequest(r, lm_, options_).ok());
+  // The mean of one head still computes all 4 heads of a layer (36 values):
+  // bounded by the server's limit, not the response's size.
+  r.max_values = 0;
+  r.layers = {0};
+  r.heads = {0};
+  options_.max_attention_values = 35;
+  ExpectInvalid(CheckAttentionRequest(r, lm_, options_),
+                {"holds 36 values (all 4 heads x 3 x 3", "limit is 35", "--max_attention_values"});
+  options_.max_attention_values = 36;
+  EXPECT_TRUE(CheckAttentionRequest(r, lm_, options_).ok());
 }
 
 }  // namespace
