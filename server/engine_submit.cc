@@ -24,6 +24,20 @@ namespace engine_internal {
 
 using model::Architecture;
 
+namespace {
+
+// The logits a step may return for prompt scoring, all sequences together:
+// [rows, vocab] floats, copied a few times on their way to the scores (a
+// Qwen2.5 chunk of 2048 prompt tokens would be 1.2 GB each time).
+constexpr int64_t kScoredLogitBytes = 32ll << 20;
+
+int64_t MaxLogitRows(const model::ModelConfig& config) {
+  const int64_t row_bytes = std::max<int64_t>(config.vocab_size, 1) * sizeof(float);
+  return std::max<int64_t>(kScoredLogitBytes / row_bytes, 1);
+}
+
+}  // namespace
+
 EngineImpl::EngineImpl(ModelDescription description, model::ModelConfig config,
                        std::unique_ptr<model::Transformer> transformer,
                        std::unique_ptr<model::Tokenizer> tokenizer,
@@ -41,7 +55,7 @@ EngineImpl::EngineImpl(ModelDescription description, model::ModelConfig config,
                                   // source too, which block keys do not name.
                                   options_.prefix_caching &&
                                       config_.architecture != Architecture::kEncoderDecoder,
-                                  options_.priority_aging},
+                                  options_.priority_aging, MaxLogitRows(config_)},
                  &cache_->allocator()) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -176,6 +190,7 @@ std::vector<std::unique_ptr<Request>> EngineImpl::MakeGenerate(
   // Prompt logprobs need the logits of every prompt position: computed, not
   // mapped from the prefix cache.
   r->no_prefix_match = request.prompt_logprobs >= 0;
+  r->logit_rows = request.prompt_logprobs >= 0;
   if (request.best_of == 0) request.best_of = request.n;
   if (request.beam_width > 1 || (request.n == 1 && request.best_of == 1)) {
     // Beam search runs outside the scheduler (engine_beams.cc).
@@ -199,6 +214,7 @@ std::vector<std::unique_ptr<Request>> EngineImpl::MakeGenerate(
     sample->gen = request;
     if (i > 0) sample->gen.prompt_logprobs = -1;
     sample->no_prefix_match = sample->gen.prompt_logprobs >= 0;
+    sample->logit_rows = sample->gen.prompt_logprobs >= 0;
     sample->group = group;
     sample->sample_index = i;
     out.push_back(std::move(sample));

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -170,6 +171,15 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
   now_ = now;
   Expire(now, &result);
   int64_t budget = options_.max_batch_tokens;
+  int64_t logit_rows = options_.max_logit_rows > 0 ? options_.max_logit_rows
+                                                   : std::numeric_limits<int64_t>::max();
+  // A chunk of `want` tokens of `r`, within the step's logit rows.
+  const auto within_logit_rows = [&logit_rows](const Sequence& r, int64_t want) {
+    if (!r.logit_rows) return want;
+    const int64_t chunk = std::min<int64_t>(want, std::max<int64_t>(logit_rows, 1));
+    logit_rows -= chunk;
+    return chunk;
+  };
   for (Sequence* r : running_) Register(r);
   SortWaiting(now);
   PreemptForPriority(&result);
@@ -179,7 +189,8 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* r = running_[i];
     const int64_t pending = static_cast<int64_t>(r->tokens.size()) - r->num_cached;
-    const int64_t chunk = std::min<int64_t>(pending, std::max<int64_t>(budget, 1));
+    const int64_t chunk =
+        within_logit_rows(*r, std::min<int64_t>(pending, std::max<int64_t>(budget, 1)));
     while (!allocator_->EnsureCapacity(&r->blocks, r->num_cached + chunk)) {
       if (!PreemptNewest(&result) || !IsRunning(r)) break;
     }
@@ -225,7 +236,7 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
     InsertRunning(r);
     r->num_cached = matched;
     r->num_matched = matched;
-    const int64_t chunk = std::min<int64_t>(len - matched, budget);
+    const int64_t chunk = within_logit_rows(*r, std::min<int64_t>(len - matched, budget));
     allocator_->EnsureCapacity(&r->blocks, matched + chunk);
     result.admitted.push_back(r);
     result.matched_tokens.push_back(matched);

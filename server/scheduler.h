@@ -73,6 +73,9 @@ struct Sequence {
   // Computes every token itself (its prompt's logits are wanted); its full
   // blocks are still offered to the prefix cache.
   bool no_prefix_match = false;
+  // Each token of its prefill chunks returns a row of logits (prompt
+  // scoring): its chunks share SchedulerOptions::max_logit_rows a step.
+  bool logit_rows = false;
 };
 
 struct SchedulerOptions {
@@ -82,6 +85,11 @@ struct SchedulerOptions {
   // A waiting sequence's priority rises by one per this much waited;
   // zero or less: priorities never age.
   absl::Duration priority_aging = absl::ZeroDuration();
+  // Tokens a step may run of sequences whose every token returns a row of
+  // logits (Sequence::logit_rows), all together: [rows, vocab] floats are
+  // far larger than the one row of the others. Each such sequence still
+  // runs at least one token. Zero or less: no bound.
+  int64_t max_logit_rows = 0;
 };
 
 // One step's plan. `batch[i]` runs its tokens [num_cached, num_cached +

@@ -20,10 +20,11 @@ constexpr int32_t kBlockSize = 4;
 class SchedulerTest : public ::testing::Test {
  protected:
   void Make(int32_t num_blocks, int32_t max_batch_size, int32_t max_batch_tokens,
-            bool prefix_caching = false) {
+            bool prefix_caching = false, int64_t max_logit_rows = 0) {
     allocator_ = std::make_unique<model::KvBlockAllocator>(num_blocks, kBlockSize);
-    scheduler_ = std::make_unique<Scheduler>(
-        SchedulerOptions{max_batch_size, max_batch_tokens, prefix_caching}, allocator_.get());
+    SchedulerOptions options{max_batch_size, max_batch_tokens, prefix_caching};
+    options.max_logit_rows = max_logit_rows;
+    scheduler_ = std::make_unique<Scheduler>(options, allocator_.get());
   }
 
   Sequence* AddTokens(std::vector<int32_t> tokens) {
@@ -70,6 +71,34 @@ TEST_F(SchedulerTest, AdmitsInOrderUnderTheTokenBudget) {
   EXPECT_THAT(plan.admitted, ElementsAre(a, b));
   EXPECT_THAT(scheduler_->waiting(), ElementsAre(c));
   EXPECT_THAT(scheduler_->running(), ElementsAre(a, b));
+}
+
+// Sequences that score their prompt (a row of logits per token) share
+// max_logit_rows a step, each running at least one token; the others take
+// the token budget as usual.
+TEST_F(SchedulerTest, PromptScoringChunksShareTheLogitRows) {
+  Make(/*num_blocks=*/64, /*max_batch_size=*/8, /*max_batch_tokens=*/100,
+       /*prefix_caching=*/false, /*max_logit_rows=*/10);
+  Sequence* a = Add(25);
+  Sequence* b = Add(20);
+  Sequence* c = Add(12);
+  a->logit_rows = true;
+  b->logit_rows = true;
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.batch, ElementsAre(a, b, c));
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(10, 1, 12));
+  Ran(plan);
+  plan = scheduler_->Schedule(now_);
+  // Running first, in order: a takes the rows, b its one token, c decodes.
+  EXPECT_THAT(plan.batch, ElementsAre(a, b, c));
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(10, 1, 1));
+  Ran(plan);
+  plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(5, 5, 1));  // a's prompt ends: b gets the rest
+  for (size_t i = 0; i < plan.batch.size(); ++i) {
+    EXPECT_LE(plan.batch[i]->num_cached + plan.chunk_lens[i],
+              static_cast<int64_t>(plan.batch[i]->tokens.size()));
+  }
 }
 
 TEST_F(SchedulerTest, BatchSizeLimitsAdmission) {
