@@ -254,6 +254,7 @@ absl::Status EngineImpl::Admit(Request* r) {
         throw std::runtime_error("failpoint engine.encode_source");
       }
       r->cross = EncodeSource(*transformer_, r->gen.source);
+      r->admission_tokens = 0;  // kept across preemptions: never encoded again
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("encoder forward failed: ", e.what()));
     }

@@ -2,7 +2,7 @@
 //
 // Beam-search requests run beside the scheduler's batch, not in it: every
 // engine step runs one forward over the live beams of all of them (the
-// prompt's prefill first), then each request's BeamSearch picks the next
+// prompt's prefill first, in chunks within --max_batch_tokens), then each request's BeamSearch picks the next
 // beams and this file rearranges their KV blocks: a parent's first surviving
 // child takes its block table over, the others fork it (full blocks shared
 // by reference, the partial last block copied: model/kv_block_allocator.h
@@ -92,35 +92,54 @@ void EngineImpl::RunBeams() {
     for (const BeamSlot& slot : r->beam_slots) held.insert(slot.blocks.begin(), slot.blocks.end());
     reserved += std::max<int64_t>(0, r->beam_worst_blocks - static_cast<int64_t>(held.size()));
   }
+  // The step's token budget: sources encoded at the start, then the slots'
+  // tokens (below).
+  int64_t budget = options_.max_batch_tokens;
+  bool started = false;
   for (Request* r : std::vector<Request*>(beam_jobs_)) {
     if (r->beam != nullptr) continue;
+    // One search a step may encode a source past the budget; others wait.
+    if (started && r->admission_tokens > budget) break;
     // False: it waits, and so do those after it (or its encoder pass failed
     // and it is gone; the next step starts the others).
     if (!StartBeam(r, reserved)) break;
+    budget -= r->admission_tokens;
+    r->admission_tokens = 0;
+    started = true;
     reserved += r->beam_worst_blocks;
     running.push_back(r);
   }
-  // Blocks for what this forward writes.
+  // Blocks for what this forward writes. A search's prompt (its one slot
+  // before the first step) is run in chunks within the step's token budget,
+  // as the scheduler chunks prefills: each search still runs at least one
+  // token a step.
   std::vector<model::SequenceChunk> chunks;
   std::vector<Request*> stepped;
+  std::vector<int64_t> chunk_lens;  // per slot of the stepped searches, in order
   bool prefill = false;
   int32_t tokens = 0;
   for (Request* r : running) {
     bool ok = true;
+    const size_t first_len = chunk_lens.size();
     for (BeamSlot& slot : r->beam_slots) {
-      ok = ok && cache_->allocator().EnsureCapacity(&slot.blocks,
-                                                    static_cast<int64_t>(slot.tokens.size()));
+      const int64_t pending = static_cast<int64_t>(slot.tokens.size()) - slot.num_cached;
+      const int64_t len = std::min<int64_t>(pending, std::max<int64_t>(budget, 1));
+      budget -= len;
+      chunk_lens.push_back(len);
+      ok = ok && cache_->allocator().EnsureCapacity(&slot.blocks, slot.num_cached + len);
     }
     if (!ok) {
+      chunk_lens.resize(first_len);
       FinishBeam(r, FinishReason::kError,
                  absl::ResourceExhaustedError(
                      "the KV cache filled up during beam search; retry later or with fewer beams"));
       continue;
     }
     stepped.push_back(r);
-    for (BeamSlot& slot : r->beam_slots) {
+    for (size_t i = 0; i < r->beam_slots.size(); ++i) {
+      BeamSlot& slot = r->beam_slots[i];
       model::SequenceChunk c;
-      c.tokens = absl::MakeConstSpan(slot.tokens).subspan(slot.num_cached);
+      c.tokens = absl::MakeConstSpan(slot.tokens).subspan(slot.num_cached, chunk_lens[first_len + i]);
       c.start_pos = slot.num_cached;
       c.block_table = &slot.blocks;
       c.cross = r->cross.get();
@@ -148,13 +167,17 @@ void EngineImpl::RunBeams() {
   }
   const int64_t vocab = logits.size(1);
   const float* row = logits.data_ptr<float>();
+  size_t slot_index = 0;
   for (Request* r : stepped) {
     std::vector<absl::Span<const float>> rows;
+    bool whole = true;  // every slot's tokens are cached: the search steps
     for (BeamSlot& slot : r->beam_slots) {
-      slot.num_cached = static_cast<int64_t>(slot.tokens.size());
+      slot.num_cached += chunk_lens[slot_index++];
+      whole = whole && slot.num_cached == static_cast<int64_t>(slot.tokens.size());
       rows.emplace_back(row, vocab);
       row += vocab;
     }
+    if (!whole) continue;  // its prompt continues next step
     if (!r->first_token_at) r->first_token_at = absl::Now();
     // NaN or +inf (a float16 overflow, say) would rank every proposal as
     // NaN: garbage hypotheses and a search that never ends early.

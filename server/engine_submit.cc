@@ -191,6 +191,8 @@ std::vector<std::unique_ptr<Request>> EngineImpl::MakeGenerate(
   // mapped from the prefix cache.
   r->no_prefix_match = request.prompt_logprobs >= 0;
   r->logit_rows = request.prompt_logprobs >= 0;
+  // The source is encoded when the request is admitted: that step's work.
+  r->admission_tokens = static_cast<int64_t>(request.source.size());
   if (request.best_of == 0) request.best_of = request.n;
   if (request.beam_width > 1 || (request.n == 1 && request.best_of == 1)) {
     // Beam search runs outside the scheduler (engine_beams.cc).
@@ -215,6 +217,7 @@ std::vector<std::unique_ptr<Request>> EngineImpl::MakeGenerate(
     if (i > 0) sample->gen.prompt_logprobs = -1;
     sample->no_prefix_match = sample->gen.prompt_logprobs >= 0;
     sample->logit_rows = sample->gen.prompt_logprobs >= 0;
+    sample->admission_tokens = r->admission_tokens;
     sample->group = group;
     sample->sample_index = i;
     out.push_back(std::move(sample));

@@ -219,6 +219,7 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < options_.max_batch_size) {
     Sequence* r = waiting_.front();
+    if (r->admission_tokens > budget && !result.admitted.empty()) break;
     const int64_t len = static_cast<int64_t>(r->tokens.size());
     const bool match = options_.prefix_caching && !r->no_prefix_match;
     if (match) {
@@ -236,7 +237,9 @@ ScheduleResult Scheduler::Schedule(absl::Time now) {
     InsertRunning(r);
     r->num_cached = matched;
     r->num_matched = matched;
-    const int64_t chunk = within_logit_rows(*r, std::min<int64_t>(len - matched, budget));
+    budget -= r->admission_tokens;
+    const int64_t chunk = within_logit_rows(
+        *r, std::min<int64_t>(len - matched, std::max<int64_t>(budget, 1)));
     allocator_->EnsureCapacity(&r->blocks, matched + chunk);
     result.admitted.push_back(r);
     result.matched_tokens.push_back(matched);

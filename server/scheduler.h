@@ -76,6 +76,11 @@ struct Sequence {
   // Each token of its prefill chunks returns a row of logits (prompt
   // scoring): its chunks share SchedulerOptions::max_logit_rows a step.
   bool logit_rows = false;
+  // Work its admission does besides its chunk, in tokens (an encoder-decoder
+  // request's source, encoded when it is admitted), charged to the step's
+  // token budget. One such admission a step may pass the budget (else a long
+  // source would wait for ever behind running decodes); others wait.
+  int64_t admission_tokens = 0;
 };
 
 struct SchedulerOptions {

@@ -735,6 +735,33 @@ TEST_F(EngineTest, NanLogitsFailTheRequestAsInternal) {
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }
 
+// A beam search's prompt ran as one forward, whatever --max_batch_tokens
+// said (a 30K-token prompt: one 30K-token step). It now runs in chunks
+// within the budget, and the beams are those of an unchunked run.
+TEST_F(EngineTest, BeamSearchPromptsRunInChunksUnderTheStepBudget) {
+  GenerateRequest beams = Greedy(std::string(30, 'q') + "rst", 6);
+  beams.beam_width = 3;
+  auto unchunked = Make("tiny-lm");
+  ASSERT_NE(unchunked, nullptr);
+  const std::vector<int32_t> want = RunAlone(*unchunked, beams);
+  ASSERT_EQ(want.size(), 6u);
+  StepRecorder recorder;  // outlives the engine
+  EngineOptions options;
+  options.kv_cache_bytes = 8 << 20;
+  options.max_batch_tokens = 8;
+  auto engine = Engine::Create("tiny-lm", ModelPath("tiny-lm"), options, &recorder);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ(RunAlone(**engine, beams), want);
+  const std::vector<StepTiming> steps = recorder.steps();
+  // 33 prompt tokens in chunks of 8: 5 prefill steps, then the beams.
+  ASSERT_GE(steps.size(), 5u);
+  for (const StepTiming& step : steps) EXPECT_LE(step.tokens, 8);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(steps[i].tokens, 8) << i;
+  EXPECT_EQ(steps[4].tokens, 1);
+  WaitIdle(**engine);
+  EXPECT_EQ((*engine)->stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, EncoderDecoderGeneratesAndShutsDownCleanly) {
   auto engine = Make("tiny-seq2seq");
   ASSERT_NE(engine, nullptr);

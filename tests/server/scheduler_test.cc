@@ -101,6 +101,35 @@ TEST_F(SchedulerTest, PromptScoringChunksShareTheLogitRows) {
   }
 }
 
+// An admission's own work (an encoder-decoder's source, encoded when it is
+// admitted) is charged to the step's budget: past it, the sequence waits
+// for a step with no other admission, where it may pass the budget (it
+// would otherwise wait for ever behind running decodes).
+TEST_F(SchedulerTest, AdmissionWorkIsChargedToTheStepBudget) {
+  Make(/*num_blocks=*/64, /*max_batch_size=*/8, /*max_batch_tokens=*/10);
+  Sequence* a = Add(3);
+  Sequence* b = Add(2);
+  Sequence* c = Add(2);
+  b->admission_tokens = 20;
+  c->admission_tokens = 5;
+  ScheduleResult plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.batch, ElementsAre(a));  // b's 20 do not fit beside a's 3
+  EXPECT_THAT(scheduler_->waiting(), ElementsAre(b, c));
+  Ran(plan);
+  plan = scheduler_->Schedule(now_);
+  // No other admission: b passes the budget, with one token of its prompt;
+  // c waits.
+  EXPECT_THAT(plan.admitted, ElementsAre(b));
+  EXPECT_THAT(plan.batch, ElementsAre(a, b));
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(1, 1));
+  Ran(plan);
+  b->admission_tokens = 0;  // the engine's part: encoded once
+  plan = scheduler_->Schedule(now_);
+  EXPECT_THAT(plan.admitted, ElementsAre(c));  // 2 taken, 5 of the 8 left for c
+  EXPECT_THAT(plan.batch, ElementsAre(a, b, c));
+  EXPECT_THAT(plan.chunk_lens, ElementsAre(1, 1, 2));
+}
+
 TEST_F(SchedulerTest, BatchSizeLimitsAdmission) {
   Make(64, /*max_batch_size=*/2, 100);
   Add(2);
