@@ -28,15 +28,26 @@ std::string IncrementalDecoder::DecodeRange(size_t begin, size_t end) const {
   return tokenizer_->Decode(absl::MakeConstSpan(ids_.data() + begin, end - begin), skip_special_);
 }
 
-bool IncrementalDecoder::EndsInsideCharacter() const {
-  // The last bytes of the ids not yet sent (skipped special tokens add none).
+bool IncrementalDecoder::AddsNoText(int32_t id) const {
+  return id < 0 || id >= tokenizer_->vocab_size() || (skip_special_ && tokenizer_->IsSpecial(id));
+}
+
+size_t IncrementalDecoder::IncompleteCharacterStart() const {
+  // The last bytes of the ids not yet sent (ids that add no text add none),
+  // and the id each byte comes from.
   std::string tail;
+  std::vector<size_t> owner;  // owner[k]: the index in ids_ of tail[k]
   for (size_t i = ids_.size(); i > read_offset_ && tail.size() < 4; --i) {
     const int32_t id = ids_[i - 1];
-    if (skip_special_ && tokenizer_->IsSpecial(id)) continue;
-    tail.insert(0, tokenizer_->TokenBytes(id));
+    if (AddsNoText(id)) continue;
+    const std::string bytes = tokenizer_->TokenBytes(id);
+    tail.insert(0, bytes);
+    owner.insert(owner.begin(), bytes.size(), i - 1);
   }
-  if (tail.size() > 4) tail.erase(0, tail.size() - 4);
+  if (tail.size() > 4) {
+    tail.erase(0, tail.size() - 4);
+    owner.erase(owner.begin(), owner.end() - 4);
+  }
   // The last lead byte, and whether the bytes from it are a well-formed
   // start of a character that is not complete yet.
   for (size_t back = 1; back <= tail.size(); ++back) {
@@ -46,9 +57,11 @@ bool IncrementalDecoder::EndsInsideCharacter() const {
     const size_t need = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
                         : b >= 0xF0 && b <= 0xF4 ? 4 : 0;  // 0: ASCII or never a lead
     size_t subpart = 0;
-    return back < need && utf8::SequenceLength(tail, lead, &subpart) == 0 && subpart == back;
+    const bool incomplete =
+        back < need && utf8::SequenceLength(tail, lead, &subpart) == 0 && subpart == back;
+    return incomplete ? owner[lead] : ids_.size();
   }
-  return false;  // continuation bytes alone: never a character
+  return ids_.size();  // continuation bytes alone: never a character
 }
 
 std::string IncrementalDecoder::TakeDelta(bool flush) {
@@ -58,10 +71,12 @@ std::string IncrementalDecoder::TakeDelta(bool flush) {
   // (byte-level BPE, byte fallback) waits for the rest of it. One that is
   // the text's own, or stands for bytes no more bytes can complete, does
   // not: waiting on it would grow the window decoded on every push.
-  const bool incomplete = new_text.size() >= utf8::kReplacementChar.size() &&
-                          new_text.compare(new_text.size() - utf8::kReplacementChar.size(),
-                                           std::string::npos, utf8::kReplacementChar) == 0 &&
-                          EndsInsideCharacter();
+  const bool ends_in_replacement =
+      new_text.size() >= utf8::kReplacementChar.size() &&
+      new_text.compare(new_text.size() - utf8::kReplacementChar.size(), std::string::npos,
+                       utf8::kReplacementChar) == 0;
+  const size_t incomplete_from = ends_in_replacement ? IncompleteCharacterStart() : ids_.size();
+  const bool incomplete = incomplete_from < ids_.size();
   if (new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
     // The new ids changed the text before them: they complete a character
     // the window's end decoded as U+FFFD (a prompt of ids ending inside
@@ -72,20 +87,37 @@ std::string IncrementalDecoder::TakeDelta(bool flush) {
     prefix_offset_ = read_offset_ = 0;
     return TakeDelta(flush);
   }
-  if (new_text == prefix_text && skip_special_ &&
+  if (new_text == prefix_text &&
       std::all_of(ids_.begin() + static_cast<std::ptrdiff_t>(read_offset_), ids_.end(),
-                  [&](int32_t id) { return tokenizer_->IsSpecial(id); })) {
-    // Skipped special tokens add no text: forget them, so that a long run
-    // of them does not grow the window decoded on every push. (Other ids
-    // that add no text yet may: a continuation byte, SentencePiece's lone
-    // "▁" before a word.)
+                  [&](int32_t id) { return AddsNoText(id); })) {
+    // Ids that add no text, ever: forget them, so that a long run of them
+    // does not grow the window decoded on every push. (Other ids that add
+    // no text yet may: a continuation byte, SentencePiece's lone "▁" before
+    // a word.)
     ids_.resize(read_offset_);
     return "";
   }
-  if (new_text.size() <= prefix_text.size() || (incomplete && !flush)) return "";
-  std::string delta = new_text.substr(prefix_text.size());
+  size_t end = ids_.size();
+  std::string text = new_text;
+  if (incomplete && !flush) {
+    // What comes before the id that starts the incomplete character is
+    // final (a lead byte ends whatever came before it): it is sent, and
+    // only the character's own ids wait. Without this, bytes that never
+    // complete a character (a run of lead bytes) kept every id in the
+    // window, decoded on every push: quadratic.
+    if (incomplete_from <= read_offset_) return "";
+    std::string done = DecodeRange(prefix_offset_, incomplete_from);
+    if (done.size() <= prefix_text.size() || done.compare(0, prefix_text.size(), prefix_text) != 0 ||
+        new_text.compare(0, done.size(), done) != 0) {
+      return "";
+    }
+    end = incomplete_from;
+    text = std::move(done);
+  }
+  if (text.size() <= prefix_text.size()) return "";
+  std::string delta = text.substr(prefix_text.size());
   prefix_offset_ = read_offset_;
-  read_offset_ = ids_.size();
+  read_offset_ = end;
   // Forget ids that can no longer be part of any window.
   ids_.erase(ids_.begin(), ids_.begin() + prefix_offset_);
   read_offset_ -= prefix_offset_;

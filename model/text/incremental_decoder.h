@@ -32,9 +32,13 @@ class IncrementalDecoder {
 
  private:
   std::string DecodeRange(size_t begin, size_t end) const;
-  // Whether the bytes of ids_[read_offset_, end) (TokenBytes) end inside a
-  // UTF-8 character that more bytes could complete.
-  bool EndsInsideCharacter() const;
+  // If the bytes of ids_[read_offset_, end) (TokenBytes) end inside a UTF-8
+  // character that more bytes could complete: the index of the id holding
+  // that character's first byte. Otherwise ids_.size().
+  size_t IncompleteCharacterStart() const;
+  // Whether `id` adds no text, ever (a skipped special token, an id outside
+  // the tokenizer's vocabulary as a padded model vocabulary has).
+  bool AddsNoText(int32_t id) const;
   // Emits the text of ids_[read_offset_, end) if it is complete (or `flush`).
   std::string TakeDelta(bool flush);
 

@@ -349,6 +349,29 @@ TEST(IncrementalDecoderTest, TheWindowStaysBounded) {
   std::string expected;
   for (int i = 0; i < 100; ++i) expected += "\xEF\xBF\xBD";
   EXPECT_EQ(sent, expected);
+  // Lead bytes that never complete a character (each cut by the next): all
+  // but the last are final, so each is sent (as U+FFFD) when the next one
+  // comes; the window holds the one that may still complete. It held every
+  // one of them, decoded on every push: quadratic in the run's length.
+  IncrementalDecoder leads(tok.get(), true);
+  EXPECT_EQ(leads.Push(0xE2), "");
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(leads.Push(0xE2), "\xEF\xBF\xBD") << i;
+    ASSERT_LE(leads.window(), 3u) << i;
+  }
+  // The last one completed after all: "€".
+  std::string end = leads.Push(0x82);
+  end += leads.Push(0xAC);
+  EXPECT_EQ(end, "\xE2\x82\xAC");
+  // Ids past the tokenizer's vocabulary (a padded model vocabulary) add no
+  // text and are forgotten too.
+  IncrementalDecoder padded(tok.get(), true);
+  EXPECT_EQ(padded.Push('a'), "a");
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(padded.Push(tok->vocab_size() + 3), "");
+    ASSERT_LE(padded.window(), 2u) << i;
+  }
+  EXPECT_EQ(padded.Push('b'), "b");
 }
 
 // Whatever the ids, every delta is valid UTF-8: invalid bytes sent as U+FFFD
