@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "model/cpu_isa.h"
+#include "model/sampling_params.h"
 #include "server/request_checks.h"
 
 namespace dikkat::server {
@@ -162,6 +163,24 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
   const EngineOptions& options = *limits.options;
   GenerateConversion out;
   GenerateRequest& r = out.request;
+
+  // The lists' counts first, on the message itself: a refused request's
+  // entries are not copied, sorted or tokenized for (a 64 MB message holds
+  // millions of logit_bias entries). The same messages as the later checks.
+  if (request.sampling().logit_bias_size() > model::kMaxLogitBiasEntries) {
+    return Invalid(absl::StrCat("sampling.logit_bias has ", request.sampling().logit_bias_size(),
+                                " entries; at most ", model::kMaxLogitBiasEntries,
+                                " are allowed"));
+  }
+  if (request.stop_size() > options.max_stop_strings) {
+    return Invalid(absl::StrCat("stop has ", request.stop_size(), " strings; at most ",
+                                options.max_stop_strings, " are allowed"));
+  }
+  if (request.stop_token_ids_size() > options.max_stop_token_ids) {
+    return Invalid(absl::StrCat("stop_token_ids has ", request.stop_token_ids_size(),
+                                " entries; at most ", options.max_stop_token_ids,
+                                " are allowed"));
+  }
 
   DIKKAT_ASSIGN_OR_RETURN(out.input_ids, InputToIds(request.input(), "input", false, limits));
   if (config.architecture == model::Architecture::kEncoderDecoder) {

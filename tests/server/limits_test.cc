@@ -244,5 +244,30 @@ TEST_F(LimitsTest, TextBytesAreRefusedBeforeTokenizing) {
   EXPECT_FALSE(CheckTextBytes(101, "text", limits).ok());
 }
 
+// The lists' counts are checked on the message, before the prompt is
+// tokenized or the entries copied and sorted (a 64 MB message holds ~9M
+// logit_bias entries: seconds of a gRPC thread before the refusal).
+TEST_F(LimitsTest, ListCountsAreRefusedBeforeAnyWork) {
+  CountingTokenizer counting;
+  ModelLimits limits = limits_;
+  limits.tokenizer = &counting;
+  v1::GenerateRequest bias;
+  bias.mutable_input()->set_text("hello");
+  for (int i = 0; i < 301; ++i) (*bias.mutable_sampling()->mutable_logit_bias())[i] = 1.0f;
+  absl::Status s = ToGenerateRequest(bias, limits).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("logit_bias has 301 entries; at most 300"));
+  v1::GenerateRequest stops;
+  stops.mutable_input()->set_text("hello");
+  for (int i = 0; i < 17; ++i) stops.add_stop("s");
+  s = ToGenerateRequest(stops, limits).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("stop has 17 strings; at most 16"));
+  v1::GenerateRequest ids;
+  ids.mutable_input()->set_text("hello");
+  for (int i = 0; i < 33; ++i) ids.add_stop_token_ids(i);
+  s = ToGenerateRequest(ids, limits).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("stop_token_ids has 33 entries; at most 32"));
+  EXPECT_EQ(counting.encodes(), 0);
+}
+
 }  // namespace
 }  // namespace dikkat::server
