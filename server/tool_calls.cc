@@ -28,9 +28,38 @@ size_t TrimmedEnd(std::string_view s, size_t end) {
   return end;
 }
 
+// Generated arguments are serialized again (nlohmann's dump recurses once
+// a level): JSON nested deeper than a request body may be is not a call.
+constexpr int kMaxCallDepth = 32;
+
+// Whether the arrays and objects of `text` (JSON or not) nest deeper than
+// `max_depth`; brackets inside strings do not count.
+bool NestedDeeperThan(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 // One call object: {"name": string, <arguments_key> or "arguments": value}.
 // Arguments that are a string are taken as already serialized.
 std::optional<ToolCall> CallFromJson(std::string_view text, const char* arguments_key) {
+  if (NestedDeeperThan(text, kMaxCallDepth)) return std::nullopt;
   const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) return std::nullopt;
   auto name = json.find("name");

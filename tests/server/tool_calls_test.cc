@@ -86,6 +86,20 @@ TEST(ToolCallsTest, HermesBlocksWithTextAround) {
     EXPECT_TRUE(ParseToolCalls(bad, ToolCallFormat::kHermes).calls.empty()) << bad;
   }
   EXPECT_TRUE(ParseToolCalls(two, ToolCallFormat::kNone).calls.empty());
+
+  // Arguments nested deeper than a request body may be (32) are not a call:
+  // serializing them again recursed once a level (a stack overflow at ~40K
+  // levels, which a model may write). Brackets inside strings do not count.
+  const auto nested = [](int depth, const std::string& inner) {
+    return "<tool_call>{\"name\": \"f\", \"arguments\": " + std::string(depth, '[') + inner +
+           std::string(depth, ']') + "}</tool_call>";
+  };
+  parsed = ParseToolCalls(nested(30, "\"[[[[[\\\"[[[\""), ToolCallFormat::kHermes);
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].arguments,
+            std::string(30, '[') + "\"[[[[[\\\"[[[\"" + std::string(30, ']'));
+  EXPECT_TRUE(ParseToolCalls(nested(32, "1"), ToolCallFormat::kHermes).calls.empty());
+  EXPECT_TRUE(ParseToolCalls(nested(100000, "1"), ToolCallFormat::kHermes).calls.empty());
 }
 
 TEST(ToolCallsTest, Llama3JsonIsTheWholeAnswer) {
