@@ -515,48 +515,56 @@ class OpenAiHttpServer::Handlers {
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, output, builder, started, last_write](size_t, httplib::DataSink& sink) {
-          std::string out;
-          if (!*started) {
-            *started = true;
-            for (const Json& e : builder->StartEvents()) out += SseEvent(e);
-          }
-          GenerateOutput::Taken taken =
-              output->Take(out.empty() ? kPollInterval : absl::ZeroDuration());
-          if (taken.cut || Abandoned()) return false;
-          for (const GeneratedChunk& chunk : taken.chunks) {
-            for (const Json& e : builder->ChunkEvents(chunk)) out += SseEvent(e);
-            // Written as it grows: the events of many choices (each
-            // echoing its prompt) are not all held at once.
-            if (out.size() >= kStreamWriteBytes) {
+          // httplib's exception handler does not cover the content provider:
+          // a throw here (an allocation) would end the process. The response
+          // ends instead, and the releaser cancels the generation.
+          try {
+            std::string out;
+            if (!*started) {
+              *started = true;
+              for (const Json& e : builder->StartEvents()) out += SseEvent(e);
+            }
+            GenerateOutput::Taken taken =
+                output->Take(out.empty() ? kPollInterval : absl::ZeroDuration());
+            if (taken.cut || Abandoned()) return false;
+            for (const GeneratedChunk& chunk : taken.chunks) {
+              for (const Json& e : builder->ChunkEvents(chunk)) out += SseEvent(e);
+              // Written as it grows: the events of many choices (each
+              // echoing its prompt) are not all held at once.
+              if (out.size() >= kStreamWriteBytes) {
+                if (!sink.write(out.data(), out.size())) return false;
+                *last_write = absl::Now();
+                out.clear();
+              }
+            }
+            bool done = false;
+            if (taken.summary.has_value()) {
+              const GenerateSummary& summary = *taken.summary;
+              if (summary.reason == FinishReason::kError ||
+                  summary.reason == FinishReason::kCancelled) {
+                const absl::Status status =
+                    summary.reason == FinishReason::kError
+                        ? summary.status
+                        : absl::UnavailableError("the generation was cancelled");
+                out += SseEvent(
+                    Json::parse(openai::ErrorBody(openai::HttpStatusOf(status), status.message())));
+              } else {
+                for (const Json& e : builder->FinishEvents(summary)) out += SseEvent(e);
+                out += "data: [DONE]\n\n";
+              }
+              done = true;
+            }
+            if (out.empty() && absl::Now() - *last_write > kKeepAliveComment) out = ": ping\n\n";
+            if (!out.empty()) {
               if (!sink.write(out.data(), out.size())) return false;
               *last_write = absl::Now();
-              out.clear();
             }
+            if (done) sink.done();
+            return true;
+          } catch (const std::exception& e) {
+            absl::FPrintF(stderr, "dikkat-server: OpenAI stream ended by an error: %s\n", e.what());
+            return false;
           }
-          bool done = false;
-          if (taken.summary.has_value()) {
-            const GenerateSummary& summary = *taken.summary;
-            if (summary.reason == FinishReason::kError ||
-                summary.reason == FinishReason::kCancelled) {
-              const absl::Status status =
-                  summary.reason == FinishReason::kError
-                      ? summary.status
-                      : absl::UnavailableError("the generation was cancelled");
-              out += SseEvent(
-                  Json::parse(openai::ErrorBody(openai::HttpStatusOf(status), status.message())));
-            } else {
-              for (const Json& e : builder->FinishEvents(summary)) out += SseEvent(e);
-              out += "data: [DONE]\n\n";
-            }
-            done = true;
-          }
-          if (out.empty() && absl::Now() - *last_write > kKeepAliveComment) out = ": ping\n\n";
-          if (!out.empty()) {
-            if (!sink.write(out.data(), out.size())) return false;
-            *last_write = absl::Now();
-          }
-          if (done) sink.done();
-          return true;
         },
         [output, call](bool) {
           if (!output->finished()) output->CancelAll();
