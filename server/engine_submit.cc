@@ -207,6 +207,7 @@ std::vector<std::unique_ptr<Request>> EngineImpl::MakeGenerate(
   auto group = std::make_shared<SampleGroup>(std::move(observer), request.n, request.best_of,
                                              request.sampling.seed, held_budget_,
                                              std::move(call_held));
+  if (request.prompt_logprobs >= 0) group->ExpectPromptScores();
   for (int32_t i = 0; i < request.best_of; ++i) {
     auto sample = std::make_unique<Request>();
     sample->kind = RequestKind::kGenerate;

@@ -58,6 +58,20 @@ void SampleGroup::Forward(GeneratedChunk chunk) {
   observer_->OnChunk(std::move(chunk));
 }
 
+void SampleGroup::Pass(int32_t index, GeneratedChunk chunk) {
+  if (waiting_scores_ && index != 0) {
+    before_scores_.push_back(std::move(chunk));
+    return;
+  }
+  Forward(std::move(chunk));
+  if (!waiting_scores_) return;
+  // Sample 0's first chunk (or end) is out: then what the others sent.
+  waiting_scores_ = false;
+  std::vector<GeneratedChunk> held = std::move(before_scores_);
+  before_scores_.clear();
+  for (GeneratedChunk& c : held) Forward(std::move(c));
+}
+
 bool SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
   chunk.index = index;
   int64_t bytes = 0;
@@ -97,7 +111,7 @@ bool SampleGroup::OnChunk(int32_t index, GeneratedChunk chunk) {
     // A sample ended the call (error, deadline, cancel): its siblings' last
     // tokens are not sent before that status.
     if (ended_.has_value()) return false;
-    Forward(std::move(chunk));
+    Pass(index, std::move(chunk));
     return false;
   }
   if (budget_ != nullptr) budget_->used.fetch_add(bytes, std::memory_order_relaxed);
@@ -147,7 +161,7 @@ bool SampleGroup::OnSampleFinish(int32_t index, const GenerateSummary& summary,
     end.index = index;
     end.finish = summary.reason;
     end.cumulative_logprob = cumulative_logprob;
-    Forward(std::move(end));
+    Pass(index, std::move(end));
   }
   return false;
 }

@@ -78,6 +78,13 @@ class SampleGroup {
     return *base_seed_;
   }
 
+  // The call scores its prompt (prompt_logprobs): sample 0's first chunk
+  // carries the scores, and the observer's first chunk must. Until it comes
+  // (or sample 0 ends), the other samples' chunks are held (best_of == n; a
+  // sample may run ahead of sample 0, whose prefill returns every row's
+  // logits in smaller chunks).
+  void ExpectPromptScores() { waiting_scores_ = true; }
+
   // A chunk of sample `index` (its `index` field is set here). Returns true
   // when the other samples must be stopped: holding it would pass the
   // budget, and the call now ends with RESOURCE_EXHAUSTED.
@@ -97,6 +104,9 @@ class SampleGroup {
 
  private:
   void Forward(GeneratedChunk chunk);
+  // best_of == n: forwards sample `index`'s chunk, or holds it while sample
+  // 0's first chunk (with the prompt's scores) has not come.
+  void Pass(int32_t index, GeneratedChunk chunk);
   // Drops what is held and gives its bytes back to the budget.
   void ReleaseHeld();
 
@@ -106,6 +116,8 @@ class SampleGroup {
   std::vector<RequestId> members_;
   int32_t finished_ = 0;
   std::vector<GeneratedToken> prompt_logprobs_;  // until a chunk carries them
+  bool waiting_scores_ = false;                   // ExpectPromptScores, until sample 0 sends
+  std::vector<GeneratedChunk> before_scores_;     // other samples' chunks meanwhile
   // best_of > n: every sample's chunks, its finish and cumulative logprob.
   std::vector<std::vector<GeneratedChunk>> held_;
   std::vector<FinishReason> reasons_;

@@ -51,7 +51,9 @@ class GenerateCollector : public GenerateObserver {
     if (!chunk.prompt_logprobs.empty()) {
       EXPECT_TRUE(prompt_logprobs_.empty()) << "prompt logprobs sent twice";
       prompt_logprobs_ = std::move(chunk.prompt_logprobs);
+      prompt_logprobs_chunk_ = chunks_;
     }
+    order_.push_back(chunk.index);
     ++chunks_;
     if (chunk.held) ++held_chunks_;
   }
@@ -76,6 +78,16 @@ class GenerateCollector : public GenerateObserver {
   std::vector<GeneratedToken> prompt_logprobs() {
     dikkat::MutexLock lock(&mu_);
     return prompt_logprobs_;
+  }
+  // The chunk (0 = the first) that carried the prompt logprobs; -1: none.
+  int prompt_logprobs_chunk() {
+    dikkat::MutexLock lock(&mu_);
+    return prompt_logprobs_chunk_;
+  }
+  // The sample index of every chunk, in the order they came.
+  std::vector<int32_t> order() {
+    dikkat::MutexLock lock(&mu_);
+    return order_;
   }
   int chunks() {
     dikkat::MutexLock lock(&mu_);
@@ -106,6 +118,8 @@ class GenerateCollector : public GenerateObserver {
   dikkat::Mutex mu_;
   std::map<int32_t, CollectedSample> samples_;
   std::vector<GeneratedToken> prompt_logprobs_;
+  int prompt_logprobs_chunk_ = -1;
+  std::vector<int32_t> order_;
   GenerateSummary summary_;
   int chunks_ = 0;
   int held_chunks_ = 0;

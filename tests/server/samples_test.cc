@@ -656,5 +656,52 @@ TEST_F(SamplesTest, PromptLogprobsDoNotDependOnChunkingOrTheCache) {
   ExpectIdle(*one);
 }
 
+// Sample 0 alone scores the prompt, and the caller's first chunk must carry
+// the scores (gRPC: the first message's prompt_logprobs; the OpenAI port
+// echoes them in every choice). Another sample may run ahead of sample 0,
+// whose prefill returns every row's logits in smaller chunks (or without
+// the prefix cache): its chunks, and even its end, wait for sample 0's.
+TEST(SampleGroupTest, TheFirstChunkCarriesThePromptScores) {
+  auto collector = std::make_shared<GenerateCollector>();
+  SampleGroup group(collector, /*n=*/3, /*best_of=*/3, std::nullopt);
+  group.ExpectPromptScores();
+  GeneratedChunk ahead;
+  ahead.tokens = {GeneratedToken{7, -0.5f, {}}};
+  ahead.text = "a";
+  EXPECT_FALSE(group.OnChunk(1, ahead));
+  EXPECT_FALSE(group.OnChunk(2, ahead));
+  GenerateSummary ended;
+  ended.reason = FinishReason::kLength;
+  EXPECT_FALSE(group.OnSampleFinish(2, ended, -0.5));
+  EXPECT_EQ(collector->chunks(), 0);
+  GeneratedChunk scored;
+  scored.tokens = {GeneratedToken{8, -0.25f, {}}};
+  scored.text = "b";
+  scored.prompt_logprobs = {GeneratedToken{3, -1.0f, {}}};
+  EXPECT_FALSE(group.OnChunk(0, scored));
+  EXPECT_EQ(collector->prompt_logprobs_chunk(), 0);
+  EXPECT_EQ(collector->order(), (std::vector<int32_t>{0, 1, 2, 2}));
+  // From then on, in the order they come.
+  EXPECT_FALSE(group.OnChunk(1, ahead));
+  EXPECT_FALSE(group.OnSampleFinish(1, ended, -1.0));
+  EXPECT_FALSE(group.OnSampleFinish(0, ended, -0.25));
+  EXPECT_EQ(collector->order(), (std::vector<int32_t>{0, 1, 2, 2, 1, 1, 0}));
+  ASSERT_TRUE(group.done());
+  group.Finish();
+  ASSERT_TRUE(collector->Wait(absl::Seconds(1)));
+  const std::map<int32_t, CollectedSample> samples = collector->samples();
+  EXPECT_EQ(samples.at(1).text, "aa");
+  EXPECT_EQ(samples.at(2).text, "a");
+
+  // Sample 0 ending without a chunk lets the others' out too.
+  auto second = std::make_shared<GenerateCollector>();
+  SampleGroup quiet(second, 2, 2, std::nullopt);
+  quiet.ExpectPromptScores();
+  EXPECT_FALSE(quiet.OnChunk(1, ahead));
+  EXPECT_EQ(second->chunks(), 0);
+  EXPECT_FALSE(quiet.OnSampleFinish(0, ended, 0.0));
+  EXPECT_EQ(second->order(), (std::vector<int32_t>{0, 1}));
+}
+
 }  // namespace
 }  // namespace dikkat::server
