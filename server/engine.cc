@@ -446,6 +446,7 @@ void EngineImpl::Deliver(Request* r, GeneratedChunk chunk) {
     chunk.prompt_logprobs = std::move(r->prompt_scores);
     r->prompt_scores.clear();
     r->prompt_scores_sent = true;
+    r->logit_rows = false;  // a prefill after a preemption returns one row a chunk
   }
   if (r->group != nullptr) {
     // Past the engine's bound on held output the call ends (SampleGroup).

@@ -126,7 +126,11 @@ void EngineImpl::RunBeams() {
       const int64_t len = std::min<int64_t>(pending, std::max<int64_t>(budget, 1));
       budget -= len;
       chunk_lens.push_back(len);
-      ok = ok && cache_->allocator().EnsureCapacity(&slot.blocks, slot.num_cached + len);
+      // Blocks for the whole prompt at once, as the search's start counted
+      // them: the scheduler does not know of beam reservations, and could
+      // take them between two chunks.
+      ok = ok && cache_->allocator().EnsureCapacity(&slot.blocks,
+                                                    static_cast<int64_t>(slot.tokens.size()));
     }
     if (!ok) {
       chunk_lens.resize(first_len);

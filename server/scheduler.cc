@@ -36,6 +36,9 @@ bool Scheduler::SharerInPrefill(const Sequence& r, int64_t matched_tokens) const
     const int64_t len = static_cast<int64_t>(s->tokens.size());
     // Decoding (one token left to run) or already past the blocks in question.
     if (len - s->num_cached <= 1 || s->num_cached >= matched_tokens + block) continue;
+    // Prompt scoring: its prefill runs within the step's logit rows, slowly;
+    // waiting for it would hold the whole queue up.
+    if (s->logit_rows) continue;
     if (len < matched_tokens + block) continue;
     if (std::equal(r.tokens.begin() + matched_tokens, r.tokens.begin() + matched_tokens + block,
                    s->tokens.begin() + matched_tokens)) {

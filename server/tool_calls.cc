@@ -29,8 +29,9 @@ size_t TrimmedEnd(std::string_view s, size_t end) {
 }
 
 // Generated arguments are serialized again (nlohmann's dump recurses once
-// a level): JSON nested deeper than a request body may be is not a call.
-constexpr int kMaxCallDepth = 32;
+// a level): arguments nested deeper than a request body may be (32) are
+// not a call. The call object itself is one level more.
+constexpr int kMaxCallDepth = 32 + 1;
 
 // Whether the arrays and objects of `text` (JSON or not) nest deeper than
 // `max_depth`; brackets inside strings do not count.

@@ -126,6 +126,9 @@ std::string IncrementalDecoder::TakeDelta(bool flush) {
 }
 
 std::string IncrementalDecoder::Push(int32_t id) {
+  // An id that adds no text, ever, changes no decoding: not kept (a run of
+  // them, even after a character's first byte, would grow the window).
+  if (AddsNoText(id)) return "";
   ids_.push_back(id);
   return TakeDelta(/*flush=*/false);
 }

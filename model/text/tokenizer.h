@@ -56,7 +56,7 @@ class Tokenizer {
 
   // What Encode(text, true) puts before and after one input (BERT: [CLS]
   // and [SEP]; Llama: BOS; a tokenizer.json post-processor's template).
-  // Default: nothing.
+  // Default: nothing (a tokenizer that wraps another must forward it).
   struct AddedTokens {
     std::vector<int32_t> before, after;
   };

@@ -54,6 +54,7 @@ class ThreadNotingTokenizer final : public model::Tokenizer {
     return inner_->TokenText(id);
   }
   bool IsSpecial(int32_t id) const override { return inner_->IsSpecial(id); }
+  AddedTokens SpecialTokensAround() const override { return inner_->SpecialTokensAround(); }
 
   int64_t token_text_calls() const { return token_text_calls_.load(); }
   int64_t encode_calls() const { return encode_calls_.load(); }

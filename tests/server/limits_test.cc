@@ -202,6 +202,7 @@ class CountingTokenizer final : public model::Tokenizer {
   }
   std::string TokenText(int32_t id) const override { return inner_->TokenText(id); }
   bool IsSpecial(int32_t id) const override { return inner_->IsSpecial(id); }
+  AddedTokens SpecialTokensAround() const override { return inner_->SpecialTokensAround(); }
   int encodes() const { return encodes_; }
 
  private:

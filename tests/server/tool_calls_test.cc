@@ -98,7 +98,8 @@ TEST(ToolCallsTest, HermesBlocksWithTextAround) {
   ASSERT_EQ(parsed.calls.size(), 1u);
   EXPECT_EQ(parsed.calls[0].arguments,
             std::string(30, '[') + "\"[[[[[\\\"[[[\"" + std::string(30, ']'));
-  EXPECT_TRUE(ParseToolCalls(nested(32, "1"), ToolCallFormat::kHermes).calls.empty());
+  EXPECT_EQ(ParseToolCalls(nested(32, "1"), ToolCallFormat::kHermes).calls.size(), 1u);
+  EXPECT_TRUE(ParseToolCalls(nested(33, "1"), ToolCallFormat::kHermes).calls.empty());
   EXPECT_TRUE(ParseToolCalls(nested(100000, "1"), ToolCallFormat::kHermes).calls.empty());
 }
 
