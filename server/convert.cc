@@ -348,7 +348,7 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
 
   EncodeRequest r;
   r.pooling = FromProtoPooling(request.pooling(), config.default_pooling);
-  r.normalize = request.normalize();
+  r.normalize = request.has_normalize() ? request.normalize() : config.default_normalize;
   r.return_hidden_states = request.return_hidden_states();
   if (request.has_hidden_layer()) r.hidden_layer = request.hidden_layer();
 

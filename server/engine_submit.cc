@@ -437,11 +437,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   if (options.max_context < 0) {
     return absl::InvalidArgumentError("max_context must be >= 0 (0: the model's max_positions)");
   }
-  // The context a model is served with: its own, or max_context if shorter.
+  // The context a model is served with: its own, or max_context or a
+  // sentence-transformers folder's max_seq_length if shorter.
   const auto cap_context = [&](model::ModelConfig* c) {
-    if (options.max_context > 0 && c->max_positions > options.max_context) {
-      c->max_positions = options.max_context;
-    }
+    int64_t cap = options.max_context;
+    if (c->max_seq_length > 0 && (cap == 0 || c->max_seq_length < cap)) cap = c->max_seq_length;
+    if (cap > 0 && c->max_positions > cap) c->max_positions = cap;
   };
   const auto with_hint = [&](const absl::Status& s, const model::ModelConfig& c) {
     const int64_t per_token = model::KvCache::BytesPerToken(c, cache_dtype);

@@ -1,6 +1,7 @@
 // `dikkat encode`: embeddings of one or more inputs.
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
@@ -29,7 +30,9 @@ class EncodeCommand : public Command {
   void RegisterFlags(FlagSet* f) override {
     f->IntList("ids", &ids_, "one input given as token ids (instead of TEXT)");
     f->String("pooling", &pooling_, "mean | first | last; empty = the model's default", "MODE");
-    f->Bool("normalize", &normalize_, "L2-normalize each embedding");
+    f->OptionalBool("normalize", &normalize_,
+                    "L2-normalize each embedding (--no-normalize: not); unset: as the model's "
+                    "folder says (sentence-transformers' Normalize module)");
     f->Bool("hidden-states", &hidden_states_, "also return per-token hidden states");
     f->OptionalInt("hidden-layer", &hidden_layer_,
                    "layer of the hidden states: 0 = embeddings, 1..L = after layer i, -1 = final");
@@ -65,7 +68,7 @@ class EncodeCommand : public Command {
     absl::StatusOr<v1::DType> dtype = ParseDType(dtype_);
     if (!dtype.ok()) return UsageError(name(), std::string(dtype.status().message()));
     request.set_output_dtype(*dtype);
-    request.set_normalize(normalize_);
+    if (normalize_.has_value()) request.set_normalize(*normalize_);
     request.set_return_hidden_states(hidden_states_);
     if (hidden_layer_) request.set_hidden_layer(*hidden_layer_);
 
@@ -128,7 +131,7 @@ class EncodeCommand : public Command {
 
   std::vector<int> ids_;
   std::string pooling_;
-  bool normalize_ = false;
+  std::optional<bool> normalize_;
   bool hidden_states_ = false;
   std::optional<int> hidden_layer_;
   std::string dtype_ = "float32";

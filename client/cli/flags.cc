@@ -117,6 +117,19 @@ void FlagSet::OptionalDouble(std::string name, std::optional<double>* value, std
        }});
 }
 
+void FlagSet::OptionalBool(std::string name, std::optional<bool>* value, std::string help) {
+  Add({name, "", std::move(help), "", [name, value](absl::string_view v) {
+         if (v == "true" || v == "1") {
+           *value = true;
+         } else if (v == "false" || v == "0") {
+           *value = false;
+         } else {
+           return BadValue(name, v, "true or false");
+         }
+         return absl::OkStatus();
+       }});
+}
+
 void FlagSet::Bool(std::string name, bool* value, std::string help) {
   Add({name, "", std::move(help), *value ? "true" : "", [name, value](absl::string_view v) {
          if (v == "true" || v == "1") {

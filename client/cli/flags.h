@@ -32,6 +32,8 @@ class FlagSet {
   void Double(std::string name, double* value, std::string help);
   void OptionalDouble(std::string name, std::optional<double>* value, std::string help);
   void Bool(std::string name, bool* value, std::string help);
+  // A boolean left unset unless given (--name or --no-name).
+  void OptionalBool(std::string name, std::optional<bool>* value, std::string help);
   // Comma- or space-separated integers; repeatable, every occurrence appends.
   void IntList(std::string name, std::vector<int>* values, std::string help);
   // Comma- or space-separated ID=VALUE pairs (e.g. 50256=-100,13=2.5);

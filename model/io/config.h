@@ -92,6 +92,12 @@ struct ModelConfig {
   int64_t type_vocab_size = 0;  // BERT token types (0 = none)
   bool embedding_norm = false;  // BERT: LayerNorm after summing the embeddings
   Pooling default_pooling = Pooling::kMean;
+  // sentence-transformers folders: embeddings L2-normalized unless a request
+  // says otherwise (modules.json lists Normalize), and the longest input it
+  // embeds (sentence_bert_config.json's max_seq_length; 0 = max_positions):
+  // the engine serves no longer a context, as vLLM does.
+  bool default_normalize = false;
+  int64_t max_seq_length = 0;
 
   // ---- special tokens (-1 = none) -----------------------------------------
   int64_t bos_token_id = -1;

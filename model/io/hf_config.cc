@@ -463,4 +463,51 @@ absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pool
       "pooling_mode_lasttoken"));
 }
 
+absl::Status MergeSentenceTransformersModules(const std::string& modules_json_text,
+                                              ModelConfig* config) {
+  const Json j = Json::parse(modules_json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_array()) {
+    return absl::InvalidArgumentError("modules.json is not a JSON list of modules");
+  }
+  for (const Json& module : j) {
+    auto type = module.is_object() ? module.find("type") : module.end();
+    if (!module.is_object() || type == module.end() || !type->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("modules.json: a module without a \"type\" string: ",
+                       module.dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200)));
+    }
+    const std::string name = type->get<std::string>();
+    // The last part of "sentence_transformers.models.Normalize".
+    const std::string kind = name.substr(name.rfind('.') == std::string::npos ? 0
+                                                                              : name.rfind('.') + 1);
+    if (kind == "Transformer" || kind == "Pooling") continue;
+    if (kind == "Normalize") {
+      config->default_normalize = true;
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "modules.json lists ", name,
+        ", which dikkat does not apply (it runs Transformer, Pooling and Normalize): the "
+        "embeddings served would not be the model's"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MergeSentenceBertConfig(const std::string& json_text, ModelConfig* config) {
+  const Json j = Json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("sentence_bert_config.json is not a JSON object");
+  }
+  auto it = j.find("max_seq_length");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number_integer() || it->get<int64_t>() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sentence_bert_config.json key 'max_seq_length' holds ",
+        it->dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 100),
+        "; expected an integer >= 1"));
+  }
+  config->max_seq_length = it->get<int64_t>();
+  return absl::OkStatus();
+}
+
 }  // namespace dikkat::model

@@ -52,6 +52,17 @@ absl::Status MergeHfGenerationConfig(const std::string& generation_config_json_t
 // than one mode at once are INVALID_ARGUMENT.
 absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pooling_json_text);
 
+// Reads a sentence-transformers folder's `modules.json`: Transformer and
+// Pooling modules are what dikkat runs, Normalize sets default_normalize. A
+// module dikkat does not apply (Dense, say) is INVALID_ARGUMENT naming it:
+// its embeddings would not be the model's.
+absl::Status MergeSentenceTransformersModules(const std::string& modules_json_text,
+                                              ModelConfig* config);
+
+// Reads `sentence_bert_config.json`'s max_seq_length into the config (an
+// integer >= 1; absent: unchanged). Malformed: INVALID_ARGUMENT.
+absl::Status MergeSentenceBertConfig(const std::string& json_text, ModelConfig* config);
+
 }  // namespace dikkat::model
 
 #endif  // DIKKAT_MODEL_IO_HF_CONFIG_H_

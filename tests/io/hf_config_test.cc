@@ -264,6 +264,31 @@ TEST_F(HfFolderTest, SentenceTransformersFolderSetsPooling) {
   absl::StatusOr<ModelConfig> cls = ReadModelConfig(dir_);
   ASSERT_TRUE(cls.ok()) << cls.status();
   EXPECT_EQ(cls->default_pooling, Pooling::kFirst);
+  EXPECT_FALSE(cls->default_normalize);
+  EXPECT_EQ(cls->max_seq_length, 0);
+  // all-MiniLM-L6-v2's modules.json and sentence_bert_config.json.
+  Write("modules.json", R"([
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+  ])");
+  Write("sentence_bert_config.json", R"({"max_seq_length": 256, "do_lower_case": false})");
+  absl::StatusOr<ModelConfig> st = ReadModelConfig(dir_);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_TRUE(st->default_normalize);
+  EXPECT_EQ(st->max_seq_length, 256);
+  // A module dikkat does not apply is refused by name: the embeddings would
+  // not be the model's.
+  Write("modules.json", R"([{"type": "sentence_transformers.models.Transformer"},
+                            {"type": "sentence_transformers.models.Pooling"},
+                            {"type": "sentence_transformers.models.Dense", "path": "2_Dense"}])");
+  ExpectInvalid(ReadModelConfig(dir_),
+                {"modules.json", "sentence_transformers.models.Dense", "does not apply"});
+  Write("modules.json", R"({"type": "x"})");
+  ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "not a JSON list"});
+  Write("modules.json", "[]");
+  Write("sentence_bert_config.json", R"({"max_seq_length": "long"})");
+  ExpectInvalid(ReadModelConfig(dir_), {"sentence_bert_config.json", "max_seq_length", "long"});
 }
 
 TEST_F(HfFolderTest, ErrorsNameTheFile) {
