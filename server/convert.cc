@@ -134,14 +134,22 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
 
 // ---- Generate ---------------------------------------------------------------
 
-model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32_t top_logprobs) {
+model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32_t top_logprobs,
+                                       const model::ModelConfig::SamplingDefaults& defaults) {
   model::SamplingParams params;
-  params.temperature = options.has_temperature() ? options.temperature() : 1.0f;
-  params.top_k = options.top_k();
-  params.top_p = options.has_top_p() ? options.top_p() : 1.0f;
+  // Unset: the model's recommended value (generation_config.json), else
+  // the neutral one.
+  params.temperature =
+      options.has_temperature() ? options.temperature() : defaults.temperature.value_or(1.0f);
+  // top_k: 0 is unset, -1 off.
+  params.top_k = options.top_k() == 0    ? defaults.top_k.value_or(0)
+                 : options.top_k() == -1 ? 0
+                                         : options.top_k();
+  params.top_p = options.has_top_p() ? options.top_p() : defaults.top_p.value_or(1.0f);
   params.min_p = options.min_p();
-  params.repetition_penalty =
-      options.has_repetition_penalty() ? options.repetition_penalty() : 1.0f;
+  params.repetition_penalty = options.has_repetition_penalty()
+                                  ? options.repetition_penalty()
+                                  : defaults.repetition_penalty.value_or(1.0f);
   params.presence_penalty = options.presence_penalty();
   params.frequency_penalty = options.frequency_penalty();
   if (options.has_seed()) params.seed = options.seed();
@@ -208,7 +216,7 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
     top_logprobs = request.top_logprobs();
     out.want_logprobs = true;
   }
-  r.sampling = ToSamplingParams(request.sampling(), top_logprobs);
+  r.sampling = ToSamplingParams(request.sampling(), top_logprobs, config.sampling_defaults);
 
   if (request.has_prompt_logprobs() && request.prompt_logprobs() != -1) {
     if (request.prompt_logprobs() < 0 || request.prompt_logprobs() > kMaxPromptLogprobs) {
@@ -587,6 +595,16 @@ void FillModelInfo(const ModelDescription& description, const EngineStats& stats
   info->set_head_dim(c.head_size());
   info->set_ffn_dim(c.ffn_dim);
   info->set_max_context(c.max_positions);
+  const model::ModelConfig::SamplingDefaults& sampling = c.sampling_defaults;
+  v1::SamplingOptions* defaults = info->mutable_default_sampling();
+  if (sampling.temperature) defaults->set_temperature(*sampling.temperature);
+  if (sampling.top_p) defaults->set_top_p(*sampling.top_p);
+  if (sampling.top_k) defaults->set_top_k(*sampling.top_k == 0 ? -1 : *sampling.top_k);
+  if (sampling.repetition_penalty) defaults->set_repetition_penalty(*sampling.repetition_penalty);
+  info->set_default_normalize(c.default_normalize);
+  info->set_default_pooling(c.default_pooling == model::Pooling::kFirst  ? v1::POOLING_FIRST
+                            : c.default_pooling == model::Pooling::kLast ? v1::POOLING_LAST
+                                                                         : v1::POOLING_MEAN);
   info->set_positions(model::PositionName(c.positions));
   info->set_activation(model::ActivationName(c.activation));
   info->set_norm(model::NormName(c.norm));

@@ -82,7 +82,8 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
 // repetition_penalty 1.0; seed random). `top_logprobs` is the request's value
 // after mapping "none" (-1 / unset) to 0. Not checked here: the engine's
 // CheckGenerateRequest runs model::Validate.
-model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32_t top_logprobs);
+model::SamplingParams ToSamplingParams(const v1::SamplingOptions& options, int32_t top_logprobs,
+                                       const model::ModelConfig::SamplingDefaults& defaults = {});
 
 struct GenerateConversion {
   GenerateRequest request;            // deadline left infinite: the caller sets it

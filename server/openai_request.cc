@@ -299,8 +299,9 @@ absl::Status SetSampling(const Json& body, v1::GenerateRequest* out) {
   if (frequency) s->set_frequency_penalty(static_cast<float>(*frequency));
   DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> top_k,
                           OptionalInteger(body, "top_k", -1, std::numeric_limits<int32_t>::max()));
-  // vLLM's -1 means off, as our 0.
-  if (top_k && *top_k > 0) s->set_top_k(static_cast<int32_t>(*top_k));
+  // vLLM's -1 (and 0) mean off: the wire's -1 (its 0 is unset, the
+  // model's default).
+  if (top_k) s->set_top_k(*top_k > 0 ? static_cast<int32_t>(*top_k) : -1);
   DIKKAT_ASSIGN_OR_RETURN(std::optional<int64_t> seed,
                           OptionalInteger(body, "seed", 0, std::numeric_limits<int64_t>::max()));
   if (seed) s->set_seed(static_cast<uint64_t>(*seed));

@@ -6,6 +6,7 @@
 #define DIKKAT_MODEL_IO_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,18 @@ struct ModelConfig {
   // the engine serves no longer a context, as vLLM does.
   bool default_normalize = false;
   int64_t max_seq_length = 0;
+
+  // ---- sampling defaults ----------------------------------------------------
+  // generation_config.json's recommended sampling (Qwen2.5: temperature 0.7,
+  // top_p 0.8, top_k 20, repetition_penalty 1.05): what a request that does
+  // not set one gets, as vLLM applies them. Unset: the server's defaults.
+  struct SamplingDefaults {
+    std::optional<float> temperature;
+    std::optional<float> top_p;
+    std::optional<int32_t> top_k;
+    std::optional<float> repetition_penalty;
+  };
+  SamplingDefaults sampling_defaults;
 
   // ---- special tokens (-1 = none) -----------------------------------------
   int64_t bos_token_id = -1;

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -409,6 +411,40 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
   return c;
 }
 
+// generation_config.json's sampling keys (vLLM reads the same ones; it
+// ignores do_sample, and so does dikkat), each in the range a request may
+// set.
+static absl::Status ReadSamplingDefaults(const Json& j, ModelConfig::SamplingDefaults* out) {
+  const auto number = [&](const char* key, double low, double high, bool low_open,
+                          const char* allowed) -> absl::StatusOr<std::optional<double>> {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return std::optional<double>();
+    const double v = it->is_number() ? it->get<double>() : std::nan("");
+    if (!it->is_number() || !(low_open ? v > low : v >= low) || !(v <= high)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "generation_config.json key '", key, "' holds ",
+          it->dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 100),
+          "; a request may set ", allowed));
+    }
+    return std::optional<double>(v);
+  };
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> temperature,
+                          number("temperature", 0, 1e9, false, "temperature >= 0"));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> top_p,
+                          number("top_p", 0, 1, true, "top_p in (0, 1]"));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> top_k,
+                          number("top_k", 0, std::numeric_limits<int32_t>::max(), false,
+                                 "top_k >= 0 (0 = off)"));
+  DIKKAT_ASSIGN_OR_RETURN(std::optional<double> repetition,
+                          number("repetition_penalty", 0.01, 100, false,
+                                 "repetition_penalty in [0.01, 100]"));
+  if (temperature) out->temperature = static_cast<float>(*temperature);
+  if (top_p) out->top_p = static_cast<float>(*top_p);
+  if (top_k) out->top_k = static_cast<int32_t>(*top_k);
+  if (repetition) out->repetition_penalty = static_cast<float>(*repetition);
+  return absl::OkStatus();
+}
+
 absl::Status MergeHfGenerationConfig(const std::string& generation_config_json_text,
                                      ModelConfig* config) {
   const Json j =
@@ -416,6 +452,7 @@ absl::Status MergeHfGenerationConfig(const std::string& generation_config_json_t
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("generation_config.json is not a JSON object");
   }
+  DIKKAT_RETURN_IF_ERROR(ReadSamplingDefaults(j, &config->sampling_defaults));
   // The same id, list of ids or null as config.json's eos_token_id.
   auto it = j.find("eos_token_id");
   if (it == j.end() || it->is_null() || (it->is_array() && it->empty())) return absl::OkStatus();

@@ -3,6 +3,7 @@
 // folder depends on and the errors for what dikkat does not support.
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -253,6 +254,22 @@ TEST_F(HfFolderTest, GenerationConfigAddsEosIds) {
   ExpectInvalid(ReadModelConfig(dir_), {"generation_config.json", "eos_token_id", "</s>"});
   Write("generation_config.json", "{not json");
   ExpectInvalid(ReadModelConfig(dir_), {"generation_config.json", "not a JSON object"});
+  // Its sampling keys are the defaults of requests that leave them unset
+  // (Qwen2.5-Instruct's file; do_sample is ignored, as vLLM does).
+  Write("generation_config.json", R"({"bos_token_id": 151643, "do_sample": true,
+      "eos_token_id": [251, 252], "pad_token_id": 151643, "repetition_penalty": 1.05,
+      "temperature": 0.7, "top_p": 0.8, "top_k": 20})");
+  merged = ReadModelConfig(dir_);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->sampling_defaults.temperature, std::optional<float>(0.7f));
+  EXPECT_EQ(merged->sampling_defaults.top_p, std::optional<float>(0.8f));
+  EXPECT_EQ(merged->sampling_defaults.top_k, std::optional<int32_t>(20));
+  EXPECT_EQ(merged->sampling_defaults.repetition_penalty, std::optional<float>(1.05f));
+  EXPECT_FALSE(plain->sampling_defaults.temperature.has_value());
+  Write("generation_config.json", R"({"top_p": 0})");
+  ExpectInvalid(ReadModelConfig(dir_), {"generation_config.json", "top_p", "(0, 1]"});
+  Write("generation_config.json", R"({"temperature": "hot"})");
+  ExpectInvalid(ReadModelConfig(dir_), {"generation_config.json", "temperature", "hot"});
 }
 
 TEST_F(HfFolderTest, SentenceTransformersFolderSetsPooling) {

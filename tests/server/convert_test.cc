@@ -226,6 +226,38 @@ TEST_F(ConvertTest, SamplingDefaultsApplyToUnsetFields) {
   EXPECT_EQ(params.logit_bias[1].token_id, 17);
   EXPECT_EQ(params.logit_bias[2].token_id, 40);
   EXPECT_EQ(params.logit_bias[2].bias, -100.0f);
+
+  // The model's recommended sampling (generation_config.json) for the
+  // fields left unset; set ones win, top_k -1 is off whatever the model says.
+  model::ModelConfig::SamplingDefaults qwen;
+  qwen.temperature = 0.7f;
+  qwen.top_p = 0.8f;
+  qwen.top_k = 20;
+  qwen.repetition_penalty = 1.05f;
+  params = ToSamplingParams(v1::SamplingOptions(), 0, qwen);
+  EXPECT_EQ(params.temperature, 0.7f);
+  EXPECT_EQ(params.top_p, 0.8f);
+  EXPECT_EQ(params.top_k, 20);
+  EXPECT_EQ(params.repetition_penalty, 1.05f);
+  params = ToSamplingParams(greedy, 0, qwen);
+  EXPECT_TRUE(params.greedy());
+  EXPECT_EQ(params.top_k, 5);
+  EXPECT_EQ(params.top_p, 0.8f);
+  v1::SamplingOptions off;
+  off.set_top_k(-1);
+  off.set_top_p(1.0f);
+  off.set_repetition_penalty(1.0f);
+  params = ToSamplingParams(off, 0, qwen);
+  EXPECT_EQ(params.top_k, 0);
+  EXPECT_EQ(params.top_p, 1.0f);
+  EXPECT_EQ(params.repetition_penalty, 1.0f);
+  EXPECT_EQ(params.temperature, 0.7f);
+  // A Generate request gets the served model's.
+  config_.sampling_defaults = qwen;
+  absl::StatusOr<GenerateConversion> converted = ToGenerateRequest(Prompt("ab"), limits_);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(converted->request.sampling.top_k, 20);
+  EXPECT_EQ(converted->request.sampling.temperature, 0.7f);
 }
 
 TEST_F(ConvertTest, InvalidSamplingFieldsAreRejected) {
@@ -236,7 +268,7 @@ TEST_F(ConvertTest, InvalidSamplingFieldsAreRejected) {
   const std::vector<Case> cases = {
       {[](v1::SamplingOptions* o) { o->set_temperature(-0.5f); }, "temperature"},
       {[](v1::SamplingOptions* o) { o->set_temperature(NAN); }, "temperature"},
-      {[](v1::SamplingOptions* o) { o->set_top_k(-1); }, "top_k"},
+      {[](v1::SamplingOptions* o) { o->set_top_k(-2); }, "top_k"},
       {[](v1::SamplingOptions* o) { o->set_top_p(0.0f); }, "top_p"},
       {[](v1::SamplingOptions* o) { o->set_top_p(1.5f); }, "top_p"},
       {[](v1::SamplingOptions* o) { o->set_min_p(1.5f); }, "min_p"},
