@@ -126,6 +126,10 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const Loa
       return WithFile(DescribeHfLoadError(transformer.status(), loaded.config, *hf),
                       loaded.weights_path);
     }
+    if (absl::Status s = CheckUnusedHfTensors(loaded.report.unused_tensors, *hf, loaded.config);
+        !s.ok()) {
+      return WithFile(s, loaded.weights_path);
+    }
     loaded.transformer = std::move(*transformer);
   }
   DIKKAT_ASSIGN_OR_RETURN(loaded.weights_sha256, Sha256File(loaded.weights_path));

@@ -1,6 +1,8 @@
 #include "model/io/hf_weights.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include <ATen/core/Tensor.h>
@@ -8,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -217,6 +220,31 @@ absl::Status DescribeHfLoadError(const absl::Status& status, const ModelConfig& 
   return absl::Status(status.code(),
                       absl::StrCat(message, " [tensor names translated from the Hugging Face ",
                                    config.weight_layout, " layout; see docs/models.md]"));
+}
+
+absl::Status CheckUnusedHfTensors(const std::vector<std::string>& unused, const HfWeights& hf,
+                                  const ModelConfig& config) {
+  std::vector<std::string> named;
+  for (const std::string& name : unused) {
+    auto it = hf.source.find(name);
+    const std::string& original = it != hf.source.end() ? it->second : name;
+    if (config.weight_layout == "bert" &&
+        (absl::StartsWith(original, "pooler.") || absl::StartsWith(original, "bert.pooler.") ||
+         absl::StartsWith(original, "cls."))) {
+      continue;
+    }
+    named.push_back(original);
+  }
+  if (named.empty()) return absl::OkStatus();
+  std::sort(named.begin(), named.end());
+  const size_t shown = std::min<size_t>(named.size(), 5);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the checkpoint has ", named.size(), " tensor(s) the '", config.weight_layout,
+      "' model built from config.json does not use (",
+      absl::StrJoin(named.begin(), named.begin() + shown, ", "),
+      named.size() > shown ? ", ..." : "",
+      "): it is not the model dikkat would run (a variant with weights of its own), and would "
+      "answer wrongly"));
 }
 
 }  // namespace dikkat::model

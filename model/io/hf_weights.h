@@ -47,6 +47,15 @@ absl::StatusOr<HfWeights> ConvertHfWeights(const ModelConfig& config, const Tens
 // Adds the HF origin to an error from Transformer::Load: a canonical tensor
 // name quoted in the message gets "(Hugging Face tensor 'x')" after it, and
 // every message says which layout the names were translated from.
+// The checkpoint's tensors the model did not take (`unused`, as
+// LoadReport::unused_tensors names them): a head dikkat does not run (BERT's
+// pooler and pre-training heads) is fine; anything else means the
+// checkpoint is not the model dikkat would run (norms, biases or
+// projections config.json does not describe) and would answer wrongly
+// without a word: INVALID_ARGUMENT naming them, by their Hugging Face names.
+absl::Status CheckUnusedHfTensors(const std::vector<std::string>& unused, const HfWeights& hf,
+                                  const ModelConfig& config);
+
 absl::Status DescribeHfLoadError(const absl::Status& status, const ModelConfig& config,
                                  const HfWeights& weights);
 

@@ -19,6 +19,7 @@
 namespace dikkat::model {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 absl::StatusOr<ModelConfig> Translate(const std::string& json) { return TranslateHfConfig(json); }
@@ -328,6 +329,33 @@ ModelConfig Layout(const std::string& layout, bool tie) {
   c.weight_layout = layout;
   c.tie_embeddings = tie;
   return c;
+}
+
+// Checkpoint tensors the model does not take mean another model than the
+// one dikkat runs (Qwen3's q_norm on a Llama layout, an o_proj bias): a load
+// error naming them. BERT's pooler and pre-training heads are fine.
+TEST(HfWeightsTest, UnusedTensorsAreAnErrorBesidesBertsHeads) {
+  HfWeights hf;
+  hf.source["layers.0.self_attn.out_proj.bias"] = "model.layers.0.self_attn.o_proj.bias";
+  ModelConfig llama;
+  llama.weight_layout = "llama";
+  EXPECT_TRUE(CheckUnusedHfTensors({}, hf, llama).ok());
+  absl::Status s = CheckUnusedHfTensors(
+      {"model.layers.0.self_attn.q_norm.weight", "layers.0.self_attn.out_proj.bias"}, hf, llama);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("2 tensor(s)"), HasSubstr("model.layers.0.self_attn.o_proj.bias"),
+                    HasSubstr("model.layers.0.self_attn.q_norm.weight"), HasSubstr("'llama'")));
+  ModelConfig bert;
+  bert.weight_layout = "bert";
+  EXPECT_TRUE(CheckUnusedHfTensors({"bert.pooler.dense.weight", "pooler.dense.bias",
+                                    "cls.predictions.bias"},
+                                   hf, bert)
+                  .ok());
+  EXPECT_FALSE(CheckUnusedHfTensors({"bert.encoder.layer.0.attention.self.q_norm.weight"}, hf,
+                                    bert)
+                   .ok());
+  EXPECT_FALSE(CheckUnusedHfTensors({"cls.predictions.bias"}, hf, llama).ok());
 }
 
 TEST(HfWeightsTest, Gpt2Conv1DIsTransposedWithoutCopying) {

@@ -93,6 +93,11 @@ inline absl::StatusOr<HfModel> LoadHfFolder(const std::string& folder,
   absl::StatusOr<std::unique_ptr<Transformer>> model =
       Transformer::Load(loaded.config, hf->tensors, options, &loaded.report);
   if (!model.ok()) return DescribeHfLoadError(model.status(), loaded.config, *hf);
+  // As the server's loader (model_loader.cc).
+  if (absl::Status s = CheckUnusedHfTensors(loaded.report.unused_tensors, *hf, loaded.config);
+      !s.ok()) {
+    return s;
+  }
   loaded.model = std::move(*model);
   return loaded;
 }
