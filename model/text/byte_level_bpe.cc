@@ -5,6 +5,7 @@
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <functional>
@@ -12,7 +13,10 @@
 #include <mutex>
 #include <queue>
 #include <shared_mutex>
+#include <string>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -101,32 +105,23 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
       prefixed = " " + std::string(text);
       text = prefixed;
     }
-    std::string normalized;
-    if (nfc_) {
-      normalized = Nfc(text);
-      text = normalized;
-    }
     Encoding enc;
-    const auto encode = [&](std::string_view chunk) {
-      const std::vector<int32_t> ids = EncodeChunk(chunk);
-      enc.ids.insert(enc.ids.end(), ids.begin(), ids.end());
-    };
-    switch (pre_tokenizer_) {
-      case BytePreTokenizer::kGpt2:
-        for (std::string_view chunk : Gpt2PreTokenize(text)) encode(chunk);
-        break;
-      case BytePreTokenizer::kGpt2Digits:
-        for (std::string_view piece : SplitDigits(text)) {
-          for (std::string_view chunk : Gpt2PreTokenize(piece)) encode(chunk);
-        }
-        break;
-      case BytePreTokenizer::kLlama3:
-        for (std::string_view chunk : Llama3PreTokenize(text, 3)) encode(chunk);
-        break;
-      case BytePreTokenizer::kQwen2:
-        for (std::string_view chunk : Llama3PreTokenize(text, 1)) encode(chunk);
-        break;
+    // Added tokens that are not special (Qwen2.5's <tool_call>) are matched
+    // in the text first, as Hugging Face's added vocabulary does: each is
+    // its id, and the sections between them are encoded on their own.
+    size_t section = 0;
+    for (size_t i = 0; i < text.size() && !plain_added_.empty();) {
+      const int32_t match = MatchPlainAdded(text, i);
+      if (match < 0) {
+        ++i;
+        continue;
+      }
+      EncodeSection(text.substr(section, i - section), &enc.ids);
+      enc.ids.push_back(plain_added_[match].second);
+      i += plain_added_[match].first.size();
+      section = i;
     }
+    EncodeSection(text.substr(section), &enc.ids);
     if (add_special_tokens) AddSpecialTokens(&enc);
     return enc;
   }
@@ -157,6 +152,47 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
 
  private:
   ByteLevelBpeTokenizer() = default;
+
+  // One section of text (between added tokens): normalized, pre-tokenized
+  // and merged.
+  void EncodeSection(std::string_view text, std::vector<int32_t>* ids) const {
+    if (text.empty()) return;
+    std::string normalized;
+    if (nfc_) {
+      normalized = Nfc(text);
+      text = normalized;
+    }
+    const auto encode = [&](std::string_view chunk) {
+      const std::vector<int32_t> chunk_ids = EncodeChunk(chunk);
+      ids->insert(ids->end(), chunk_ids.begin(), chunk_ids.end());
+    };
+    switch (pre_tokenizer_) {
+      case BytePreTokenizer::kGpt2:
+        for (std::string_view chunk : Gpt2PreTokenize(text)) encode(chunk);
+        break;
+      case BytePreTokenizer::kGpt2Digits:
+        for (std::string_view piece : SplitDigits(text)) {
+          for (std::string_view chunk : Gpt2PreTokenize(piece)) encode(chunk);
+        }
+        break;
+      case BytePreTokenizer::kLlama3:
+        for (std::string_view chunk : Llama3PreTokenize(text, 3)) encode(chunk);
+        break;
+      case BytePreTokenizer::kQwen2:
+        for (std::string_view chunk : Llama3PreTokenize(text, 1)) encode(chunk);
+        break;
+    }
+  }
+
+  // The index in plain_added_ of the longest added token (not special)
+  // whose text starts at text[i]; -1 if none.
+  int32_t MatchPlainAdded(std::string_view text, size_t i) const {
+    for (int32_t k : plain_added_by_first_[static_cast<unsigned char>(text[i])]) {
+      const std::string& s = plain_added_[k].first;
+      if (text.compare(i, s.size(), s) == 0) return k;  // longest first
+    }
+    return -1;
+  }
 
   absl::Status Init(ByteLevelBpeSpec spec) {
     add_prefix_space_ = spec.add_prefix_space;
@@ -228,7 +264,17 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     for (const auto& added : spec.added_tokens) {
       id_to_bytes_[added.id] = added.content;
       if (added.special) special_ids_.insert(added.id);
+      if (!added.special && !added.content.empty()) plain_added_.emplace_back(added.content, added.id);
       SetSpecialRole(added.content, added.id);
+    }
+    // Longest first, so that a match at a place is the longest there.
+    std::sort(plain_added_.begin(), plain_added_.end(), [](const auto& a, const auto& b) {
+      return a.first.size() != b.first.size() ? a.first.size() > b.first.size()
+                                              : a.second < b.second;
+    });
+    for (size_t k = 0; k < plain_added_.size(); ++k) {
+      plain_added_by_first_[static_cast<unsigned char>(plain_added_[k].first[0])].push_back(
+          static_cast<int32_t>(k));
     }
     if (auto it = spec.vocab.find("<|endoftext|>"); it != spec.vocab.end()) {
       special_ids_.insert(it->second);
@@ -355,6 +401,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   std::array<int32_t, 256> byte_ids_{};
   std::unordered_map<uint64_t, Merge> merges_;
   std::unordered_set<int32_t> special_ids_;
+  // Added tokens that are not special, (text, id), longest first; by first byte.
+  std::vector<std::pair<std::string, int32_t>> plain_added_;
+  std::array<std::vector<int32_t>, 256> plain_added_by_first_;
   SpecialTokens specials_;
   bool add_prefix_space_ = false;
   BytePreTokenizer pre_tokenizer_ = BytePreTokenizer::kGpt2;

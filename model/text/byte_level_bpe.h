@@ -32,7 +32,10 @@ enum class BytePreTokenizer {
 struct ByteLevelBpeSpec {
   std::unordered_map<std::string, int32_t> vocab;        // byte-level token -> id
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order
-  std::vector<AddedToken> added_tokens;  // decoded as their content, never produced by Encode
+  // Decoded as their content. Encode matches those that are not special in
+  // the text (Hugging Face's added vocabulary); special ones only
+  // EncodeParsingSpecialTokens does.
+  std::vector<AddedToken> added_tokens;
   bool add_prefix_space = false;         // ByteLevel pre-tokenizer option (RoBERTa-style)
   BytePreTokenizer pre_tokenizer = BytePreTokenizer::kGpt2;
   bool nfc = false;            // an NFC normalizer (Qwen2) before the pre-tokenizer

@@ -108,7 +108,8 @@ class Tokenizer {
 // Encode(text, add_special_tokens). For prompts rendered by a chat template,
 // which write the special tokens (BOS, role markers) as text (add nothing
 // then), and for completion prompts as vLLM tokenizes them. Not modelled: Hugging Face's
-// lstrip/rstrip flags of added tokens, and added tokens that are not special.
+// lstrip/rstrip flags of added tokens. Added tokens that are not special are
+// matched by Encode itself (byte-level BPE; Qwen2.5's <tool_call>).
 // INVALID_ARGUMENT if the text is not valid UTF-8.
 absl::StatusOr<Encoding> EncodeParsingSpecialTokens(const Tokenizer& tokenizer,
                                                     std::string_view text,

