@@ -230,7 +230,7 @@ absl::Status CheckUnusedHfTensors(const std::vector<std::string>& unused, const 
     const std::string& original = it != hf.source.end() ? it->second : name;
     if (config.weight_layout == "bert" &&
         (absl::StartsWith(original, "pooler.") || absl::StartsWith(original, "bert.pooler.") ||
-         absl::StartsWith(original, "cls."))) {
+         absl::StartsWith(original, "cls.") || absl::StartsWith(original, "classifier."))) {
       continue;
     }
     named.push_back(original);

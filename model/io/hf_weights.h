@@ -12,7 +12,8 @@
 //          out_proj, gate/up/down_proj -> linear_gate/linear1/linear2;
 //          rotary_emb.inv_freq buffers dropped.
 // Tensors the layout does not know (BERT's pooler and MLM head, ...) are
-// kept under their own name, so Transformer::Load reports them as unused.
+// kept under their own name, so Transformer::Load reports them as unused
+// (and CheckUnusedHfTensors says whether that is fine).
 // With tied embeddings a separate lm_head.weight is dropped as a duplicate.
 //
 // No tensor data is copied: renamed tensors share their storage (a mapped
@@ -49,7 +50,7 @@ absl::StatusOr<HfWeights> ConvertHfWeights(const ModelConfig& config, const Tens
 // every message says which layout the names were translated from.
 // The checkpoint's tensors the model did not take (`unused`, as
 // LoadReport::unused_tensors names them): a head dikkat does not run (BERT's
-// pooler and pre-training heads) is fine; anything else means the
+// pooler, pre-training and classifier heads) is fine; anything else means the
 // checkpoint is not the model dikkat would run (norms, biases or
 // projections config.json does not describe) and would answer wrongly
 // without a word: INVALID_ARGUMENT naming them, by their Hugging Face names.

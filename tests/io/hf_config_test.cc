@@ -349,7 +349,7 @@ TEST(HfWeightsTest, UnusedTensorsAreAnErrorBesidesBertsHeads) {
   ModelConfig bert;
   bert.weight_layout = "bert";
   EXPECT_TRUE(CheckUnusedHfTensors({"bert.pooler.dense.weight", "pooler.dense.bias",
-                                    "cls.predictions.bias"},
+                                    "cls.predictions.bias", "classifier.weight"},
                                    hf, bert)
                   .ok());
   EXPECT_FALSE(CheckUnusedHfTensors({"bert.encoder.layer.0.attention.self.q_norm.weight"}, hf,
