@@ -69,6 +69,15 @@ class LlamaBpeTokenizer final : public Tokenizer {
   std::vector<std::string> file_fingerprints() const override { return fingerprints_; }
 
   absl::StatusOr<Encoding> Encode(std::string_view text, bool add_special_tokens) const override {
+    return EncodeText(text, add_special_tokens, /*starts_input=*/true);
+  }
+
+  absl::StatusOr<Encoding> EncodePart(std::string_view text, bool starts_input) const override {
+    return EncodeText(text, false, starts_input);
+  }
+
+  absl::StatusOr<Encoding> EncodeText(std::string_view text, bool add_special_tokens,
+                                      bool starts_input) const {
     if (!utf8::IsValid(text)) {
       return absl::InvalidArgumentError("bpe tokenizer: input text is not valid UTF-8");
     }
@@ -77,7 +86,8 @@ class LlamaBpeTokenizer final : public Tokenizer {
       std::string normalized = ReplaceAll(text, " ", kSpaceMark);
       const bool has_mark = normalized.compare(0, kSpaceMark.size(), kSpaceMark) == 0;
       if (prefix_ == LlamaBpeSpec::Prefix::kAlways ||
-          (prefix_ == LlamaBpeSpec::Prefix::kUnlessPresent && !has_mark)) {
+          (prefix_ == LlamaBpeSpec::Prefix::kUnlessPresent && !has_mark) ||
+          (prefix_ == LlamaBpeSpec::Prefix::kFirst && starts_input && !has_mark)) {
         normalized.insert(0, kSpaceMark);
       }
       if (split_words_) {

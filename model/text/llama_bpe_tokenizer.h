@@ -29,7 +29,9 @@ struct LlamaBpeSpec {
   // prefix (the legacy Prepend("▁") normalizer); kUnlessPresent = the
   // Metaspace pre-tokenizer, which adds none when the text already starts
   // with a space; kNever = no prefix.
-  enum class Prefix { kAlways, kUnlessPresent, kNever };
+  // kFirst: as kUnlessPresent, on the input's first part only (Metaspace
+  // prepend_scheme "first": none after a special token).
+  enum class Prefix { kAlways, kUnlessPresent, kFirst, kNever };
   Prefix prefix = Prefix::kAlways;
   bool split_words = false;        // Metaspace split=true: BPE never merges across "▁"
   bool strip_leading_space = true;  // decoder drops the prefix space again

@@ -52,7 +52,7 @@ absl::StatusOr<Encoding> EncodeParsingSpecialTokens(const Tokenizer& tokenizer,
   bool type_ids = false;
   auto encode_part = [&](std::string_view part) -> absl::Status {
     if (part.empty()) return absl::OkStatus();
-    absl::StatusOr<Encoding> e = tokenizer.Encode(part, false);
+    absl::StatusOr<Encoding> e = tokenizer.EncodePart(part, part.data() == text.data());
     if (!e.ok()) return e.status();
     out.ids.insert(out.ids.end(), e->ids.begin(), e->ids.end());
     type_ids = type_ids || !e->type_ids.empty();

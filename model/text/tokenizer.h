@@ -54,6 +54,16 @@ class Tokenizer {
   virtual absl::StatusOr<Encoding> Encode(std::string_view text,
                                           bool add_special_tokens) const = 0;
 
+  // One part of an input between special tokens, encoded without special
+  // tokens around it (EncodeParsingSpecialTokens' parts). `starts_input`:
+  // the part is at the input's start (a Metaspace pre-tokenizer with
+  // prepend_scheme "first" gives only that part its "▁"). Default:
+  // Encode(text, false).
+  virtual absl::StatusOr<Encoding> EncodePart(std::string_view text, bool starts_input) const {
+    (void)starts_input;
+    return Encode(text, false);
+  }
+
   // What Encode(text, true) puts before and after one input (BERT: [CLS]
   // and [SEP]; Llama: BOS; a tokenizer.json post-processor's template).
   // Default: nothing (a tokenizer that wraps another must forward it).

@@ -219,8 +219,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadLlamaBpeJson(const std::string& p
     }
     std::string scheme = pre.value("prepend_scheme", std::string());
     if (scheme.empty()) scheme = pre.value("add_prefix_space", true) ? "always" : "never";
-    if (scheme == "always" || scheme == "first") {
+    if (scheme == "always") {
       spec.prefix = LlamaBpeSpec::Prefix::kUnlessPresent;
+    } else if (scheme == "first") {
+      spec.prefix = LlamaBpeSpec::Prefix::kFirst;
     } else if (scheme == "never") {
       spec.prefix = LlamaBpeSpec::Prefix::kNever;
     } else {

@@ -114,6 +114,38 @@ TEST_F(LlamaBpeTest, MetaspaceTokenizerJsonMatchesSentencePiece) {
   EXPECT_GE(differs_from_legacy, 2);
 }
 
+// Metaspace prepend_scheme "first": the "▁" goes before the input's first
+// part only, none after a special token (Hugging Face prepends it only to
+// the part at offset 0: Mistral v0.3's "<s>[INST] ..." starts with "[", not
+// "▁["). The legacy normalizer gives every part one (below: Llama-2's
+// "<s>[INST]" is 1, 518).
+TEST_F(LlamaBpeTest, MetaspaceFirstPrefixesOnlyTheInputsStart) {
+  auto tok = LoadTokenizerJson(Path("metaspace"));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int32_t bos = (*ref_)["bos"].get<int>();
+  auto parsed = EncodeParsingSpecialTokens(**tok, "<s>the cat");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_GE(parsed->ids.size(), 2u);
+  EXPECT_EQ(parsed->ids[0], bos);
+  const std::vector<int32_t> unprefixed = (*tok)->EncodePart("the cat", false)->ids;
+  EXPECT_EQ(std::vector<int32_t>(parsed->ids.begin() + 1, parsed->ids.end()), unprefixed);
+  EXPECT_NE(unprefixed, (*tok)->Encode("the cat", false)->ids);  // that one has the "▁"
+  EXPECT_EQ((*tok)->Decode(unprefixed, false), "the cat");
+  // The first part is the input's start: prefixed as Encode prefixes it.
+  auto first = EncodeParsingSpecialTokens(**tok, "the cat</s>");
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::vector<int32_t> want = (*tok)->Encode("the cat", false)->ids;
+  want.push_back((*ref_)["eos"].get<int>());
+  EXPECT_EQ(first->ids, want);
+  // Legacy: every part gets its "▁".
+  auto legacy = LoadTokenizerJson(Path("legacy"));
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  auto legacy_parsed = EncodeParsingSpecialTokens(**legacy, "<s>the cat");
+  ASSERT_TRUE(legacy_parsed.ok());
+  EXPECT_EQ(std::vector<int32_t>(legacy_parsed->ids.begin() + 1, legacy_parsed->ids.end()),
+            (*legacy)->Encode("the cat", false)->ids);
+}
+
 TEST_F(LlamaBpeTest, FolderWithOnlyTokenizerJsonLoads) {
   // No tokenizer.model next to it: before, this was UNIMPLEMENTED.
   const std::string dir = std::filesystem::path(Path("legacy")).parent_path().string();
