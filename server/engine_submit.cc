@@ -419,7 +419,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
                                                        const EngineOptions& options,
                                                        EngineListener* listener) {
   const absl::Time start = absl::Now();
-  DIKKAT_ASSIGN_OR_RETURN(c10::ScalarType dtype, model::ParseDType(options.dtype));
+  // auto: the dtype the checkpoint was saved in (bfloat16 weights stay
+  // bfloat16: half the memory of float32, nothing lost), float32 when the
+  // folder does not say (dikkat.json folders, older checkpoints).
+  std::string dtype_name = options.dtype;
+  if (dtype_name == "auto") {
+    absl::StatusOr<model::ModelConfig> saved = model::ReadModelConfig(model_path);
+    dtype_name = saved.ok() && !saved->saved_dtype.empty() ? saved->saved_dtype : "float32";
+    if (!model::ParseDType(dtype_name).ok() || dtype_name == "int8") dtype_name = "float32";
+  }
+  DIKKAT_ASSIGN_OR_RETURN(c10::ScalarType dtype, model::ParseDType(dtype_name));
   DIKKAT_ASSIGN_OR_RETURN(c10::ScalarType cache_dtype,
                           model::ParseKvCacheDType(options.kv_cache_dtype, dtype));
   DIKKAT_ASSIGN_OR_RETURN(c10::Device device, model::ParseDevice(options.device));
@@ -484,7 +493,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   // Callers know the model by the name it is served under (--model=NAME=PATH),
   // not the folder's config name: errors built from the config say that name.
   d.config.name = name;
-  d.dtype = options.dtype;
+  d.dtype = model::DTypeName(dtype);
   d.kv_cache_dtype = model::DTypeName(cache_dtype);
   d.device = device.str();
   d.weights_sha256 = loaded->weights_sha256;

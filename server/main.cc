@@ -73,8 +73,9 @@ ABSL_FLAG(ByteSize, openai_max_body_bytes, ByteSize{8ll << 20},
           "is kept below --max_message_bytes; the smaller of the two applies. Must be > 0.");
 ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu or cuda:N.");
 ABSL_FLAG(std::string, dtype, "float32",
-          "Weights dtype: float32, bfloat16, float16, or int8 (weight-only int8 "
-          "quantization at load, CPU only; activations float32).");
+          "Weights dtype: float32, bfloat16, float16, int8 (weight-only int8 "
+          "quantization at load, CPU only; activations float32), or auto (the dtype the "
+          "checkpoint was saved in: config.json's torch_dtype; float32 when it says none).");
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "KV cache dtype: auto (the weights' dtype; float32 for int8), float32, bfloat16 or "
           "float16. 16 bits hold twice the tokens in --kv_cache_bytes and halve what a decode "

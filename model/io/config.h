@@ -100,6 +100,11 @@ struct ModelConfig {
   bool default_normalize = false;
   int64_t max_seq_length = 0;
 
+  // The dtype the checkpoint was saved in (config.json's torch_dtype, or its
+  // newer name dtype: "float32", "bfloat16", "float16"); empty: not said.
+  // `--dtype auto` loads the weights in it.
+  std::string saved_dtype;
+
   // ---- sampling defaults ----------------------------------------------------
   // generation_config.json's recommended sampling (Qwen2.5: temperature 0.7,
   // top_p 0.8, top_k 20, repetition_penalty 1.05): what a request that does

@@ -401,6 +401,13 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
     for (int64_t id : more_eos) AddEosTokenId(&c, id);
     DIKKAT_RETURN_IF_ERROR(keys.TokenId("pad_token_id", &c.pad_token_id));
   }
+  // Newer transformers write "dtype", older "torch_dtype".
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    auto it = j.find(key);
+    if (it != j.end() && it->is_string() && c.saved_dtype.empty()) {
+      c.saved_dtype = it->get<std::string>();
+    }
+  }
   c.name = type;
   DIKKAT_RETURN_IF_ERROR(keys.String("_name_or_path", &c.name));
   if (c.name.empty()) c.name = type;

@@ -296,6 +296,44 @@ TEST_F(HfServingTest, SentenceTransformersFolderNormalizesAndBoundsInputs) {
   EXPECT_EQ(info->models(0).max_context(), 8);
 }
 
+// --dtype auto loads the dtype the checkpoint was saved in (torch_dtype),
+// float32 when the folder says none; ModelInfo shows what was loaded.
+TEST_F(HfServingTest, DtypeAutoLoadsTheSavedDtype) {
+  namespace fs = std::filesystem;
+  const std::string bf16 = scratch_->File("gpt2-bf16");
+  fs::copy(fixtures_->at("gpt2").dir, bf16, fs::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(tu::ReadFile(bf16 + "/config.json"));
+  config["torch_dtype"] = "bfloat16";
+  std::ofstream(bf16 + "/config.json") << config.dump();
+  const std::string plain = scratch_->File("gpt2-plain");
+  fs::copy(fixtures_->at("gpt2").dir, plain, fs::copy_options::recursive);
+  config.erase("torch_dtype");
+  std::ofstream(plain + "/config.json") << config.dump();
+  InProcessServer::Model saved{"saved", bf16};
+  saved.options.dtype = "auto";
+  InProcessServer::Model unsaid{"unsaid", plain};
+  unsaid.options.dtype = "auto";
+  auto server = InProcessServer::Start({saved, unsaid});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::Client> c = (*server)->NewClient();
+  ASSERT_NE(c, nullptr);
+  absl::StatusOr<v1::GetModelInfoResponse> info = c->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->models_size(), 2);
+  for (const v1::ModelInfo& m : info->models()) {
+    EXPECT_EQ(m.dtype(), m.name() == "saved" ? "bfloat16" : "float32") << m.name();
+    EXPECT_EQ(m.kv_cache_dtype(), m.name() == "saved" ? "bfloat16" : "float32") << m.name();
+  }
+  v1::GenerateRequest g;
+  g.set_model("saved");
+  g.mutable_input()->set_text("Hello");
+  g.set_max_new_tokens(3);
+  g.mutable_sampling()->set_temperature(0);
+  absl::StatusOr<client::GenerateResult> out = c->Generate(g);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->token_ids.size(), 3u);
+}
+
 TEST_F(HfServingTest, ModelInfoShowsTheTokenizer) {
   auto resp = client_->GetModelInfo();
   ASSERT_TRUE(resp.ok()) << resp.status();

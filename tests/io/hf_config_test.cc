@@ -309,6 +309,23 @@ TEST_F(HfFolderTest, SentenceTransformersFolderSetsPooling) {
   ExpectInvalid(ReadModelConfig(dir_), {"sentence_bert_config.json", "max_seq_length", "long"});
 }
 
+// The dtype the checkpoint was saved in, for --dtype auto: torch_dtype, or
+// newer transformers' dtype.
+TEST_F(HfFolderTest, SavedDtypeIsRead) {
+  Write("config.json", R"({"model_type": "gpt2", "torch_dtype": "bfloat16"})");
+  absl::StatusOr<ModelConfig> c = ReadModelConfig(dir_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->saved_dtype, "bfloat16");
+  Write("config.json", R"({"model_type": "gpt2", "dtype": "float16"})");
+  c = ReadModelConfig(dir_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->saved_dtype, "float16");
+  Write("config.json", R"({"model_type": "gpt2"})");
+  c = ReadModelConfig(dir_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->saved_dtype, "");
+}
+
 TEST_F(HfFolderTest, ErrorsNameTheFile) {
   Write("config.json", R"({"model_type": "gpt_neox"})");
   absl::StatusOr<ModelConfig> c = ReadModelConfig(dir_);
