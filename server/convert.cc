@@ -216,6 +216,10 @@ absl::StatusOr<GenerateConversion> ToGenerateRequest(const v1::GenerateRequest& 
     top_logprobs = request.top_logprobs();
     out.want_logprobs = true;
   }
+  if (request.sampling().top_k() < -1) {
+    return Invalid(absl::StrCat("sampling.top_k = ", request.sampling().top_k(),
+                                " is out of range: 0 (the model's default), -1 (off) or >= 1"));
+  }
   r.sampling = ToSamplingParams(request.sampling(), top_logprobs, config.sampling_defaults);
 
   if (request.has_prompt_logprobs() && request.prompt_logprobs() != -1) {

@@ -20,8 +20,13 @@ absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(st
 
 absl::Status CheckLength(size_t n, absl::string_view field, const model::ModelConfig& config) {
   if (config.max_positions > 0 && static_cast<int64_t>(n) > config.max_positions) {
-    return Invalid(absl::StrCat(field, " has ", n, " tokens; model '", config.name,
-                                "' accepts at most max_positions=", config.max_positions));
+    const bool st_limit = config.max_seq_length > 0 && config.max_seq_length == config.max_positions;
+    return Invalid(absl::StrCat(
+        field, " has ", n, " tokens; model '", config.name, "' accepts at most max_positions=",
+        config.max_positions,
+        st_limit ? " (its sentence_bert_config.json's max_seq_length: sentence-transformers "
+                   "truncates there; shorten the input)"
+                 : ""));
   }
   return absl::OkStatus();
 }

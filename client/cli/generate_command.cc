@@ -42,7 +42,8 @@ class GenerateCommand : public Command {
             "refuse the request if prompt + --max-tokens exceeds the model's context "
             "(default: stop at the context)");
     f->OptionalDouble("temperature", &temperature_, "sampling temperature >= 0; 0 = greedy");
-    f->Int("top-k", &top_k_, "sample among the k most likely tokens; 0 = off");
+    f->Int("top-k", &top_k_, "sample among the k most likely tokens; 0 = the model's default (its "
+                                "generation_config.json; else off), -1 = off");
     f->OptionalDouble("top-p", &top_p_, "nucleus sampling mass in (0, 1]");
     f->Double("min-p", &min_p_, "drop tokens below min-p times the top probability; 0 = off");
     f->OptionalDouble("repetition-penalty", &repetition_penalty_,

@@ -447,7 +447,9 @@ static absl::Status ReadSamplingDefaults(const Json& j, ModelConfig::SamplingDef
                                  "repetition_penalty in [0.01, 100]"));
   if (temperature) out->temperature = static_cast<float>(*temperature);
   if (top_p) out->top_p = static_cast<float>(*top_p);
-  if (top_k) out->top_k = static_cast<int32_t>(*top_k);
+  // 50 is transformers' own default, which save_pretrained may write: not
+  // a recommendation (vLLM reads the file's differences from the defaults).
+  if (top_k && *top_k != 50) out->top_k = static_cast<int32_t>(*top_k);
   if (repetition) out->repetition_penalty = static_cast<float>(*repetition);
   return absl::OkStatus();
 }

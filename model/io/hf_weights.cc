@@ -228,11 +228,16 @@ absl::Status CheckUnusedHfTensors(const std::vector<std::string>& unused, const 
   for (const std::string& name : unused) {
     auto it = hf.source.find(name);
     const std::string& original = it != hf.source.end() ? it->second : name;
-    if (config.weight_layout == "bert" &&
-        (absl::StartsWith(original, "pooler.") || absl::StartsWith(original, "bert.pooler.") ||
-         absl::StartsWith(original, "cls.") || absl::StartsWith(original, "classifier."))) {
-      continue;
+    // Task heads on top of the body dikkat runs (BERT's pooler and
+    // pre-training heads; classification, question-answering and
+    // multiple-choice heads of any layout): not applied, and they change
+    // nothing the body computes.
+    bool head = false;
+    for (const char* prefix : {"pooler.", "bert.pooler.", "cls.", "classifier.", "qa_outputs.",
+                               "score.", "multiple_choice_head."}) {
+      head = head || absl::StartsWith(original, prefix);
     }
+    if (head) continue;
     named.push_back(original);
   }
   if (named.empty()) return absl::OkStatus();

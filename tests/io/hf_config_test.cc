@@ -267,6 +267,13 @@ TEST_F(HfFolderTest, GenerationConfigAddsEosIds) {
   EXPECT_EQ(merged->sampling_defaults.top_k, std::optional<int32_t>(20));
   EXPECT_EQ(merged->sampling_defaults.repetition_penalty, std::optional<float>(1.05f));
   EXPECT_FALSE(plain->sampling_defaults.temperature.has_value());
+  // transformers' own default top_k (50), as save_pretrained writes it, is
+  // not a recommendation.
+  Write("generation_config.json", R"({"top_k": 50, "temperature": 0.6})");
+  merged = ReadModelConfig(dir_);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_FALSE(merged->sampling_defaults.top_k.has_value());
+  EXPECT_EQ(merged->sampling_defaults.temperature, std::optional<float>(0.6f));
   Write("generation_config.json", R"({"top_p": 0})");
   ExpectInvalid(ReadModelConfig(dir_), {"generation_config.json", "top_p", "(0, 1]"});
   Write("generation_config.json", R"({"temperature": "hot"})");
@@ -366,13 +373,14 @@ TEST(HfWeightsTest, UnusedTensorsAreAnErrorBesidesBertsHeads) {
   ModelConfig bert;
   bert.weight_layout = "bert";
   EXPECT_TRUE(CheckUnusedHfTensors({"bert.pooler.dense.weight", "pooler.dense.bias",
-                                    "cls.predictions.bias", "classifier.weight"},
+                                    "cls.predictions.bias", "classifier.weight",
+                                    "qa_outputs.bias"},
                                    hf, bert)
                   .ok());
   EXPECT_FALSE(CheckUnusedHfTensors({"bert.encoder.layer.0.attention.self.q_norm.weight"}, hf,
                                     bert)
                    .ok());
-  EXPECT_FALSE(CheckUnusedHfTensors({"cls.predictions.bias"}, hf, llama).ok());
+  EXPECT_TRUE(CheckUnusedHfTensors({"score.weight"}, hf, llama).ok());  // a task head
 }
 
 TEST(HfWeightsTest, Gpt2Conv1DIsTransposedWithoutCopying) {

@@ -674,6 +674,25 @@ TEST_F(ConvertTest, ModelInfoReportsConfigAndCapabilities) {
   EXPECT_THAT(lm.special_tokens().eos_ids(), ElementsAre(258, 5, 9));
   EXPECT_EQ(lm.norm(), "layernorm");
   EXPECT_EQ(lm.positions(), "learned");
+  // Defaults: none said (neutral sampling, no normalizing; a decoder's
+  // pooling is its last token's).
+  EXPECT_FALSE(lm.default_sampling().has_temperature());
+  EXPECT_EQ(lm.default_sampling().top_k(), 0);
+  EXPECT_FALSE(lm.default_normalize());
+  EXPECT_EQ(lm.default_pooling(), v1::POOLING_LAST);
+  // The folder's: generation_config.json's sampling (a top_k of 0 there is
+  // off: -1 on the wire), sentence-transformers' pooling and Normalize.
+  d.config.sampling_defaults.temperature = 0.7f;
+  d.config.sampling_defaults.top_k = 0;
+  d.config.default_normalize = true;
+  d.config.default_pooling = model::Pooling::kFirst;
+  v1::ModelInfo st;
+  FillModelInfo(d, stats, *tokenizer_, false, &st);
+  EXPECT_FLOAT_EQ(st.default_sampling().temperature(), 0.7f);
+  EXPECT_FALSE(st.default_sampling().has_top_p());
+  EXPECT_EQ(st.default_sampling().top_k(), -1);
+  EXPECT_TRUE(st.default_normalize());
+  EXPECT_EQ(st.default_pooling(), v1::POOLING_FIRST);
 }
 
 }  // namespace

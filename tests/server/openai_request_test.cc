@@ -226,6 +226,27 @@ TEST_F(OpenAiRequestTest, CompletionFieldsMapToTheEngineRequest) {
   EXPECT_EQ(call->prompts[0].echo_text, "hi");
 }
 
+// Fields left out take the model's recommended sampling
+// (generation_config.json); vLLM's top_k -1 and 0 are off whatever it says.
+TEST_F(OpenAiRequestTest, UnsetSamplingFieldsTakeTheModelsDefaults) {
+  config_.sampling_defaults.temperature = 0.7f;
+  config_.sampling_defaults.top_k = 20;
+  absl::StatusOr<GenerateCall> call = Completion(R"({"prompt": "hi"})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_FLOAT_EQ(call->prompts[0].request.sampling.temperature, 0.7f);
+  EXPECT_EQ(call->prompts[0].request.sampling.top_k, 20);
+  for (const char* off : {R"({"prompt": "hi", "top_k": -1, "temperature": 1})",
+                          R"({"prompt": "hi", "top_k": 0, "temperature": 1})"}) {
+    call = Completion(off);
+    ASSERT_TRUE(call.ok()) << call.status();
+    EXPECT_EQ(call->prompts[0].request.sampling.top_k, 0) << off;
+    EXPECT_FLOAT_EQ(call->prompts[0].request.sampling.temperature, 1.0f) << off;
+  }
+  call = Completion(R"({"prompt": "hi", "top_k": 5})");
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->prompts[0].request.sampling.top_k, 5);
+}
+
 TEST_F(OpenAiRequestTest, LogitBiasMapsToTheSamplingOptions) {
   absl::StatusOr<GenerateCall> call =
       Completion(R"({"prompt": "x", "logit_bias": {"104": -100, "7": 2.5, "258": 100}})");
