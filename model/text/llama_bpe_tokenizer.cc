@@ -122,7 +122,10 @@ class LlamaBpeTokenizer final : public Tokenizer {
       if (IsSpecial(id)) {
         if (skip_special_tokens) continue;
         out += pieces_[id];
-        run_start = true;
+        // The "▁" after a kept special token is the dummy prefix Encode
+        // gave that part, except with prepend_scheme "first" (none after a
+        // special: a "▁" there is the text's own space).
+        run_start = prefix_ != LlamaBpeSpec::Prefix::kFirst;
         continue;
       }
       std::string_view text = decoded_[id];

@@ -131,6 +131,11 @@ TEST_F(LlamaBpeTest, MetaspaceFirstPrefixesOnlyTheInputsStart) {
   EXPECT_EQ(std::vector<int32_t>(parsed->ids.begin() + 1, parsed->ids.end()), unprefixed);
   EXPECT_NE(unprefixed, (*tok)->Encode("the cat", false)->ids);  // that one has the "▁"
   EXPECT_EQ((*tok)->Decode(unprefixed, false), "the cat");
+  // Kept in the decoding, the space after a special token is the text's own.
+  auto spaced = EncodeParsingSpecialTokens(**tok, "<s> the cat");
+  ASSERT_TRUE(spaced.ok()) << spaced.status();
+  EXPECT_EQ((*tok)->Decode(spaced->ids, false), "<s> the cat");
+  EXPECT_EQ((*tok)->Decode(parsed->ids, false), "<s>the cat");
   // The first part is the input's start: prefixed as Encode prefixes it.
   auto first = EncodeParsingSpecialTokens(**tok, "the cat</s>");
   ASSERT_TRUE(first.ok()) << first.status();
