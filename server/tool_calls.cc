@@ -33,12 +33,13 @@ size_t TrimmedEnd(std::string_view s, size_t end) {
 // not a call. The call object itself is one level more.
 constexpr int kMaxCallDepth = 32 + 1;
 
-// Whether the arrays and objects of `text` (JSON or not) nest deeper than
-// `max_depth`; brackets inside strings do not count.
-bool NestedDeeperThan(std::string_view text, int max_depth) {
-  int depth = 0;
+// Calls `on(c, i)` for each character of text[begin..] outside JSON
+// strings (escapes skipped); stops when it returns true. Returns the index
+// it stopped at, or npos.
+template <typename On>
+size_t ScanOutsideStrings(std::string_view text, size_t begin, On on) {
   bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
+  for (size_t i = begin; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
       if (c == '\\') {
@@ -48,13 +49,22 @@ bool NestedDeeperThan(std::string_view text, int max_depth) {
       }
     } else if (c == '"') {
       in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
+    } else if (on(c, i)) {
+      return i;
     }
   }
-  return false;
+  return std::string_view::npos;
+}
+
+// Whether the arrays and objects of `text` (JSON or not) nest deeper than
+// `max_depth`; brackets inside strings do not count.
+bool NestedDeeperThan(std::string_view text, int max_depth) {
+  int depth = 0;
+  return ScanOutsideStrings(text, 0, [&](char c, size_t) {
+           if (c == '[' || c == '{') return ++depth > max_depth;
+           if (c == ']' || c == '}') --depth;
+           return false;
+         }) != std::string_view::npos;
 }
 
 // One call object: {"name": string, <arguments_key> or "arguments": value}.
@@ -108,24 +118,11 @@ ParsedToolCalls ParseHermes(std::string_view text) {
 // closing brace), or npos when it does not close.
 size_t ObjectEnd(std::string_view text, size_t begin) {
   int depth = 0;
-  bool in_string = false;
-  for (size_t i = begin; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{') {
-      ++depth;
-    } else if (c == '}') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return std::string_view::npos;
+  const size_t close = ScanOutsideStrings(text, begin, [&](char c, size_t) {
+    if (c == '{') ++depth;
+    return c == '}' && --depth == 0;
+  });
+  return close == std::string_view::npos ? close : close + 1;
 }
 
 ParsedToolCalls ParseLlama3Json(std::string_view text) {
