@@ -2,10 +2,11 @@
 //
 // Beam-search requests run beside the scheduler's batch, not in it: every
 // engine step runs one forward over the live beams of all of them (the
-// prompt's prefill first, in chunks within --max_batch_tokens), then each request's BeamSearch picks the next
-// beams and this file rearranges their KV blocks: a parent's first surviving
-// child takes its block table over, the others fork it (full blocks shared
-// by reference, the partial last block copied: model/kv_block_allocator.h
+// prompt's prefill first, in chunks within --max_batch_tokens), then each
+// request's BeamSearch picks the next beams and this file rearranges their
+// KV blocks: a parent's first surviving child takes its block table over,
+// the others fork it (full blocks shared by reference, the partial last
+// block copied: model/kv_block_allocator.h
 // Fork, KvCache::CopySlots), parents without a child release theirs. A
 // request starts only when its worst case (beam_width x its whole length)
 // fits in the blocks available beside what the started ones may still take,
@@ -143,7 +144,8 @@ void EngineImpl::RunBeams() {
     for (size_t i = 0; i < r->beam_slots.size(); ++i) {
       BeamSlot& slot = r->beam_slots[i];
       model::SequenceChunk c;
-      c.tokens = absl::MakeConstSpan(slot.tokens).subspan(slot.num_cached, chunk_lens[first_len + i]);
+      c.tokens =
+          absl::MakeConstSpan(slot.tokens).subspan(slot.num_cached, chunk_lens[first_len + i]);
       c.start_pos = slot.num_cached;
       c.block_table = &slot.blocks;
       c.cross = r->cross.get();

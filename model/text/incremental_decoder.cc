@@ -87,16 +87,6 @@ std::string IncrementalDecoder::TakeDelta(bool flush) {
     prefix_offset_ = read_offset_ = 0;
     return TakeDelta(flush);
   }
-  if (new_text == prefix_text &&
-      std::all_of(ids_.begin() + static_cast<std::ptrdiff_t>(read_offset_), ids_.end(),
-                  [&](int32_t id) { return AddsNoText(id); })) {
-    // Ids that add no text, ever: forget them, so that a long run of them
-    // does not grow the window decoded on every push. (Other ids that add
-    // no text yet may: a continuation byte, SentencePiece's lone "▁" before
-    // a word.)
-    ids_.resize(read_offset_);
-    return "";
-  }
   size_t end = ids_.size();
   std::string text = new_text;
   if (incomplete && !flush) {
