@@ -22,6 +22,7 @@
 #include "model/aten_threads.h"
 #include "model/cpu_kernels.h"
 #include "model/kv_cache.h"
+#include "model/layers.h"
 
 namespace dikkat::model {
 
@@ -309,6 +310,10 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
   at::Tensor q = q_flat.view({n, hq, hd});   // [N, Hq, D]
   at::Tensor k = k_flat.view({n, hkv, hd});  // [N, Hkv, D]
   at::Tensor v = v_flat.view({n, hkv, hd});
+  // q and k are views into the fused projection's rows: the norms' fast
+  // path wants them contiguous (and RoPE copies them anyway).
+  if (options.q_norm != nullptr) q = (*options.q_norm)(q.contiguous());
+  if (options.k_norm != nullptr) k = (*options.k_norm)(k.contiguous());
   if (options.rope != nullptr) {
     q = options.rope->Rotate(q, index.positions);
     k = options.rope->Rotate(k, index.positions);

@@ -25,6 +25,7 @@
 namespace dikkat::model {
 
 class KvCache;
+struct Norm;  // model/layers.h
 
 // softmax(q k^T / sqrt(D) masked) v.
 //   q:    [..., Hq, Tq, D]
@@ -108,6 +109,10 @@ struct BatchAttentionOptions {
   bool causal = true;
   int64_t window = 0;                     // sliding window (causal only); 0 = none
   const RotaryEmbedding* rope = nullptr;  // null: no rotary embedding
+  // Applied to each head of q and of k ([N, H, D] over D) before the
+  // rotary embedding (Qwen3's q_norm / k_norm); null: none.
+  const Norm* q_norm = nullptr;
+  const Norm* k_norm = nullptr;
 };
 
 // A causal chunk of at least 2 * kCausalQueryBlockRows new tokens attends

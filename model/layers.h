@@ -49,6 +49,7 @@ struct FeedForward {
 struct Layer {
   Norm norm1, norm2, norm3;  // self-attn, (cross-attn | ffn), ffn (decoder of enc-dec)
   MultiHeadAttention self_attn;
+  Norm q_norm, k_norm;            // per head of self-attention's q and k (qk_norm); else undefined
   MultiHeadAttention cross_attn;  // encoder-decoder decoder only
   FeedForward ffn;
   bool has_cross = false;

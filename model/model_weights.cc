@@ -1,6 +1,7 @@
 #include "model/model_weights.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -148,6 +149,16 @@ class Binding {
       Layer& layer = stack->layers[i];
       layer.has_cross = cross;
       DIKKAT_RETURN_IF_ERROR(LoadAttention(p + ".self_attn", &layer.self_attn));
+      if (config_.qk_norm) {
+        // An RMSNorm over each head's head_dim values, whatever config.norm is.
+        for (auto [name, norm] : {std::pair{".self_attn.q_norm", &layer.q_norm},
+                                  std::pair{".self_attn.k_norm", &layer.k_norm}}) {
+          norm->kind = NormKind::kRmsNorm;
+          norm->eps = config_.norm_eps;
+          DIKKAT_ASSIGN_OR_RETURN(norm->weight,
+                                  w_.Take(p + name + ".weight", {config_.head_size()}));
+        }
+      }
       DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".norm1", &layer.norm1));
       DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".norm2", &layer.norm2));
       if (cross) {

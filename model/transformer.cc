@@ -164,7 +164,10 @@ struct Transformer::Impl {
       x = Residual(x, layer.norm1, [&](const at::Tensor& h) {
         at::Tensor probs;
         const bool keep = record_self && record[l];
-        at::Tensor out = BatchSelfAttention(layer.self_attn, h, chunks, index, kv, l, attn_opts,
+        BatchAttentionOptions layer_opts = attn_opts;
+        if (layer.q_norm.defined()) layer_opts.q_norm = &layer.q_norm;
+        if (layer.k_norm.defined()) layer_opts.k_norm = &layer.k_norm;
+        at::Tensor out = BatchSelfAttention(layer.self_attn, h, chunks, index, kv, l, layer_opts,
                                             keep ? &probs : nullptr);
         if (keep) capture->sink(l, probs);
         return out;

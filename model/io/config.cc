@@ -340,6 +340,7 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
       ReadEnum(j, "activation", ActivationNames(), &c.activation),
       ReadBool(j, "attention_bias", &c.attention_bias),
       ReadBool(j, "qkv_bias_only", &c.qkv_bias_only),
+      ReadBool(j, "qk_norm", &c.qk_norm),
       ReadBool(j, "mlp_bias", &c.mlp_bias),
       ReadBool(j, "norm_bias", &c.norm_bias),
       ReadEnum(j, "positions", PositionNames(), &c.positions),
@@ -400,6 +401,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["activation"] = ActivationName(c.activation);
   j["attention_bias"] = c.attention_bias;
   j["qkv_bias_only"] = c.qkv_bias_only;
+  j["qk_norm"] = c.qk_norm;
   j["mlp_bias"] = c.mlp_bias;
   j["norm_bias"] = c.norm_bias;
   j["positions"] = PositionName(c.positions);

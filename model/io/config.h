@@ -76,6 +76,9 @@ struct ModelConfig {
   Activation activation = Activation::kGelu;
   bool attention_bias = true;   // q/k/v/out projections carry biases
   bool qkv_bias_only = false;   // Qwen2: q/k/v biased, out projection not
+  // Qwen3: each head of q and k goes through an RMSNorm over head_dim (its
+  // own weight [head_dim], eps norm_eps) after the projection, before RoPE.
+  bool qk_norm = false;
   bool mlp_bias = true;
   bool norm_bias = true;        // LayerNorm with a bias (RMSNorm never has one)
 

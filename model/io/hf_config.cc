@@ -284,7 +284,8 @@ absl::Status TranslateBert(const HfKeys& keys, ModelConfig* c) {
   return absl::OkStatus();
 }
 
-// llama, mistral and qwen2 share the tensor names and the block structure.
+// llama, mistral, qwen2 and qwen3 share the tensor names and the block
+// structure (qwen3 adds q_norm / k_norm).
 absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
   const std::string& type = keys.model_type();
   c->architecture = Architecture::kDecoderOnly;
@@ -312,13 +313,14 @@ absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
     c->bos_token_id = 1;
     c->eos_token_id = 2;
     c->sliding_window = 4096;
-  } else {  // qwen2: Qwen2Config defaults
+  } else {  // qwen2 / qwen3: Qwen2Config / Qwen3Config defaults
     c->vocab_size = 151936;
     c->d_model = 4096;
     c->ffn_dim = 22016;
     c->n_layers = 32;
     c->n_heads = 32;
     c->max_positions = 32768;
+    if (type == "qwen3") c->head_dim = 128;  // Qwen3Config's own default, not hidden / heads
   }
   std::string activation = "silu";
   DIKKAT_RETURN_IF_ERROR(keys.Int("vocab_size", &c->vocab_size));
@@ -337,11 +339,26 @@ absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
   DIKKAT_RETURN_IF_ERROR(ReadRope(keys, c));
   c->attention_bias = false;
   c->mlp_bias = false;
-  if (type == "qwen2") {
-    c->qkv_bias_only = true;  // Qwen2: q/k/v projections biased, o_proj not
+  if (type == "qwen2" || type == "qwen3") {
     DIKKAT_RETURN_IF_ERROR(keys.RequireBool(
         "use_sliding_window", false,
-        "Qwen2 windows only layers from max_window_layers on; dikkat windows all layers or none"));
+        "Qwen windows only layers from max_window_layers on; dikkat windows all layers or none"));
+    // Newer transformers spell the same per layer.
+    if (const Json* types = keys.Find("layer_types"); types != nullptr) {
+      if (!types->is_array()) return keys.Error("layer_types", *types, "must be a list");
+      for (const Json& t : *types) {
+        if (t != "full_attention") {
+          return keys.Error("layer_types", *types,
+                            "must list only \"full_attention\": dikkat windows all layers or none");
+        }
+      }
+    }
+  }
+  if (type == "qwen2") {
+    c->qkv_bias_only = true;  // Qwen2: q/k/v projections biased, o_proj not
+  } else if (type == "qwen3") {
+    c->qk_norm = true;  // q_norm / k_norm over each head before RoPE
+    DIKKAT_RETURN_IF_ERROR(keys.Bool("attention_bias", &c->attention_bias));  // all four
   } else {
     DIKKAT_RETURN_IF_ERROR(keys.Bool("attention_bias", &c->attention_bias));
     DIKKAT_RETURN_IF_ERROR(keys.Bool("mlp_bias", &c->mlp_bias));
@@ -365,7 +382,8 @@ absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
 }  // namespace
 
 const std::vector<std::string>& SupportedHfModelTypes() {
-  static const auto* types = new std::vector<std::string>{"gpt2", "bert", "llama", "mistral", "qwen2"};
+  static const auto* types = new std::vector<std::string>{"gpt2",    "bert",  "llama",
+                                                                 "mistral", "qwen2", "qwen3"};
   return *types;
 }
 
@@ -387,7 +405,7 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
     DIKKAT_RETURN_IF_ERROR(TranslateGpt2(keys, &c));
   } else if (type == "bert") {
     DIKKAT_RETURN_IF_ERROR(TranslateBert(keys, &c));
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
     DIKKAT_RETURN_IF_ERROR(TranslateLlamaFamily(keys, &c));
   } else {
     return absl::InvalidArgumentError(

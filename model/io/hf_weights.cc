@@ -85,6 +85,8 @@ const Layout& LlamaLayout() {
        {"self_attn.k_proj", "self_attn.k_proj"},
        {"self_attn.v_proj", "self_attn.v_proj"},
        {"self_attn.o_proj", "self_attn.out_proj"},
+       {"self_attn.q_norm", "self_attn.q_norm"},  // Qwen3 (qk_norm)
+       {"self_attn.k_norm", "self_attn.k_norm"},
        {"mlp.gate_proj", "linear_gate"},
        {"mlp.up_proj", "linear1"},
        {"mlp.down_proj", "linear2"},

@@ -178,6 +178,7 @@ TEST(ModelConfigTest, RoundTripsThroughJson) {
   c.activation = Activation::kGeGlu;
   c.attention_bias = false;
   c.qkv_bias_only = true;
+  c.qk_norm = true;
   c.mlp_bias = false;
   c.norm_bias = false;
   c.positions = PositionKind::kSinusoidal;
@@ -212,6 +213,7 @@ TEST(ModelConfigTest, RoundTripsThroughJson) {
   EXPECT_DOUBLE_EQ(back->norm_eps, 1e-6);
   EXPECT_TRUE(back->share_encoder_decoder_embeddings);
   EXPECT_TRUE(back->qkv_bias_only);
+  EXPECT_TRUE(back->qk_norm);
   EXPECT_EQ(back->name, "round-trip");
   EXPECT_EQ(back->weight_layout, "llama");
   EXPECT_EQ(back->more_eos_token_ids, (std::vector<int64_t>{7, 5}));

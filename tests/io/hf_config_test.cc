@@ -37,7 +37,7 @@ void ExpectInvalid(const absl::StatusOr<ModelConfig>& config,
 
 TEST(HfConfigTest, UnsupportedModelTypeListsTheSupportedOnes) {
   ExpectInvalid(Translate(R"({"model_type": "t5", "d_model": 512})"),
-                {"'t5'", "gpt2, bert, llama, mistral, qwen2"});
+                {"'t5'", "gpt2, bert, llama, mistral, qwen2, qwen3"});
   ExpectInvalid(Translate(R"({"hidden_size": 64})"), {"model_type", "gpt2, bert, llama"});
   ExpectInvalid(Translate("[1, 2]"), {"not a JSON object"});
 }
@@ -195,6 +195,35 @@ TEST(HfConfigTest, MistralSlidingWindowAndQwen2Biases) {
   EXPECT_EQ(q->sliding_window, 0);
   ExpectInvalid(Translate(R"({"model_type": "qwen2", "use_sliding_window": true})"),
                 {"use_sliding_window", "max_window_layers"});
+}
+
+// Qwen3: Qwen2's layout without biases, with q_norm / k_norm and
+// Qwen3Config's own head_dim default (128, not hidden_size / heads).
+TEST(HfConfigTest, Qwen3QkNormAndHeadDim) {
+  absl::StatusOr<ModelConfig> q = Translate(R"({"model_type": "qwen3"})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(q->qk_norm);
+  EXPECT_EQ(q->head_size(), 128);
+  EXPECT_FALSE(q->attention_bias);
+  EXPECT_FALSE(q->qkv_bias_only);
+  EXPECT_EQ(q->weight_layout, "llama");
+  absl::StatusOr<ModelConfig> small = Translate(
+      R"({"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16,
+          "num_key_value_heads": 8, "head_dim": 128, "attention_bias": true,
+          "tie_word_embeddings": true, "layer_types": ["full_attention", "full_attention"]})");
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->head_size(), 128);  // q_proj 2048 rows on a 1024 model
+  EXPECT_EQ(small->kv_heads(), 8);
+  EXPECT_TRUE(small->attention_bias);  // q/k/v and o_proj alike
+  EXPECT_FALSE(small->qkv_bias_only);
+  EXPECT_FALSE(Translate(R"({"model_type": "qwen2"})")->qk_norm);
+  ExpectInvalid(Translate(R"({"model_type": "qwen3", "use_sliding_window": true})"),
+                {"use_sliding_window", "max_window_layers"});
+  ExpectInvalid(
+      Translate(R"({"model_type": "qwen3", "layer_types": ["full_attention", "sliding_attention"]})"),
+      {"layer_types", "full_attention", "sliding_attention"});
+  ExpectInvalid(Translate(R"({"model_type": "qwen3", "layer_types": "full_attention"})"),
+                {"layer_types", "must be a list"});
 }
 
 TEST(HfConfigTest, SentenceTransformersPooling) {

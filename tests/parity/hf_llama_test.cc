@@ -6,6 +6,8 @@
 //            "model." prefix.
 //   mistral  one kv head, head_dim 24 != hidden / heads, sliding window 6.
 //   qwen2    q/k/v biases (o_proj none), tied head, {"rope_type": "linear"}.
+//   qwen3    q_norm / k_norm (RMSNorm over each head of q and k before RoPE),
+//            head_dim 24 != hidden / heads, no biases, tied head, layer_types.
 //   llama3   Llama 3.1's rope_scaling {"rope_type": "llama3"} (factor 8, an
 //            original context of 32: frequencies kept, blended and stretched;
 //            the reference follows Meta's published apply_scaling).
@@ -33,7 +35,7 @@ class HfLlamaTest : public ::testing::TestWithParam<Case> {
  protected:
   static void SetUpTestSuite() {
     suites_ = new std::map<std::string, parity::HfSuite*>();
-    for (const char* name : {"llama", "mistral", "qwen2", "llama3"}) {
+    for (const char* name : {"llama", "mistral", "qwen2", "llama3", "qwen3"}) {
       absl::StatusOr<std::unique_ptr<parity::HfSuite>> suite = parity::MakeHfSuite(name);
       if (!suite.ok()) {
         error_ = new std::string(suite.status().ToString());
@@ -87,7 +89,17 @@ TEST_P(HfLlamaTest, ConfigTranslation) {
     EXPECT_EQ(config->kv_heads(), 1);
     EXPECT_EQ(config->head_size(), 24);
     EXPECT_EQ(config->sliding_window, 6);
+  } else if (type == "qwen3") {
+    EXPECT_TRUE(config->qk_norm);
+    EXPECT_FALSE(config->qkv_bias_only);
+    EXPECT_FALSE(config->attention_bias);
+    EXPECT_TRUE(config->tie_embeddings);
+    EXPECT_EQ(config->kv_heads(), 2);
+    EXPECT_EQ(config->head_size(), 24);
+    EXPECT_DOUBLE_EQ(config->rope_theta, 1e6);
+    EXPECT_EQ(config->sliding_window, 0);
   } else {
+    EXPECT_FALSE(config->qk_norm);
     EXPECT_TRUE(config->qkv_bias_only);
     EXPECT_TRUE(config->tie_embeddings);
     EXPECT_DOUBLE_EQ(config->rope_scaling, 4.0);
@@ -119,7 +131,8 @@ TEST_P(HfLlamaTest, GreedyGenerationWithKvCacheMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Folders, HfLlamaTest,
                          ::testing::Values(Case{"llama", "st"}, Case{"llama", "bin"},
                                            Case{"llama", "sharded"}, Case{"mistral", "st"},
-                                           Case{"qwen2", "st"}, Case{"llama3", "st"}),
+                                           Case{"qwen2", "st"}, Case{"llama3", "st"},
+                                           Case{"qwen3", "st"}),
                          [](const auto& info) {
                            return info.param.first + "_" + info.param.second;
                          });

@@ -17,6 +17,9 @@ SUITE is one or more of:
            head_dim that is not hidden_size / heads.
   qwen2    the same reference with q/k/v biases (o_proj none), tied head,
            rope_scaling in the newer {"rope_type": ...} spelling.
+  qwen3    the same reference with Qwen3's q_norm / k_norm (an RMSNorm over
+           each head of q and k before RoPE), a head_dim that is not
+           hidden_size / heads, no biases, tied head.
 
 Each suite writes OUT_DIR/SUITE/ with cases.json (the layouts and counts),
 expected.safetensors (prompts, reference logits or hidden states, greedy
@@ -377,11 +380,11 @@ def llama3_inv_freq(inv_freq, factor, low_freq_factor, high_freq_factor,
 
 class LlamaReference:
     def __init__(self, gen, vocab, d, heads, kv_heads, head_dim, layers, ffn, eps, theta,
-                 scaling, window, qkv_bias, tied, llama3=None):
+                 scaling, window, qkv_bias, tied, llama3=None, qk_norm=False):
         self.__dict__.update(dict(vocab=vocab, d=d, heads=heads, kv_heads=kv_heads,
                                   head_dim=head_dim, layers=layers, ffn=ffn, eps=eps,
                                   theta=theta, scaling=scaling, window=window, tied=tied,
-                                  llama3=llama3))
+                                  llama3=llama3, qk_norm=qk_norm))
 
         def lin(out_f, in_f):
             return torch.randn(out_f, in_f, generator=gen) / math.sqrt(in_f)
@@ -409,6 +412,10 @@ class LlamaReference:
                 p + "mlp.up_proj.weight": lin(ffn, d),
                 p + "mlp.down_proj.weight": lin(d, ffn),
             })
+            if qk_norm:
+                for n in ("q", "k"):
+                    self.w[p + "self_attn.%s_norm.weight" % n] = \
+                        1 + 0.3 * torch.randn(head_dim, generator=gen)
             if qkv_bias:
                 for n, rows in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
                     self.w[p + "self_attn.%s_proj.bias" % n] = \
@@ -441,6 +448,9 @@ class LlamaReference:
             q = self.linear(h, p + "self_attn.q_proj").view(t, self.heads, hd).transpose(0, 1)
             k = self.linear(h, p + "self_attn.k_proj").view(t, self.kv_heads, hd).transpose(0, 1)
             v = self.linear(h, p + "self_attn.v_proj").view(t, self.kv_heads, hd).transpose(0, 1)
+            if self.qk_norm:  # over each head's hd values ([H, T, hd]), before RoPE
+                q = rms_norm(q, self.w[p + "self_attn.q_norm.weight"], self.eps)
+                k = rms_norm(k, self.w[p + "self_attn.k_norm.weight"], self.eps)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             # kv head g serves query heads g*rep .. g*rep + rep - 1 (HF repeat_kv)
@@ -540,8 +550,20 @@ def suite_qwen2(out):
                eps=1e-6, theta=1e6, scaling=4.0, window=0, qkv_bias=True, tied=True)
 
 
+def suite_qwen3(out):
+    llama_like(out, "qwen3", 80, "qwen3",
+               {"architecture": "Qwen3ForCausalLM", "max_position_embeddings": 64,
+                "head_dim": 24, "attention_bias": False, "rope_scaling": None,
+                "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2,
+                "layer_types": ["full_attention", "full_attention"]},
+               ["st"], [8, 13],
+               vocab=272, d=64, heads=4, kv_heads=2, head_dim=24, layers=2, ffn=96,
+               eps=1e-6, theta=1e6, scaling=1.0, window=0, qkv_bias=False, tied=True,
+               qk_norm=True)
+
+
 SUITES = {"gpt2": suite_gpt2, "bert": suite_bert, "llama": suite_llama, "llama3": suite_llama3,
-          "mistral": suite_mistral, "qwen2": suite_qwen2}
+          "mistral": suite_mistral, "qwen2": suite_qwen2, "qwen3": suite_qwen3}
 
 
 def main():
