@@ -86,7 +86,8 @@ absl::StatusOr<ChatPrompt> ChatPrompt::Load(const std::string& model_dir) {
 }
 
 absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& messages,
-                                               const nlohmann::ordered_json& tools) const {
+                                               const nlohmann::ordered_json& tools,
+                                               const nlohmann::ordered_json& extra) const {
   if (!template_.has_value()) {
     return absl::FailedPreconditionError(
         "this model has no chat template (no chat_template.jinja, and no chat_template in its "
@@ -99,6 +100,11 @@ absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& mes
   context["add_generation_prompt"] = true;
   context["bos_token"] = bos_token_;
   context["eos_token"] = eos_token_;
+  if (extra.is_object()) {
+    for (auto it = extra.begin(); it != extra.end(); ++it) {
+      if (it.key() != "messages" && it.key() != "tools") context[it.key()] = it.value();
+    }
+  }
   absl::StatusOr<std::string> text = template_->Render(context);
   // The renderer's bounds (output size, steps, depth) are hit by this
   // conversation whenever it is sent: no retry can help (not 429).

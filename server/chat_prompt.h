@@ -33,11 +33,16 @@ class ChatPrompt {
   ToolCallFormat tool_call_format() const { return tool_call_format_; }
 
   // The prompt for `messages` (a JSON array of {role, content, ...}) and
-  // `tools` (null when none), with add_generation_prompt true.
+  // `tools` (null when none), with add_generation_prompt true. `extra` (an
+  // object, or null) holds further variables for the template, as
+  // apply_chat_template's keyword arguments (Qwen3's enable_thinking); they
+  // may replace add_generation_prompt, bos_token and eos_token, never
+  // messages or tools (the caller refuses those names).
   // FAILED_PRECONDITION when the model has no template; the template's own
   // errors (INVALID_ARGUMENT, RESOURCE_EXHAUSTED) otherwise.
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& messages,
-                                     const nlohmann::ordered_json& tools) const;
+                                     const nlohmann::ordered_json& tools,
+                                     const nlohmann::ordered_json& extra = nullptr) const;
 
  private:
   std::optional<chat::ChatTemplate> template_;

@@ -152,7 +152,7 @@ constexpr std::string_view kChatFields[] = {"messages",        "tools",
                                             "tool_choice",     "parallel_tool_calls",
                                             "response_format", "max_completion_tokens",
                                             "logprobs",        "top_logprobs",
-                                            "modalities"};
+                                            "modalities",      "chat_template_kwargs"};
 constexpr std::string_view kEmbeddingFields[] = {"model", "input", "encoding_format", "dimensions"};
 // OpenAI fields that cannot change what is generated (caller ids, metadata,
 // storage, billing tier, cache routing, latency hints): accepted, not used.
@@ -803,8 +803,26 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
   if (has_tools && (tool_choice == nullptr || *tool_choice != "none")) {
     call.tool_format = chat.tool_call_format();
   }
-  DIKKAT_ASSIGN_OR_RETURN(std::string prompt,
-                          chat.Render(messages, tools == nullptr ? Json(nullptr) : *tools));
+  // vLLM's chat_template_kwargs: further variables the template reads
+  // (Qwen3's {"enable_thinking": false}).
+  const Json* template_kwargs = Field(body, "chat_template_kwargs");
+  if (template_kwargs != nullptr) {
+    if (!template_kwargs->is_object()) {
+      return Invalid(absl::StrCat("chat_template_kwargs: expected an object, got ",
+                                  TypeName(*template_kwargs)));
+    }
+    for (const char* own : {"messages", "tools"}) {
+      if (template_kwargs->contains(own)) {
+        return Invalid(absl::StrCat("chat_template_kwargs: '", own,
+                                    "' is not a template argument here; send it as the "
+                                    "request's own field"));
+      }
+    }
+  }
+  DIKKAT_ASSIGN_OR_RETURN(
+      std::string prompt,
+      chat.Render(messages, tools == nullptr ? Json(nullptr) : *tools,
+                  template_kwargs == nullptr ? Json(nullptr) : *template_kwargs));
   // The rendered prompt is bounded like any text field, before tokenizing.
   DIKKAT_RETURN_IF_ERROR(CheckTextBytes(prompt.size(), "messages (rendered)", limits));
   wire.mutable_input()->set_text(std::move(prompt));

@@ -159,7 +159,8 @@ absl::StatusOr<GenerateCall> ParseCompletionRequest(const Json& body, const Body
 // string role and string content, or a list of {type: "text", text} parts),
 // tools, tool_choice ("auto" or "none"), parallel_tool_calls (true),
 // response_format ({"type": "text"}; JSON modes need constrained decoding
-// and are refused), modalities (["text"]), and the sampling fields above; max_tokens or
+// and are refused), modalities (["text"]), chat_template_kwargs (vLLM's:
+// further template variables), and the sampling fields above; max_tokens or
 // max_completion_tokens (default: the server's --default_max_new_tokens); logprobs (bool) with
 // top_logprobs. The prompt is `chat` rendered with add_generation_prompt,
 // tokenized without adding special tokens (the template has them).

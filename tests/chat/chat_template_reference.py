@@ -163,6 +163,8 @@ def cases():
     yield "roles_not_alternating", [USER, USER2], {}
     yield "empty_messages", [], {}
     yield "date_string", [SYSTEM, USER], {"date_string": "24 Nov 2026"}
+    # a chat_template_kwargs variable (Qwen3's; other templates ignore it)
+    yield "enable_thinking_false", [SYSTEM, USER, ASSISTANT, USER2], {"enable_thinking": False}
     yield "tools", [SYSTEM, USER], {"tools": TOOLS, "date_string": "24 Nov 2026"}
     yield "tool_calls_dict_args", tool_turns(False, False), {"tools": TOOLS}
     yield "tool_calls_string_args", tool_turns(True, False), {"tools": TOOLS}

@@ -355,6 +355,42 @@ TEST_F(OpenAiRequestTest, FieldsThatWouldChangeTheOutputAreNeverIgnored) {
               HasSubstr("echo: not a field /v1/chat/completions serves"));
 }
 
+// vLLM's chat_template_kwargs reach the template as its variables (Qwen3's
+// enable_thinking), and may replace the defaults the server passes; the
+// request's own fields (messages, tools) may not be replaced there.
+TEST_F(OpenAiRequestTest, ChatTemplateKwargsAreTemplateVariables) {
+  const ChatPrompt chat = LoadChat(
+      "{% for m in messages %}{{ m.content }}{% endfor %}"
+      "{% if add_generation_prompt %}[gen]{% endif %}"
+      "{% if enable_thinking is defined and enable_thinking is false %}[no-think]{% endif %}"
+      "{{ bos_token }}");
+  auto prompt_of = [&](const std::string& fields) -> std::string {
+    absl::StatusOr<GenerateCall> call = Chat(chat, fields);
+    if (!call.ok()) return std::string(call.status().message());
+    return tokenizer_->Decode(call->prompts[0].request.prompt, false);
+  };
+  auto error = [](const absl::StatusOr<GenerateCall>& call) {
+    return call.ok() ? std::string("ok") : std::string(call.status().message());
+  };
+  EXPECT_EQ(prompt_of(""), "hi[gen]<s>");
+  EXPECT_EQ(prompt_of(R"(, "chat_template_kwargs": {"enable_thinking": false})"),
+            "hi[gen][no-think]<s>");
+  EXPECT_EQ(prompt_of(R"(, "chat_template_kwargs": {"enable_thinking": true})"), "hi[gen]<s>");
+  EXPECT_EQ(prompt_of(R"(, "chat_template_kwargs": null)"), "hi[gen]<s>");
+  EXPECT_EQ(prompt_of(R"(, "chat_template_kwargs": {"add_generation_prompt": false,
+                                                     "bos_token": "B"})"),
+            "hiB");
+  EXPECT_THAT(error(Chat(chat, R"(, "chat_template_kwargs": [1])")),
+              HasSubstr("chat_template_kwargs: expected an object, got"));
+  EXPECT_THAT(error(Chat(chat, R"(, "chat_template_kwargs": {"messages": []})")),
+              HasSubstr("chat_template_kwargs: 'messages' is not a template argument here"));
+  EXPECT_THAT(error(Chat(chat, R"(, "chat_template_kwargs": {"tools": []})")),
+              HasSubstr("'tools'"));
+  // Completions render no template: the field is not one of theirs.
+  EXPECT_THAT(error(Completion(R"({"prompt": "x", "chat_template_kwargs": {}})")),
+              HasSubstr("chat_template_kwargs: not a field /v1/completions serves"));
+}
+
 TEST_F(OpenAiRequestTest, ChatWithToolsParsesInTheTemplatesConvention) {
   const ChatPrompt chat = LoadChat(
       "<tool_call>{% for m in messages %}[{{ m.role }}]{% if m.content %}{{ m.content }}{% endif %}"
