@@ -71,6 +71,12 @@ ABSL_FLAG(ByteSize, openai_max_body_bytes, ByteSize{8ll << 20},
           "Largest request body on the OpenAI HTTP port, refused with 413 from its "
           "Content-Length before it is read. Parsed JSON takes several times its text, so this "
           "is kept below --max_message_bytes; the smaller of the two applies. Must be > 0.");
+ABSL_FLAG(std::string, openai_reasoning_parser, "",
+          "Chat answers of thinking models (DeepSeek-R1, Qwen3, QwQ): 'think' answers the text "
+          "between <think> and </think> as message.reasoning_content (streamed as "
+          "delta.reasoning_content) and what follows as the content, as vLLM's "
+          "--reasoning-parser does (its names deepseek_r1 and qwen3 mean the same here). Empty "
+          "(the default): the whole answer is the content.");
 ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu or cuda:N.");
 ABSL_FLAG(std::string, dtype, "float32",
           "Weights dtype: float32, bfloat16, float16, int8 (weight-only int8 "
@@ -465,6 +471,15 @@ int Run(int argc, char** argv) {
                   "--openai_max_body_bytes must be > 0\n");
     return 2;
   }
+  const std::string reasoning_parser = absl::GetFlag(FLAGS_openai_reasoning_parser);
+  if (!reasoning_parser.empty() && reasoning_parser != "think" &&
+      reasoning_parser != "deepseek_r1" && reasoning_parser != "qwen3") {
+    absl::FPrintF(stderr,
+                  "dikkat-server: --openai_reasoning_parser is '%s'; it must be empty, think, "
+                  "deepseek_r1 or qwen3\n",
+                  reasoning_parser);
+    return 2;
+  }
   absl::StatusOr<TransportLimits> transport =
       TransportLimitsFromFlags(absl::GetFlag(FLAGS_max_message_bytes).bytes);
   if (!transport.ok()) {
@@ -553,6 +568,7 @@ int Run(int argc, char** argv) {
   openai_options.max_text_bytes = service_options.max_text_bytes;
   openai_options.max_response_bytes = max_response;
   openai_options.max_stream_pending_bytes = service_options.max_stream_pending_bytes;
+  openai_options.parse_reasoning = !reasoning_parser.empty();
   OpenAiHttpServer openai(&registry, auth->get(), &metrics, [&serving] { return serving.load(); },
                           openai_options);
   const std::string openai_listen = absl::GetFlag(FLAGS_openai_listen);

@@ -408,6 +408,7 @@ class OpenAiHttpServer::Handlers {
       // The tool calls' arguments are parsed within what the body left.
       call = openai::ParseChatRequest(*body, chat_.at(target->name),
                                       openai::LeftAfter(body_limits(), used), target->limits);
+      if (call.ok()) call->parse_reasoning = options_.parse_reasoning;
     } else {
       call = openai::ParseCompletionRequest(*body, body_limits(), target->limits);
     }

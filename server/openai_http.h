@@ -59,6 +59,9 @@ struct OpenAiHttpOptions {
   absl::Duration write_timeout = absl::Seconds(10);
   int max_json_depth = 32;
   int max_chat_messages = 1024;
+  // Chat answers' <think>...</think> reasoning is answered apart from the
+  // content (reasoning_content), as vLLM's --reasoning-parser does.
+  bool parse_reasoning = false;
   // Generated output held for one stream (0 = no limit).
   int64_t max_stream_pending_bytes = 4 << 20;
   // As for gRPC (server/convert.h, ModelLimits).

@@ -14,6 +14,7 @@
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "dikkat/v1/dikkat.pb.h"
+#include "server/reasoning.h"
 #include "server/status_util.h"
 
 namespace dikkat::server::openai {
@@ -825,6 +826,7 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
                   template_kwargs == nullptr ? Json(nullptr) : *template_kwargs));
   // The rendered prompt is bounded like any text field, before tokenizing.
   DIKKAT_RETURN_IF_ERROR(CheckTextBytes(prompt.size(), "messages (rendered)", limits));
+  call.prompt_opens_reasoning = PromptOpensReasoning(prompt);
   wire.mutable_input()->set_text(std::move(prompt));
   // The template writes the special tokens (BOS, role markers) as text:
   // they become their ids, as apply_chat_template(tokenize=True) gives them;

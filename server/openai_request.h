@@ -125,6 +125,11 @@ struct GenerateCall {
   // Chat with tools (and tool_choice not "none"): each choice's text is
   // parsed for tool calls in the template's convention (server/tool_calls.h).
   ToolCallFormat tool_format = ToolCallFormat::kNone;
+  // Chat: each choice's reasoning (<think>...</think>) is answered apart
+  // from its content (server/reasoning.h; the server's
+  // --openai_reasoning_parser), and the rendered prompt left a <think> open.
+  bool parse_reasoning = false;
+  bool prompt_opens_reasoning = false;
   // The field the caller set the token count with (chat: max_completion_tokens
   // or max_tokens), for errors in its terms (InOpenAiTerms).
   const char* max_tokens_field = "max_tokens";

@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/reasoning.h"
 #include "server/status_util.h"
 
 namespace dikkat::server::openai {
@@ -319,8 +320,18 @@ Json ChoiceBuilder::Response(const GenerateSummary& summary) {
     Json choice = {{"index", i}};
     if (meta_.api == Api::kChat) {
       Json message = {{"role", "assistant"}, {"content", text}};
+      std::string_view content = text;
+      if (call_.parse_reasoning) {
+        const ReasoningSplit split = SplitReasoning(text, call_.prompt_opens_reasoning, true);
+        content = split.content;
+        if (split.has_reasoning) {
+          message["content"] = content.empty() ? Json(nullptr) : Json(std::string(content));
+        }
+        message["reasoning_content"] =
+            split.has_reasoning ? Json(std::string(split.reasoning)) : Json(nullptr);
+      }
       if (parses_tools()) {
-        ParsedToolCalls parsed = ParseToolCalls(text, call_.tool_format);
+        ParsedToolCalls parsed = ParseToolCalls(content, call_.tool_format);
         if (!parsed.calls.empty()) {
           message["content"] = parsed.content.empty() ? Json(nullptr) : Json(parsed.content);
           message["tool_calls"] = ToolCallsJson(parsed.calls, /*with_index=*/false);
@@ -354,11 +365,14 @@ Json ChoiceBuilder::Event(Json choices) const {
               {"choices", std::move(choices)}};
 }
 
-Json ChoiceBuilder::ChoiceDelta(int32_t index, const std::string& text,
-                                const Json& logprobs) const {
+Json ChoiceBuilder::ChoiceDelta(int32_t index, std::string_view text, const Json& logprobs,
+                                std::string_view reasoning) const {
   if (meta_.api == Api::kChat) {
+    Json delta = Json::object();
+    if (!reasoning.empty()) delta["reasoning_content"] = std::string(reasoning);
+    if (!text.empty() || reasoning.empty()) delta["content"] = std::string(text);
     return Json{{"index", index},
-                {"delta", {{"content", text}}},
+                {"delta", std::move(delta)},
                 {"logprobs", logprobs},
                 {"finish_reason", nullptr}};
   }
@@ -376,10 +390,25 @@ Json ChoiceBuilder::FinishEvent(int32_t index, const std::string& reason) const 
 void ChoiceBuilder::AppendFinishEvents(int32_t index, Choice& choice, FinishReason reason,
                                        std::vector<Json>& events) const {
   std::string finish_reason = FinishReasonString(reason);
-  if (parses_tools()) {
-    const ParsedToolCalls parsed = ParseToolCalls(choice.text, call_.tool_format);
+  if (parses_tools() || parses_reasoning()) {
+    std::string_view answer = choice.text;
+    if (parses_reasoning()) {
+      // What was held back: the reasoning's end (a partial "</think>" that
+      // never closed is reasoning), then the content.
+      const ReasoningSplit split =
+          SplitReasoning(choice.text, call_.prompt_opens_reasoning, /*finished=*/true);
+      if (split.reasoning.size() > choice.reasoning_streamed) {
+        events.push_back(Event(Json::array(
+            {ChoiceDelta(index, "", nullptr, split.reasoning.substr(choice.reasoning_streamed))})));
+        choice.reasoning_streamed = split.reasoning.size();
+      }
+      answer = split.content;
+    }
+    ParsedToolCalls parsed;
+    if (parses_tools()) parsed = ParseToolCalls(answer, call_.tool_format);
     // The content is a continuation of what was sent (StreamableContent).
-    const std::string& content = parsed.calls.empty() ? choice.text : parsed.content;
+    const std::string_view content =
+        parsed.calls.empty() ? answer : std::string_view(parsed.content);
     if (content.size() > choice.streamed) {
       events.push_back(
           Event(Json::array({ChoiceDelta(index, content.substr(choice.streamed), nullptr)})));
@@ -415,16 +444,30 @@ std::vector<Json> ChoiceBuilder::ChunkEvents(const GeneratedChunk& chunk) {
   std::string text;
   Json logprobs;
   Consume(chunk, choice, &text, &logprobs);
-  if (parses_tools()) {
+  std::string_view reasoning;
+  if (parses_tools() || parses_reasoning()) {
+    std::string_view answer = choice.text;
+    size_t ready = answer.size();
+    if (parses_reasoning()) {
+      const ReasoningSplit split =
+          SplitReasoning(choice.text, call_.prompt_opens_reasoning, /*finished=*/false);
+      if (split.reasoning_ready > choice.reasoning_streamed) {
+        reasoning = split.reasoning.substr(choice.reasoning_streamed,
+                                           split.reasoning_ready - choice.reasoning_streamed);
+        choice.reasoning_streamed = split.reasoning_ready;
+      }
+      answer = split.content;
+      ready = split.content_ready;
+    }
     // Content only as far as no tool call may begin; the rest at the finish.
-    const size_t streamable = StreamableContent(choice.text, call_.tool_format);
-    text = streamable > choice.streamed
-               ? choice.text.substr(choice.streamed, streamable - choice.streamed)
+    if (parses_tools()) ready = std::min(ready, StreamableContent(answer, call_.tool_format));
+    text = ready > choice.streamed
+               ? std::string(answer.substr(choice.streamed, ready - choice.streamed))
                : std::string();
-    choice.streamed = std::max(choice.streamed, streamable);
+    choice.streamed = std::max(choice.streamed, ready);
   }
-  if (!text.empty() || !logprobs.is_null()) {
-    events.push_back(Event(Json::array({ChoiceDelta(chunk.index, text, logprobs)})));
+  if (!text.empty() || !reasoning.empty() || !logprobs.is_null()) {
+    events.push_back(Event(Json::array({ChoiceDelta(chunk.index, text, logprobs, reasoning)})));
   }
   if (chunk.finish.has_value() && !choice.finished) {
     choice.finished = true;

@@ -62,6 +62,12 @@ Json Usage(const GenerateSummary& summary);
 // for the choice's finish, then comes as a content delta (if any) and one
 // delta with every tool_calls entry (with its index), then the finish.
 //
+// Chat with reasoning parsing (GenerateCall::parse_reasoning): a choice's
+// reasoning (server/reasoning.h) is message.reasoning_content (null when it
+// has none) and its content what follows </think> (null when empty), which
+// is what tool calls are parsed from. Streamed, reasoning comes as
+// delta.reasoning_content as far as it cannot be the start of </think>.
+//
 // Builds the choices of one Generate call from its chunks (numbered
 // prompt_index * n + sample_index, as PromptFanOut numbers them), for a whole
 // response (Add..., then Response) or a stream (ChunkEvents per chunk).
@@ -99,12 +105,14 @@ class ChoiceBuilder {
     Json logprobs;            // completions: {tokens, token_logprobs, top_logprobs, text_offset}
     int64_t text_offset = 0;  // bytes of text so far (completions logprobs)
     FinishReason finish = FinishReason::kLength;
-    size_t streamed = 0;  // tool-call parsing: bytes of `text` sent as content
+    size_t streamed = 0;  // tool-call or reasoning parsing: bytes of the content sent
+    size_t reasoning_streamed = 0;  // reasoning parsing: bytes of the reasoning sent
   };
 
   bool parses_tools() const {
     return meta_.api == Api::kChat && call_.tool_format != ToolCallFormat::kNone;
   }
+  bool parses_reasoning() const { return meta_.api == Api::kChat && call_.parse_reasoning; }
 
   Choice& ChoiceAt(int32_t index);
   // Appends the chunk's text (after the echo, first time) and its logprobs
@@ -113,7 +121,10 @@ class ChoiceBuilder {
   void AppendCompletionLogprob(const GeneratedToken& token, bool known, Json& logprobs,
                                int64_t offset);
   Json ChatLogprob(const GeneratedToken& token) const;
-  Json ChoiceDelta(int32_t index, const std::string& text, const Json& logprobs) const;
+  // delta {content} (and {reasoning_content} when `reasoning` is not empty;
+  // content then only when not empty).
+  Json ChoiceDelta(int32_t index, std::string_view text, const Json& logprobs,
+                   std::string_view reasoning = {}) const;
   Json FinishEvent(int32_t index, const std::string& reason) const;
   // A choice's last events: (tool-call parsing) the content held back and
   // its tool_calls delta, then its finish.

@@ -89,7 +89,8 @@ class OpenAiHttpTest : public ::testing::Test {
   }
 
   // A server with tiny-lm (default) and the chat copy, both doors and
-  // metrics on free ports; `extra` flags appended.
+  // metrics on free ports, reasoning parsed as a thinking model's would
+  // be; `extra` flags appended.
   static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& extra) {
     std::vector<std::string> args = {
         absl::StrCat("--model=tiny-lm=", integration::ModelDir("tiny-lm")),
@@ -97,6 +98,7 @@ class OpenAiHttpTest : public ::testing::Test {
         "--listen=127.0.0.1:0",
         "--metrics_listen=127.0.0.1:0",
         "--openai_listen=127.0.0.1:0",
+        "--openai_reasoning_parser=qwen3",
         "--threads=1",
         "--grace_period=1s",
         "--max_message_bytes=64KiB"};
@@ -502,6 +504,10 @@ TEST_F(OpenAiHttpTest, ChatRendersTheModelsTemplate) {
   ASSERT_EQ(completion.status, 200) << completion.body;
   EXPECT_EQ(chat.json["choices"][0]["message"]["content"], completion.json["choices"][0]["text"]);
   EXPECT_EQ(chat.json["usage"]["prompt_tokens"].get<size_t>(), rendered.size() + 1);
+  // The reasoning parser is on, and this answer opens no <think>: all of it
+  // is content, and reasoning_content is null (server/reasoning.h).
+  ASSERT_TRUE(chat.json["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_TRUE(chat.json["choices"][0]["message"]["reasoning_content"].is_null());
 
   // Streamed: a role delta first, then the same content.
   HttpReply streamed = Post("/v1/chat/completions", Json{{"model", "chat"},

@@ -436,5 +436,17 @@ TEST(ServerProcessTest, InconsistentTransportFlagsStopTheServerAtStart) {
   EXPECT_THAT((*p)->Stderr(), HasSubstr("--grpc_memory_bytes=48MiB is smaller than"));
 }
 
+TEST(ServerProcessTest, AnUnknownReasoningParserStopsTheServerAtStart) {
+  absl::StatusOr<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(
+      {"--model=" + ModelDir("tiny-lm"), "--listen=127.0.0.1:0", "--metrics_listen=",
+       "--openai_reasoning_parser=granite"},
+      absl::Seconds(30), /*wait_for_listening=*/false);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::optional<int> exit = (*p)->WaitForExit(absl::Seconds(20));
+  EXPECT_TRUE(exit.has_value() && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 2)
+      << DescribeWaitStatus(exit);
+  EXPECT_THAT((*p)->Stderr(), HasSubstr("--openai_reasoning_parser is 'granite'"));
+}
+
 }  // namespace
 }  // namespace dikkat::integration
