@@ -1,5 +1,6 @@
 #include "model/attention.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -200,7 +201,7 @@ at::Tensor MultiHeadAttention::ProjectOut(const at::Tensor& x) const {
 
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta,
                                  double scaling, c10::Device device,
-                                 const RopeLlama3Scaling& llama3) {
+                                 const RopeLlama3Scaling& llama3, const RopeYarnScaling& yarn) {
   // inv_freq[i] = theta^(-2i/D); angle = (pos / scaling) * inv_freq.
   auto opts = at::TensorOptions().dtype(at::kDouble);
   at::Tensor inv_freq = at::pow(theta, at::arange(0, head_dim, 2, opts) / head_dim).reciprocal();
@@ -223,10 +224,43 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double
       f[i] = (1.0 - smooth) * f[i] / llama3.factor + smooth * f[i];
     }
   }
+  double table_scale = 1.0;
+  if (yarn.factor != 0.0) {
+    // YaRN: dimension i keeps its frequency (extrapolation) below the
+    // correction dim of beta_fast rotations in the original context, takes
+    // frequency / factor (interpolation) above that of beta_slow, and a
+    // linear blend between them.
+    constexpr double kPi = 3.14159265358979323846;
+    const double dim = static_cast<double>(head_dim);
+    auto correction_dim = [&](double rotations) {
+      return dim * std::log(yarn.original_max_positions / (rotations * 2.0 * kPi)) /
+             (2.0 * std::log(theta));
+    };
+    double low = correction_dim(yarn.beta_fast), high = correction_dim(yarn.beta_slow);
+    if (yarn.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    double* f = inv_freq.data_ptr<double>();
+    for (int64_t i = 0; i < inv_freq.numel(); ++i) {
+      const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      const double keep = 1.0 - ramp;  // the extrapolated share
+      f[i] = f[i] / yarn.factor * (1.0 - keep) + f[i] * keep;
+    }
+    table_scale = YarnAttentionFactor(yarn);
+  }
   at::Tensor pos = at::arange(max_positions, opts) / scaling;
   at::Tensor angles = at::outer(pos, inv_freq);  // [P, D/2]
-  cos_ = at::cos(angles).to(device, at::kFloat);
-  sin_ = at::sin(angles).to(device, at::kFloat);
+  at::Tensor cos = at::cos(angles), sin = at::sin(angles);
+  if (table_scale != 1.0) {
+    cos.mul_(table_scale);
+    sin.mul_(table_scale);
+  }
+  cos_ = cos.to(device, at::kFloat);
+  sin_ = sin.to(device, at::kFloat);
 }
 
 at::Tensor RotaryEmbedding::Rotate(const at::Tensor& x, const at::Tensor& positions) const {

@@ -94,9 +94,11 @@ class MultiHeadAttention {
 class RotaryEmbedding {
  public:
   RotaryEmbedding() = default;
-  // `llama3`: Llama 3.1's frequency scaling (config.h), off when factor is 0.
+  // `llama3`: Llama 3.1's frequency scaling, `yarn`: YaRN's frequencies and
+  // cos/sin factor (config.h); each off when its factor is 0.
   RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta, double scaling,
-                  c10::Device device, const RopeLlama3Scaling& llama3 = {});
+                  c10::Device device, const RopeLlama3Scaling& llama3 = {},
+                  const RopeYarnScaling& yarn = {});
   bool defined() const { return cos_.defined(); }
   // x [N, H, D] rotated by each row's position (positions: long [N]).
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& positions) const;

@@ -67,7 +67,8 @@ class Binding {
     }
     if (config_.positions == PositionKind::kRotary) {
       m->rope = RotaryEmbedding(config_.head_size(), config_.max_positions, config_.rope_theta,
-                                config_.rope_scaling, device_, config_.rope_llama3);
+                                config_.rope_scaling, device_, config_.rope_llama3,
+                                config_.rope_yarn);
     }
     return absl::OkStatus();
   }

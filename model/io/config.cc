@@ -151,6 +151,41 @@ absl::Status ReadRopeLlama3(const Json& j, RopeLlama3Scaling* out) {
   return absl::OkStatus();
 }
 
+// "rope_yarn": {"factor", "original_max_positions", "beta_fast", "beta_slow",
+// "mscale", "mscale_all_dim", "attention_factor" (numbers), "truncate"
+// (bool)}; absent ones keep their defaults.
+absl::Status ReadRopeYarn(const Json& j, RopeYarnScaling* out) {
+  auto it = j.find("rope_yarn");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'rope_yarn' must be an object, got ", it->dump()));
+  }
+  for (auto [key, field] : {std::pair<const char*, double*>{"factor", &out->factor},
+                            {"original_max_positions", &out->original_max_positions},
+                            {"beta_fast", &out->beta_fast},
+                            {"beta_slow", &out->beta_slow},
+                            {"mscale", &out->mscale},
+                            {"mscale_all_dim", &out->mscale_all_dim},
+                            {"attention_factor", &out->attention_factor}}) {
+    auto v = it->find(key);
+    if (v == it->end()) continue;
+    if (!v->is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat("config field 'rope_yarn.", key,
+                                                     "' must be a number, got ", v->dump()));
+    }
+    *field = v->get<double>();
+  }
+  if (auto v = it->find("truncate"); v != it->end()) {
+    if (!v->is_boolean()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config field 'rope_yarn.truncate' must be true or false, got ", v->dump()));
+    }
+    out->truncate = v->get<bool>();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadBool(const Json& j, const char* key, bool* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
@@ -216,6 +251,16 @@ const char* PoolingName(Pooling p) { return PoolingNames().Name(p); }
 const char* NormName(NormKind n) { return NormNames().Name(n); }
 const char* PositionName(PositionKind p) { return PositionNames().Name(p); }
 
+double YarnAttentionFactor(const RopeYarnScaling& yarn) {
+  if (yarn.attention_factor > 0) return yarn.attention_factor;
+  // Hugging Face's get_mscale: 0.1 m ln(scale) + 1, or 1 for scale <= 1.
+  auto mscale = [&](double m) { return yarn.factor <= 1 ? 1.0 : 0.1 * m * std::log(yarn.factor) + 1.0; };
+  if (yarn.mscale != 0 && yarn.mscale_all_dim != 0) {
+    return mscale(yarn.mscale) / mscale(yarn.mscale_all_dim);
+  }
+  return mscale(1.0);
+}
+
 absl::Status Validate(const ModelConfig& c) {
   if (absl::Status s = Positive("vocab_size", c.vocab_size); !s.ok()) return s;
   if (absl::Status s = Positive("d_model", c.d_model); !s.ok()) return s;
@@ -256,6 +301,28 @@ absl::Status Validate(const ModelConfig& c) {
           ", original_max_positions ", r.original_max_positions,
           "}; it needs factor >= 1, 0 < low_freq_factor < high_freq_factor and "
           "original_max_positions > 0, all finite"));
+    }
+  }
+  if (const RopeYarnScaling& y = c.rope_yarn; y.factor != 0.0) {
+    const bool ok = std::isfinite(y.factor) && y.factor >= 1.0 &&
+                    std::isfinite(y.original_max_positions) && y.original_max_positions >= 1 &&
+                    std::isfinite(y.beta_fast) && std::isfinite(y.beta_slow) &&
+                    y.beta_fast > 0 && y.beta_slow > 0 && std::isfinite(y.mscale) &&
+                    std::isfinite(y.mscale_all_dim) && std::isfinite(y.attention_factor) &&
+                    y.attention_factor >= 0;
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field 'rope_yarn' is {factor ", y.factor, ", original_max_positions ",
+          y.original_max_positions, ", beta_fast ", y.beta_fast, ", beta_slow ", y.beta_slow,
+          ", mscale ", y.mscale, ", mscale_all_dim ", y.mscale_all_dim, ", attention_factor ",
+          y.attention_factor,
+          "}; it needs factor >= 1, original_max_positions >= 1, beta_fast and beta_slow > 0, "
+          "attention_factor >= 0 (0 = derived), all finite"));
+    }
+    if (c.rope_llama3.factor != 0.0 || c.rope_scaling != 1.0) {
+      return absl::InvalidArgumentError(
+          "config fields 'rope_yarn', 'rope_llama3' and 'rope_scaling' (other than 1) are "
+          "exclusive: a model has one RoPE scaling");
     }
   }
   // Otherwise the norms or the rotary tables give NaN logits, not an error
@@ -347,6 +414,7 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
       ReadNumber(j, "rope_theta", &c.rope_theta),
       ReadNumber(j, "rope_scaling", &c.rope_scaling),
       ReadRopeLlama3(j, &c.rope_llama3),
+      ReadRopeYarn(j, &c.rope_yarn),
       ReadNumber(j, "sliding_window", &c.sliding_window),
       ReadBool(j, "tie_embeddings", &c.tie_embeddings),
       ReadBool(j, "share_encoder_decoder_embeddings", &c.share_encoder_decoder_embeddings),
@@ -412,6 +480,16 @@ std::string ModelConfigToJson(const ModelConfig& c) {
                         {"low_freq_factor", c.rope_llama3.low_freq_factor},
                         {"high_freq_factor", c.rope_llama3.high_freq_factor},
                         {"original_max_positions", c.rope_llama3.original_max_positions}};
+  }
+  if (c.rope_yarn.factor != 0.0) {
+    j["rope_yarn"] = {{"factor", c.rope_yarn.factor},
+                      {"original_max_positions", c.rope_yarn.original_max_positions},
+                      {"beta_fast", c.rope_yarn.beta_fast},
+                      {"beta_slow", c.rope_yarn.beta_slow},
+                      {"mscale", c.rope_yarn.mscale},
+                      {"mscale_all_dim", c.rope_yarn.mscale_all_dim},
+                      {"attention_factor", c.rope_yarn.attention_factor},
+                      {"truncate", c.rope_yarn.truncate}};
   }
   j["sliding_window"] = c.sliding_window;
   j["tie_embeddings"] = c.tie_embeddings;

@@ -51,6 +51,28 @@ struct RopeLlama3Scaling {
   double original_max_positions = 8192.0;
 };
 
+// YaRN's RoPE scaling (Hugging Face rope_type "yarn": Qwen2.5 / Qwen3 long
+// context, DeepSeek): frequency i blends between itself (extrapolated) and
+// itself / factor (interpolated), by a ramp over the dimensions between the
+// correction dims of beta_fast and beta_slow rotations in
+// original_max_positions; cos and sin are scaled by the attention factor
+// (attention_factor, or derived: 0.1 ln(factor) + 1, or with mscale and
+// mscale_all_dim the ratio of those of each). factor 0: off.
+struct RopeYarnScaling {
+  double factor = 0.0;
+  double original_max_positions = 0.0;  // the pre-YaRN context; > 0 when on
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 0.0;          // 0: unset
+  double mscale_all_dim = 0.0;  // 0: unset
+  double attention_factor = 0.0;  // 0: derived as above
+  bool truncate = true;           // the correction range rounded outwards to whole dims
+};
+
+// The factor YaRN scales cos and sin by (RopeYarnScaling::attention_factor
+// or the one derived from factor and mscale).
+double YarnAttentionFactor(const RopeYarnScaling& yarn);
+
 struct ModelConfig {
   Architecture architecture = Architecture::kDecoderOnly;
 
@@ -87,6 +109,7 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double rope_scaling = 1.0;    // linear RoPE scaling: positions divided by this factor
   RopeLlama3Scaling rope_llama3;  // Llama 3.1's frequency scaling (off by default)
+  RopeYarnScaling rope_yarn;      // YaRN (off by default)
   int64_t sliding_window = 0;   // 0 = full attention; else keys within the last N positions
 
   // ---- embeddings and output ----------------------------------------------

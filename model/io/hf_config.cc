@@ -177,11 +177,43 @@ absl::Status ReadRope(const HfKeys& keys, ModelConfig* c) {
     }
     return absl::OkStatus();  // Validate checks the ranges
   }
+  if (type == "yarn") {  // Qwen2.5 / Qwen3 long context, DeepSeek
+    RopeYarnScaling& y = c->rope_yarn;
+    const Json* factor = inner.Find("factor");
+    if (factor == nullptr || !factor->is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json key '", key, "' of type yarn needs a number 'factor', got ", scaling->dump()));
+    }
+    y.factor = factor->get<double>();
+    // Absent: the config's own context is the pre-YaRN one, as transformers
+    // assumes.
+    y.original_max_positions = static_cast<double>(c->max_positions);
+    DIKKAT_RETURN_IF_ERROR(inner.Double("original_max_position_embeddings", &y.original_max_positions));
+    // transformers reads `x or default`: 0 / null take the default too.
+    for (auto [name, field] : {std::pair<const char*, double*>{"beta_fast", &y.beta_fast},
+                               {"beta_slow", &y.beta_slow},
+                               {"mscale", &y.mscale},
+                               {"mscale_all_dim", &y.mscale_all_dim},
+                               {"attention_factor", &y.attention_factor}}) {
+      const double fallback = *field;
+      DIKKAT_RETURN_IF_ERROR(inner.Double(name, field));
+      if (*field == 0.0) *field = fallback;
+    }
+    DIKKAT_RETURN_IF_ERROR(inner.Bool("truncate", &y.truncate));
+    // The context YaRN extends to, as vLLM serves it (max_model_len): the
+    // original one times factor, when that is longer than the config says.
+    const double extended = y.original_max_positions * y.factor;
+    if (std::isfinite(extended) && extended > static_cast<double>(c->max_positions) &&
+        extended < 1e9) {
+      c->max_positions = static_cast<int64_t>(extended);
+    }
+    return absl::OkStatus();  // Validate checks the ranges
+  }
   if (type != "linear") {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json key '", key, "' has type '", type, "' (model_type ", keys.model_type(),
         "); dikkat supports rope scaling types: linear (positions divided by 'factor'), "
-        "llama3, default, or no ", key));
+        "llama3, yarn, default, or no ", key));
   }
   const Json* factor = inner.Find("factor");
   if (factor == nullptr || !factor->is_number() || !(factor->get<double>() > 0) ||

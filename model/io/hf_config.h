@@ -8,9 +8,11 @@
 //   model_type  architecture   weight_layout  notes
 //   gpt2        decoder-only   gpt2           pre-LN, learned positions, tanh GELU
 //   bert        encoder-only   bert           post-LN, token types, embedding LayerNorm
-//   llama       decoder-only   llama          RMSNorm, RoPE (+ linear scaling), SwiGLU, GQA
+//   llama       decoder-only   llama          RMSNorm, RoPE (+ linear, llama3 or yarn
+//                                             scaling), SwiGLU, GQA
 //   mistral     decoder-only   llama          llama + sliding-window attention
 //   qwen2       decoder-only   llama          llama + q/k/v biases
+//   qwen3       decoder-only   llama          llama + q_norm / k_norm per head
 //
 // Keys a config.json leaves out take the defaults of the matching
 // transformers config class (GPT2Config, BertConfig, LlamaConfig, ...), as

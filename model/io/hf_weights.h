@@ -8,9 +8,9 @@
 //   bert   `bert.` prefix optional; query/key/value -> q/k/v_proj, the
 //          post-LN LayerNorms -> norm1/norm2, embeddings.LayerNorm ->
 //          embed_norm (old gamma/beta names accepted); position_ids dropped.
-//   llama  (also mistral, qwen2) `model.` prefix optional; o_proj ->
-//          out_proj, gate/up/down_proj -> linear_gate/linear1/linear2;
-//          rotary_emb.inv_freq buffers dropped.
+//   llama  (also mistral, qwen2, qwen3) `model.` prefix optional; o_proj ->
+//          out_proj, gate/up/down_proj -> linear_gate/linear1/linear2,
+//          q_norm / k_norm kept (qwen3); rotary_emb.inv_freq buffers dropped.
 // Tensors the layout does not know (BERT's pooler and MLM head, ...) are
 // kept under their own name, so Transformer::Load reports them as unused
 // (and CheckUnusedHfTensors says whether that is fine).

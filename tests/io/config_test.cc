@@ -224,6 +224,28 @@ TEST(ModelConfigTest, RoundTripsThroughJson) {
   bad["rope_llama3"]["high_freq_factor"] = 0.5;  // below low_freq_factor
   EXPECT_THAT(ErrorOf(bad), HasSubstr("'rope_llama3'"));
   EXPECT_EQ(EosTokenIds(*back), (std::vector<int64_t>{2, 7, 5}));
+
+  // YaRN, in place of the other scalings.
+  c.rope_llama3 = {};
+  c.rope_scaling = 1.0;
+  c.rope_yarn = {4.0, 4096.0, 16.0, 2.0, 1.0, 0.5, 0.0, false};
+  const std::string yarn_text = ModelConfigToJson(c);
+  absl::StatusOr<ModelConfig> yarn = ParseModelConfigJson(yarn_text);
+  ASSERT_TRUE(yarn.ok()) << yarn.status() << "\n" << yarn_text;
+  EXPECT_EQ(ModelConfigToJson(*yarn), yarn_text);
+  EXPECT_DOUBLE_EQ(yarn->rope_yarn.original_max_positions, 4096.0);
+  EXPECT_DOUBLE_EQ(yarn->rope_yarn.beta_fast, 16.0);
+  EXPECT_DOUBLE_EQ(yarn->rope_yarn.mscale_all_dim, 0.5);
+  EXPECT_FALSE(yarn->rope_yarn.truncate);
+  bad = json::parse(yarn_text);
+  bad["rope_scaling"] = 2.0;
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("exclusive"));
+  bad = json::parse(yarn_text);
+  bad["rope_yarn"]["original_max_positions"] = 0;
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("'rope_yarn'"));
+  bad = json::parse(yarn_text);
+  bad["rope_yarn"]["truncate"] = "yes";
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("rope_yarn.truncate"));
 }
 
 TEST(ModelConfigTest, MoreEosTokenIdsAreTokenIdsListedOnce) {

@@ -1,6 +1,7 @@
 // Hugging Face config.json translation (hf_config.h), tensor renaming
 // (hf_weights.h) and how ReadModelConfig picks them up: the values a user's
 // folder depends on and the errors for what dikkat does not support.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -152,6 +153,51 @@ TEST(HfConfigTest, RopeScalingLlama3) {
                 {"rope_llama3"});
 }
 
+// YaRN as Qwen's model cards spell it, and DeepSeek-style mscale; the served
+// context is the original one times factor, as vLLM serves it.
+TEST(HfConfigTest, RopeScalingYarn) {
+  absl::StatusOr<ModelConfig> q = Translate(
+      R"({"model_type": "qwen3", "max_position_embeddings": 32768, "rope_scaling":
+          {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_DOUBLE_EQ(q->rope_yarn.factor, 4.0);
+  EXPECT_DOUBLE_EQ(q->rope_yarn.original_max_positions, 32768.0);
+  EXPECT_DOUBLE_EQ(q->rope_yarn.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(q->rope_yarn.beta_slow, 1.0);
+  EXPECT_TRUE(q->rope_yarn.truncate);
+  EXPECT_EQ(q->max_positions, 131072);
+  EXPECT_DOUBLE_EQ(q->rope_scaling, 1.0);
+  EXPECT_NEAR(YarnAttentionFactor(q->rope_yarn), 1.0 + 0.1 * std::log(4.0), 1e-12);
+  // No original context: the config's own; 0 / null betas are the defaults
+  // (transformers reads `x or default`).
+  absl::StatusOr<ModelConfig> d = Translate(
+      R"({"model_type": "llama", "max_position_embeddings": 4096, "rope_scaling":
+          {"type": "yarn", "factor": 40, "beta_fast": 0, "beta_slow": null, "mscale": 1.0,
+           "mscale_all_dim": 0.5, "truncate": false}})");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_DOUBLE_EQ(d->rope_yarn.original_max_positions, 4096.0);
+  EXPECT_DOUBLE_EQ(d->rope_yarn.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(d->rope_yarn.beta_slow, 1.0);
+  EXPECT_FALSE(d->rope_yarn.truncate);
+  EXPECT_EQ(d->max_positions, 163840);
+  EXPECT_NEAR(YarnAttentionFactor(d->rope_yarn),
+              (0.1 * std::log(40.0) + 1.0) / (0.05 * std::log(40.0) + 1.0), 1e-12);
+  // An explicit attention_factor wins.
+  absl::StatusOr<ModelConfig> a = Translate(
+      R"({"model_type": "qwen2", "rope_scaling": {"rope_type": "yarn", "factor": 2.0,
+          "attention_factor": 1.5}})");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_DOUBLE_EQ(YarnAttentionFactor(a->rope_yarn), 1.5);
+  ExpectInvalid(Translate(R"({"model_type": "qwen2", "rope_scaling": {"rope_type": "yarn"}})"),
+                {"yarn", "factor"});
+  ExpectInvalid(
+      Translate(R"({"model_type": "qwen2", "rope_scaling": {"rope_type": "yarn", "factor": 0.5}})"),
+      {"rope_yarn", "factor >= 1"});
+  ExpectInvalid(Translate(R"({"model_type": "qwen2", "rope_scaling": {"rope_type": "yarn",
+                              "factor": 2.0, "truncate": 1}})"),
+                {"truncate"});
+}
+
 TEST(HfConfigTest, RopeScalingLinearOrLlama3Only) {
   for (const char* json :
        {R"({"model_type": "llama", "rope_scaling": {"type": "linear", "factor": 4.0}})",
@@ -169,8 +215,8 @@ TEST(HfConfigTest, RopeScalingLinearOrLlama3Only) {
   ExpectInvalid(
       Translate(R"({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 2.0}})"),
       {"'rope_scaling'", "'dynamic'", "linear"});
-  ExpectInvalid(Translate(R"({"model_type": "mistral", "rope_scaling": {"type": "yarn"}})"),
-                {"'yarn'"});
+  ExpectInvalid(Translate(R"({"model_type": "mistral", "rope_scaling": {"type": "longrope"}})"),
+                {"'longrope'", "yarn"});
   ExpectInvalid(Translate(R"({"model_type": "llama", "rope_scaling": {"type": "linear"}})"),
                 {"factor"});
   ExpectInvalid(Translate(R"({"model_type": "llama", "rope_scaling": {"type": "linear",

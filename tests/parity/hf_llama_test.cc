@@ -6,6 +6,9 @@
 //            "model." prefix.
 //   mistral  one kv head, head_dim 24 != hidden / heads, sliding window 6.
 //   qwen2    q/k/v biases (o_proj none), tied head, {"rope_type": "linear"}.
+//   yarn     qwen2 with YaRN's rope_scaling (factor 4 over an original
+//            context of 64, theta 100: the ramp spans dims 0-5), as the
+//            YaRN paper defines it.
 //   qwen3    q_norm / k_norm (RMSNorm over each head of q and k before RoPE),
 //            head_dim 24 != hidden / heads, no biases, tied head, layer_types.
 //   llama3   Llama 3.1's rope_scaling {"rope_type": "llama3"} (factor 8, an
@@ -13,6 +16,7 @@
 //            the reference follows Meta's published apply_scaling).
 // Tolerance (fp32): 1e-4 of the largest logit (parity::MaxRelDiff); 32 greedy tokens (paged KV cache)
 // identical.
+#include <cmath>
 #include <map>
 #include <string>
 #include <tuple>
@@ -35,7 +39,7 @@ class HfLlamaTest : public ::testing::TestWithParam<Case> {
  protected:
   static void SetUpTestSuite() {
     suites_ = new std::map<std::string, parity::HfSuite*>();
-    for (const char* name : {"llama", "mistral", "qwen2", "llama3", "qwen3"}) {
+    for (const char* name : {"llama", "mistral", "qwen2", "llama3", "qwen3", "yarn"}) {
       absl::StatusOr<std::unique_ptr<parity::HfSuite>> suite = parity::MakeHfSuite(name);
       if (!suite.ok()) {
         error_ = new std::string(suite.status().ToString());
@@ -89,6 +93,14 @@ TEST_P(HfLlamaTest, ConfigTranslation) {
     EXPECT_EQ(config->kv_heads(), 1);
     EXPECT_EQ(config->head_size(), 24);
     EXPECT_EQ(config->sliding_window, 6);
+  } else if (type == "yarn") {
+    EXPECT_DOUBLE_EQ(config->rope_scaling, 1.0);
+    EXPECT_DOUBLE_EQ(config->rope_yarn.factor, 4.0);
+    EXPECT_DOUBLE_EQ(config->rope_yarn.original_max_positions, 64.0);
+    EXPECT_DOUBLE_EQ(config->rope_yarn.beta_fast, 32.0);
+    EXPECT_DOUBLE_EQ(config->rope_yarn.beta_slow, 1.0);
+    EXPECT_NEAR(YarnAttentionFactor(config->rope_yarn), 0.1 * std::log(4.0) + 1.0, 1e-12);
+    EXPECT_EQ(config->max_positions, 256);  // served as vLLM serves it: original x factor
   } else if (type == "qwen3") {
     EXPECT_TRUE(config->qk_norm);
     EXPECT_FALSE(config->qkv_bias_only);
@@ -132,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(Folders, HfLlamaTest,
                          ::testing::Values(Case{"llama", "st"}, Case{"llama", "bin"},
                                            Case{"llama", "sharded"}, Case{"mistral", "st"},
                                            Case{"qwen2", "st"}, Case{"llama3", "st"},
-                                           Case{"qwen3", "st"}),
+                                           Case{"qwen3", "st"}, Case{"yarn", "st"}),
                          [](const auto& info) {
                            return info.param.first + "_" + info.param.second;
                          });

@@ -17,6 +17,11 @@ SUITE is one or more of:
            head_dim that is not hidden_size / heads.
   qwen2    the same reference with q/k/v biases (o_proj none), tied head,
            rope_scaling in the newer {"rope_type": ...} spelling.
+  yarn     the qwen2 reference with YaRN's rope_scaling (frequencies blended
+           between extrapolation and interpolation by a ramp over the
+           dimensions, cos/sin scaled by 0.1 ln(factor) + 1), as the YaRN
+           paper (arXiv 2309.00071, "NTK-by-parts" + the attention scale)
+           defines it.
   qwen3    the same reference with Qwen3's q_norm / k_norm (an RMSNorm over
            each head of q and k before RoPE), a head_dim that is not
            hidden_size / heads, no biases, tied head.
@@ -378,13 +383,33 @@ def llama3_inv_freq(inv_freq, factor, low_freq_factor, high_freq_factor,
     return torch.tensor(out, dtype=torch.float64)
 
 
+def yarn_inv_freq(inv_freq, dim, theta, factor, original_max_position_embeddings,
+                  beta_fast=32.0, beta_slow=1.0):
+    """YaRN's frequencies: dimension pair i keeps its frequency when it
+    turns more than beta_fast times over the original context, is divided by
+    factor when it turns fewer than beta_slow times, and blends linearly
+    between (the turning counts given as dims, rounded outwards)."""
+    def dim_of(rotations):  # the dim whose wavelength fits `rotations` times
+        return dim * math.log(original_max_position_embeddings / (rotations * 2 * math.pi)) / (
+            2 * math.log(theta))
+    low = max(math.floor(dim_of(beta_fast)), 0)
+    high = min(math.ceil(dim_of(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    out = []
+    for i, f in enumerate(inv_freq.tolist()):
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)  # 0: keep, 1: interpolate
+        out.append(f * (1 - ramp) + f / factor * ramp)
+    return torch.tensor(out, dtype=torch.float64)
+
+
 class LlamaReference:
     def __init__(self, gen, vocab, d, heads, kv_heads, head_dim, layers, ffn, eps, theta,
-                 scaling, window, qkv_bias, tied, llama3=None, qk_norm=False):
+                 scaling, window, qkv_bias, tied, llama3=None, qk_norm=False, yarn=None):
         self.__dict__.update(dict(vocab=vocab, d=d, heads=heads, kv_heads=kv_heads,
                                   head_dim=head_dim, layers=layers, ffn=ffn, eps=eps,
                                   theta=theta, scaling=scaling, window=window, tied=tied,
-                                  llama3=llama3, qk_norm=qk_norm))
+                                  llama3=llama3, qk_norm=qk_norm, yarn=yarn))
 
         def lin(out_f, in_f):
             return torch.randn(out_f, in_f, generator=gen) / math.sqrt(in_f)
@@ -433,9 +458,13 @@ class LlamaReference:
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
         if self.llama3:
             inv_freq = llama3_inv_freq(inv_freq, **self.llama3)
+        table_scale = 1.0
+        if self.yarn:
+            inv_freq = yarn_inv_freq(inv_freq, hd, self.theta, **self.yarn)
+            table_scale = 0.1 * math.log(self.yarn["factor"]) + 1.0  # the paper's sqrt(1/t)
         angles = torch.outer(torch.arange(t, dtype=torch.float64) / self.scaling, inv_freq)
         emb = torch.cat([angles, angles], dim=-1)
-        cos, sin = emb.cos().float(), emb.sin().float()  # [T, hd]
+        cos, sin = (emb.cos() * table_scale).float(), (emb.sin() * table_scale).float()  # [T, hd]
         i = torch.arange(t).unsqueeze(1)
         j = torch.arange(t).unsqueeze(0)
         allowed = j <= i
@@ -550,6 +579,19 @@ def suite_qwen2(out):
                eps=1e-6, theta=1e6, scaling=4.0, window=0, qkv_bias=True, tied=True)
 
 
+def suite_yarn(out):
+    # With head_dim 16, theta 100 and an original context of 64, the ramp
+    # runs from dim 0 to 5: one pair kept, four blended, three interpolated.
+    yarn = {"factor": 4.0, "original_max_position_embeddings": 64}
+    llama_like(out, "yarn", 84, "qwen2",
+               {"architecture": "Qwen2ForCausalLM", "max_position_embeddings": 64,
+                "rope_scaling": dict(yarn, rope_type="yarn"), "use_sliding_window": False},
+               ["st"], [9, 14],
+               vocab=288, d=64, heads=4, kv_heads=2, head_dim=16, layers=2, ffn=112,
+               eps=1e-6, theta=100.0, scaling=1.0, window=0, qkv_bias=True, tied=True,
+               yarn=yarn)
+
+
 def suite_qwen3(out):
     llama_like(out, "qwen3", 80, "qwen3",
                {"architecture": "Qwen3ForCausalLM", "max_position_embeddings": 64,
@@ -563,7 +605,8 @@ def suite_qwen3(out):
 
 
 SUITES = {"gpt2": suite_gpt2, "bert": suite_bert, "llama": suite_llama, "llama3": suite_llama3,
-          "mistral": suite_mistral, "qwen2": suite_qwen2, "qwen3": suite_qwen3}
+          "mistral": suite_mistral, "qwen2": suite_qwen2, "qwen3": suite_qwen3,
+          "yarn": suite_yarn}
 
 
 def main():
