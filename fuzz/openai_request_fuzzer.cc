@@ -11,8 +11,9 @@
 // a stream, with the caller's prompts, echo, sample count and logprob
 // counts (and, for chat with tools, the tool-call parsing of the output).
 //
-// The first byte picks the endpoint (bits 0-1) and the chat template (bits
-// 2-3); the rest is the body. No LibTorch: the byte tokenizer, and a
+// The first byte picks the endpoint (bits 0-1), the chat template (bits
+// 2-3) and, for chat, the reasoning parsing (bit 4 on, bit 5 opened by the
+// prompt); the rest is the body. No LibTorch: the byte tokenizer, and a
 // decoder-only (generation) or encoder-only (embeddings) config.
 //
 // Properties besides "no crash, no leak, no UB, no unbounded allocation":
@@ -242,11 +243,15 @@ void Respond(openai::Api api, const openai::GenerateCall& call,
 
 void Generate(openai::Api api, const Json& body, const server::ChatPrompt& chat,
               const openai::BodyLimits& body_limits, const Model& m,
-              const server::ModelLimits& limits, const std::string& bytes) {
+              const server::ModelLimits& limits, const std::string& bytes, uint8_t selector) {
   absl::StatusOr<openai::GenerateCall> call =
       api == openai::Api::kChat ? openai::ParseChatRequest(body, chat, body_limits, limits)
                                 : openai::ParseCompletionRequest(body, body_limits, limits);
   if (!call.ok()) return CheckRefusal(call.status(), "Parse*Request");
+  if (api == openai::Api::kChat) {  // as the HTTP handler sets it from its flag
+    call->parse_reasoning = (selector & 16) != 0;
+    call->prompt_opens_reasoning = call->prompt_opens_reasoning || (selector & 32) != 0;
+  }
   DIKKAT_FUZZ_CHECK(!call->prompts.empty() &&
                         call->prompts.size() <= static_cast<size_t>(body_limits.max_prompts),
                     "%zu prompts", call->prompts.size());
@@ -358,14 +363,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const server::ModelLimits limits{&m.config, tokenizer.get(), &m.options, kMaxResponseBytes};
   switch (endpoint) {
     case 0:
-      Generate(openai::Api::kCompletions, *body, (*templates)[0], body_limits, m, limits, bytes);
+      Generate(openai::Api::kCompletions, *body, (*templates)[0], body_limits, m, limits, bytes,
+               data[0]);
       break;
     case 2:
       Embeddings(*body, m, limits, bytes);
       break;
     default:
       Generate(openai::Api::kChat, *body, (*templates)[(data[0] >> 2) & 3], body_limits, m, limits,
-               bytes);
+               bytes, data[0]);
       break;
   }
   return 0;

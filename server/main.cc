@@ -74,9 +74,10 @@ ABSL_FLAG(ByteSize, openai_max_body_bytes, ByteSize{8ll << 20},
 ABSL_FLAG(std::string, openai_reasoning_parser, "",
           "Chat answers of thinking models (DeepSeek-R1, Qwen3, QwQ): 'think' answers the text "
           "between <think> and </think> as message.reasoning_content (streamed as "
-          "delta.reasoning_content) and what follows as the content, as vLLM's "
-          "--reasoning-parser does (its names deepseek_r1 and qwen3 mean the same here). Empty "
-          "(the default): the whole answer is the content.");
+          "delta.reasoning_content) and what follows as the content, in vLLM's "
+          "--reasoning-parser fields (its names deepseek_r1 and qwen3 are accepted and mean the "
+          "same here; docs/api.md says where they differ). Empty (the default): the whole answer "
+          "is the content.");
 ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu or cuda:N.");
 ABSL_FLAG(std::string, dtype, "float32",
           "Weights dtype: float32, bfloat16, float16, int8 (weight-only int8 "

@@ -17,10 +17,11 @@ size_t PartialTagSuffix(std::string_view text, std::string_view tag) {
 }  // namespace
 
 bool PromptOpensReasoning(std::string_view prompt) {
-  const size_t open = prompt.rfind(kThinkOpen);
-  if (open == std::string_view::npos) return false;
-  const size_t close = prompt.rfind(kThinkClose);
-  return close == std::string_view::npos || close < open;
+  const size_t end = prompt.find_last_not_of(" \t\r\n");
+  if (end == std::string_view::npos) return false;
+  const std::string_view body = prompt.substr(0, end + 1);
+  return body.size() >= kThinkOpen.size() &&
+         body.substr(body.size() - kThinkOpen.size()) == kThinkOpen;
 }
 
 ReasoningSplit SplitReasoning(std::string_view text, bool opened_by_prompt, bool finished) {

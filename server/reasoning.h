@@ -10,7 +10,13 @@
 // "<think>\n"; Qwen3's with enable_thinking false closes an empty block,
 // so its answer is all content). It ends at the first </think>; what
 // follows is the content, as generated. An answer cut before </think> (by
-// max_tokens) is all reasoning, as vLLM's deepseek_r1 parser gives it.
+// max_tokens) is all reasoning.
+//
+// Against vLLM's parsers: its deepseek_r1 parser takes everything before a
+// </think> as reasoning even when neither the answer nor the prompt opened
+// a block (here that answer is all content, tags included); its qwen3
+// parser takes an answer without </think> as all content (here an answer
+// that opened a block and was cut is all reasoning).
 //
 // Pure functions; thread-safe. No LibTorch.
 #ifndef DIKKAT_SERVER_REASONING_H_
@@ -24,8 +30,9 @@ namespace dikkat::server {
 inline constexpr std::string_view kThinkOpen = "<think>";
 inline constexpr std::string_view kThinkClose = "</think>";
 
-// True when `prompt` (a rendered chat prompt) ends inside a reasoning block:
-// its last <think> comes after its last </think>.
+// True when `prompt` (a rendered chat prompt) ends with <think> (whitespace
+// after it allowed), as DeepSeek-R1's and QwQ's templates end it. A <think>
+// elsewhere (a message that mentions the tag) opens nothing.
 bool PromptOpensReasoning(std::string_view prompt);
 
 struct ReasoningSplit {

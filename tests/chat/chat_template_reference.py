@@ -163,8 +163,6 @@ def cases():
     yield "roles_not_alternating", [USER, USER2], {}
     yield "empty_messages", [], {}
     yield "date_string", [SYSTEM, USER], {"date_string": "24 Nov 2026"}
-    # a chat_template_kwargs variable (Qwen3's; other templates ignore it)
-    yield "enable_thinking_false", [SYSTEM, USER, ASSISTANT, USER2], {"enable_thinking": False}
     yield "tools", [SYSTEM, USER], {"tools": TOOLS, "date_string": "24 Nov 2026"}
     yield "tool_calls_dict_args", tool_turns(False, False), {"tools": TOOLS}
     yield "tool_calls_string_args", tool_turns(True, False), {"tools": TOOLS}
@@ -249,6 +247,8 @@ SNIPPETS = [
   "{{ n is number }}{{ n is integer }}{{ f is float }}{{ true is boolean }}{{ true is number }}{{ s is string }}{{ d is mapping }}{{ e is iterable }}{{ s is sequence }}{{ none is none }}{{ n is not none }}",
   "{{ 4 is divisibleby 2 }}{{ 3 is even }}{{ 'a' is in 'abc' }}{{ n is eq 7 }}{{ n is gt 3 }}{{ s is lower }}{{ e is defined }}{{ n is sameas 7 }}",
   "{{ undefined_var is iterable }}{{ undefined_var is mapping }}{{ none is iterable }}{{ (1, 2) is sequence }}",
+  # Qwen3's `enable_thinking is defined and enable_thinking is false` (a chat_template_kwargs variable)
+  "{{ undefined_var is defined and undefined_var is false }}{{ false is false }}{{ 0 is false }}{{ none is false }}{{ true is true }}{{ 1 is true }}{{ n is false }}",
   # strftime_now and raise_exception are covered elsewhere
 ]
 

@@ -89,8 +89,7 @@ class OpenAiHttpTest : public ::testing::Test {
   }
 
   // A server with tiny-lm (default) and the chat copy, both doors and
-  // metrics on free ports, reasoning parsed as a thinking model's would
-  // be; `extra` flags appended.
+  // metrics on free ports; `extra` flags appended.
   static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& extra) {
     std::vector<std::string> args = {
         absl::StrCat("--model=tiny-lm=", integration::ModelDir("tiny-lm")),
@@ -98,7 +97,6 @@ class OpenAiHttpTest : public ::testing::Test {
         "--listen=127.0.0.1:0",
         "--metrics_listen=127.0.0.1:0",
         "--openai_listen=127.0.0.1:0",
-        "--openai_reasoning_parser=qwen3",
         "--threads=1",
         "--grace_period=1s",
         "--max_message_bytes=64KiB"};
@@ -504,10 +502,26 @@ TEST_F(OpenAiHttpTest, ChatRendersTheModelsTemplate) {
   ASSERT_EQ(completion.status, 200) << completion.body;
   EXPECT_EQ(chat.json["choices"][0]["message"]["content"], completion.json["choices"][0]["text"]);
   EXPECT_EQ(chat.json["usage"]["prompt_tokens"].get<size_t>(), rendered.size() + 1);
-  // The reasoning parser is on, and this answer opens no <think>: all of it
-  // is content, and reasoning_content is null (server/reasoning.h).
-  ASSERT_TRUE(chat.json["choices"][0]["message"].contains("reasoning_content"));
-  EXPECT_TRUE(chat.json["choices"][0]["message"]["reasoning_content"].is_null());
+  // No reasoning parser: no reasoning_content field.
+  EXPECT_FALSE(chat.json["choices"][0]["message"].contains("reasoning_content"));
+
+  // With --openai_reasoning_parser, an answer that opens no <think> is all
+  // content (the same text) and reasoning_content is null
+  // (server/reasoning.h; the splitting itself: reasoning_test).
+  {
+    std::unique_ptr<ServerProcess> parsing = Start({"--openai_reasoning_parser=qwen3"});
+    ASSERT_NE(parsing, nullptr);
+    HttpReply reply = Post(
+        "/v1/chat/completions",
+        Json{{"model", "chat"}, {"messages", messages}, {"max_tokens", 16}, {"temperature", 0}}
+            .dump(),
+        parsing.get());
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const Json& message = reply.json["choices"][0]["message"];
+    ASSERT_TRUE(message.contains("reasoning_content")) << reply.body;
+    EXPECT_TRUE(message["reasoning_content"].is_null());
+    EXPECT_EQ(message["content"], chat.json["choices"][0]["message"]["content"]);
+  }
 
   // Streamed: a role delta first, then the same content.
   HttpReply streamed = Post("/v1/chat/completions", Json{{"model", "chat"},

@@ -50,7 +50,12 @@ TEST(ReasoningTest, APromptOpensReasoningWhenItsLastThinkIsUnclosed) {
   // Qwen3 with enable_thinking false: an empty block, closed.
   EXPECT_FALSE(PromptOpensReasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_TRUE(PromptOpensReasoning("<think>a</think>b<|im_start|>assistant\n<think>\n"));
+  EXPECT_TRUE(PromptOpensReasoning("<think>"));
   EXPECT_FALSE(PromptOpensReasoning("</think>"));
+  EXPECT_FALSE(PromptOpensReasoning("  \n"));
+  // A message that mentions the tag opens nothing: only the prompt's end.
+  EXPECT_FALSE(PromptOpensReasoning(
+      "<|im_start|>user\nWrap your reasoning in <think> tags<|im_end|>\n<|im_start|>assistant\n"));
 }
 
 TEST(ReasoningTest, SplitsAWholeAnswer) {
