@@ -80,7 +80,8 @@ absl::Status CheckTextBytes(size_t bytes, absl::string_view field, const ModelLi
 absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,
                                                 bool default_add_special_tokens,
                                                 const ModelLimits& limits,
-                                                std::vector<int32_t>* type_ids) {
+                                                std::vector<int32_t>* type_ids,
+                                                int64_t truncate_to) {
   if (type_ids != nullptr) type_ids->clear();
   std::vector<int32_t> ids;
   switch (input.content_case()) {
@@ -107,6 +108,27 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
       if (ids.empty()) {
         return Invalid(absl::StrCat(field, ".text tokenizes to no tokens"));
       }
+      if (truncate_to > 0 && static_cast<int64_t>(ids.size()) > truncate_to) {
+        // The first tokens of the text, between the special tokens the
+        // tokenizer added around it.
+        int64_t after = 0, around = 0;
+        if (add_special) {
+          const model::Tokenizer::AddedTokens added = limits.tokenizer->SpecialTokensAround();
+          after = static_cast<int64_t>(added.after.size());
+          around = static_cast<int64_t>(added.before.size()) + after;
+        }
+        if (truncate_to <= around) {
+          return Invalid(absl::StrCat("truncating ", field, " to ", truncate_to,
+                                      " tokens leaves no room for its text between the ", around,
+                                      " special tokens the tokenizer adds around it"));
+        }
+        const auto cut = [&](std::vector<int32_t>& v) {
+          if (static_cast<int64_t>(v.size()) != static_cast<int64_t>(ids.size())) return;
+          v.erase(v.begin() + (truncate_to - after), v.end() - after);
+        };
+        if (type_ids != nullptr) cut(*type_ids);
+        cut(ids);
+      }
       break;
     }
     case v1::Input::kTokens: {
@@ -117,6 +139,10 @@ absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::st
       // Before any copy: a message of 1-byte varint ids would otherwise be
       // held several times over (4 bytes each) before the engine's check.
       const model::ModelConfig* config = limits.config;
+      if (truncate_to > 0 && n > truncate_to) {
+        ids.assign(input.tokens().ids().begin(), input.tokens().ids().begin() + truncate_to);
+        break;
+      }
       if (config != nullptr && config->max_positions > 0 && n > config->max_positions) {
         return Invalid(absl::StrCat(field, ".tokens.ids has ", n, " tokens, more than model '",
                                     config->name, "' has positions (max_positions=",
@@ -366,12 +392,23 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
 
   // Bound the work before doing it: the number of inputs before any is tokenized.
   DIKKAT_RETURN_IF_ERROR(CheckEncodeInputCount(request.inputs_size(), options));
+  int64_t truncate_to = 0;
+  if (request.truncate() != 0) {
+    if (request.truncate() < -1 || request.truncate() > config.max_positions) {
+      return Invalid(absl::StrCat("truncate = ", request.truncate(),
+                                  ": allowed 0 (never), -1 (to the model's limit) or 1..",
+                                  config.max_positions, " (model '", config.name,
+                                  "' accepts at most max_positions=", config.max_positions,
+                                  " tokens)"));
+    }
+    truncate_to = request.truncate() == -1 ? config.max_positions : request.truncate();
+  }
   bool any_type_ids = false;
   std::vector<std::vector<int32_t>> type_ids(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                             InputToIds(request.inputs(i), absl::StrCat("inputs[", i, "]"), true,
-                                       limits, &type_ids[i]));
+                                       limits, &type_ids[i], truncate_to));
     any_type_ids = any_type_ids || !type_ids[i].empty();
     r.inputs.push_back(std::move(ids));
   }

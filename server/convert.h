@@ -71,10 +71,16 @@ absl::Status CheckTextBytes(size_t bytes, absl::string_view field, const ModelLi
 // before they are copied; their range is the request check's).
 // Never returns an empty sequence. `type_ids` (optional) receives the
 // tokenizer's segment ids for text input (empty for token input).
+// `truncate_to` > 0 cuts a longer input to that many tokens: text keeps its
+// first tokens and the special tokens the tokenizer added at both ends (as
+// Hugging Face's truncation=True keeps them; INVALID_ARGUMENT when they
+// leave no room), token ids keep their first `truncate_to` (only those are
+// copied).
 absl::StatusOr<std::vector<int32_t>> InputToIds(const v1::Input& input, absl::string_view field,
                                                 bool default_add_special_tokens,
                                                 const ModelLimits& limits,
-                                                std::vector<int32_t>* type_ids = nullptr);
+                                                std::vector<int32_t>* type_ids = nullptr,
+                                                int64_t truncate_to = 0);
 
 // ---- Generate ---------------------------------------------------------------
 

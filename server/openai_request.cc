@@ -154,7 +154,8 @@ constexpr std::string_view kChatFields[] = {"messages",        "tools",
                                             "response_format", "max_completion_tokens",
                                             "logprobs",        "top_logprobs",
                                             "modalities",      "chat_template_kwargs"};
-constexpr std::string_view kEmbeddingFields[] = {"model", "input", "encoding_format", "dimensions"};
+constexpr std::string_view kEmbeddingFields[] = {"model", "input", "encoding_format", "dimensions",
+                                                 "truncate_prompt_tokens"};
 // OpenAI fields that cannot change what is generated (caller ids, metadata,
 // storage, billing tier, cache routing, latency hints): accepted, not used.
 constexpr std::string_view kNoEffectFields[] = {
@@ -910,6 +911,18 @@ absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body, const Mo
   }
   if (Field(body, "dimensions") != nullptr) {
     return Invalid("dimensions: not served (embeddings have the model's width)");
+  }
+  // vLLM's: inputs cut to at most this many tokens (-1: the model's limit).
+  DIKKAT_ASSIGN_OR_RETURN(
+      std::optional<int64_t> truncate,
+      OptionalInteger(body, "truncate_prompt_tokens", -1, std::numeric_limits<int32_t>::max()));
+  if (truncate.has_value()) {
+    if (*truncate == 0 || *truncate > limits.config->max_positions) {
+      return Invalid(absl::StrCat("truncate_prompt_tokens = ", *truncate,
+                                  " is out of range: allowed -1 (the model's limit) or 1..",
+                                  limits.config->max_positions));
+    }
+    wire.set_truncate(static_cast<int32_t>(*truncate));
   }
   wire.set_normalize(true);
   DIKKAT_ASSIGN_OR_RETURN(call.request, ToEncodeRequest(wire, limits));

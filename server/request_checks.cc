@@ -310,7 +310,13 @@ absl::Status CheckEncodeRequest(const EncodeRequest& r, const model::ModelConfig
                      " (after that layer)"));
   }
   for (size_t i = 0; i < r.inputs.size(); ++i) {
-    DIKKAT_RETURN_IF_ERROR(CheckInput(r.inputs[i], absl::StrCat("inputs[", i, "]"), config));
+    if (absl::Status s = CheckInput(r.inputs[i], absl::StrCat("inputs[", i, "]"), config);
+        !s.ok()) {
+      const bool too_long = config.max_positions > 0 &&
+                            r.inputs[i].size() > static_cast<size_t>(config.max_positions);
+      if (!too_long) return s;
+      return Invalid(absl::StrCat(s.message(), "; or set truncate (-1: cut to the model's limit)"));
+    }
   }
   if (!r.type_ids.empty()) {
     if (r.type_ids.size() != r.inputs.size()) {

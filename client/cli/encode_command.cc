@@ -33,6 +33,9 @@ class EncodeCommand : public Command {
     f->OptionalBool("normalize", &normalize_,
                     "L2-normalize each embedding (--no-normalize: not); unset: as the model's "
                     "folder says (sentence-transformers' Normalize module)");
+    f->Int("truncate", &truncate_,
+           "an input longer than the model accepts: 0 = an error, -1 = cut to the model's "
+           "limit, N = cut to N tokens (its first ones, special tokens kept)");
     f->Bool("hidden-states", &hidden_states_, "also return per-token hidden states");
     f->OptionalInt("hidden-layer", &hidden_layer_,
                    "layer of the hidden states: 0 = embeddings, 1..L = after layer i, -1 = final");
@@ -69,6 +72,7 @@ class EncodeCommand : public Command {
     if (!dtype.ok()) return UsageError(name(), std::string(dtype.status().message()));
     request.set_output_dtype(*dtype);
     if (normalize_.has_value()) request.set_normalize(*normalize_);
+    request.set_truncate(truncate_);
     request.set_return_hidden_states(hidden_states_);
     if (hidden_layer_) request.set_hidden_layer(*hidden_layer_);
 
@@ -132,6 +136,7 @@ class EncodeCommand : public Command {
   std::vector<int> ids_;
   std::string pooling_;
   std::optional<bool> normalize_;
+  int truncate_ = 0;
   bool hidden_states_ = false;
   std::optional<int> hidden_layer_;
   std::string dtype_ = "float32";

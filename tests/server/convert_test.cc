@@ -9,12 +9,14 @@
 #include <limits>
 #include <random>
 
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/cpu_isa.h"
 #include "model/text/byte_tokenizer.h"
 #include "model/text/tokenizer.h"
-#include "common/status_macros.h"
+#include "model/text/wordpiece_tokenizer.h"
 
 namespace dikkat::server {
 namespace {
@@ -179,8 +181,7 @@ TEST_F(ConvertTest, InvalidInputsNameTheField) {
                 {"input is empty", "input.text", "input.tokens"});
   ExpectInvalid(InputToIds(Text(""), "input", false, limits_), {"input.text is empty"});
   ExpectInvalid(InputToIds(Ids({}), "input", false, limits_), {"input.tokens.ids is empty"});
-  ExpectInvalid(InputToIds(Text("\xff\xfe"), "input", false, limits_),
-                {"input.text", "UTF-8"});
+  ExpectInvalid(InputToIds(Text("\xff\xfe"), "input", false, limits_), {"input.text", "UTF-8"});
   // Token ids out of range and text inputs longer than the model's positions
   // are the request check's (tests/server/request_checks_test.cc); a
   // converted request has passed it. (More token ids than max_positions are
@@ -502,6 +503,75 @@ TEST_F(ConvertTest, EncodeRejectsInvalidRequests) {
   ExpectInvalid(Checked(ToEncodeRequest(r, limits_)), {"output_dtype", "7"});
 }
 
+// Encode's truncate: a longer input is cut to the model's limit (-1) or to N
+// tokens, text keeping its first tokens between the special tokens its
+// tokenizer adds (BERT's [CLS] ... [SEP], as Hugging Face's truncation=True
+// keeps them), token ids their first N; without it, too long is an error
+// that names the option.
+TEST_F(ConvertTest, EncodeTruncatesOnlyWhenAsked) {
+  Use(model::Architecture::kEncoderOnly);  // max_positions 16
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> bert = model::MakeWordPiece(
+      {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d", "e"}, {}, {});
+  ASSERT_TRUE(bert.ok()) << bert.status();
+  ModelLimits limits = limits_;
+  limits.tokenizer = bert->get();
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += std::string(1, static_cast<char>('a' + i % 5)) + " ";
+  v1::EncodeRequest r;
+  *r.add_inputs() = Text(text);  // [CLS] + 20 words + [SEP] = 22 tokens
+  auto checked = [&](const v1::EncodeRequest& request) -> absl::StatusOr<EncodeRequest> {
+    absl::StatusOr<EncodeRequest> out = ToEncodeRequest(request, limits);
+    if (out.ok()) DIKKAT_RETURN_IF_ERROR(CheckEncodeRequest(*out, config_, options_));
+    return out;
+  };
+  ExpectInvalid(checked(r), {"inputs[0] has 22 tokens", "max_positions=16", "set truncate"});
+
+  r.set_truncate(-1);
+  absl::StatusOr<EncodeRequest> out = checked(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->inputs[0].size(), 16u);
+  EXPECT_EQ(out->inputs[0].front(), 2);  // [CLS]
+  EXPECT_EQ(out->inputs[0].back(), 3);   // [SEP]
+  EXPECT_THAT(std::vector<int32_t>(out->inputs[0].begin() + 1, out->inputs[0].begin() + 7),
+              ElementsAre(5, 6, 7, 8, 9, 5));  // the text's first words
+  if (!out->type_ids.empty()) {
+    EXPECT_EQ(out->type_ids[0].size(), 16u);
+  }
+
+  r.set_truncate(5);
+  out = checked(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[0], ElementsAre(2, 5, 6, 7, 3));
+  // Without the special tokens: just the first words.
+  r.mutable_inputs(0)->set_add_special_tokens(false);
+  out = checked(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[0], ElementsAre(5, 6, 7, 8, 9));
+  r.mutable_inputs(0)->clear_add_special_tokens();
+  // A short input is left as it is.
+  *r.add_inputs() = Text("b c");
+  out = checked(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[1], ElementsAre(2, 6, 7, 3));
+  // Token ids keep their first N (only those are copied).
+  v1::EncodeRequest ids;
+  v1::Input* long_ids = ids.add_inputs();
+  for (int i = 0; i < 40; ++i) long_ids->mutable_tokens()->add_ids(5 + i % 5);
+  ExpectInvalid(checked(ids), {"inputs[0].tokens.ids has 40 tokens"});
+  ids.set_truncate(3);
+  out = checked(ids);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[0], ElementsAre(5, 6, 7));
+
+  r.set_truncate(2);  // [CLS] and [SEP] alone
+  ExpectInvalid(checked(r), {"truncating inputs[0] to 2 tokens leaves no room", "2 special"});
+  for (int bad : {17, -2}) {
+    r.set_truncate(bad);
+    ExpectInvalid(checked(r),
+                  {absl::StrCat("truncate = ", bad), "-1 (to the model's limit) or 1..16"});
+  }
+}
+
 TEST_F(ConvertTest, EncodeResponseEchoesIdsAndPacksTensors) {
   EncodeRequest req;
   req.inputs = {{1, 2}, {3}};
@@ -554,7 +624,8 @@ TEST_F(ConvertTest, AttentionDefaultsAndLabels) {
   AttentionResult result;
   result.q_len = 3;
   result.k_len = 3;
-  result.maps.push_back(AttentionMap{2, -1, AttentionKind::kCross, DenseTensor{{3, 3}, std::vector<float>(9, 0.25f)}});
+  result.maps.push_back(AttentionMap{2, -1, AttentionKind::kCross,
+                                     DenseTensor{{3, 3}, std::vector<float>(9, 0.25f)}});
   v1::AttentionResponse response;
   ASSERT_TRUE(FillAttentionResponse(*out, result, v1::DTYPE_FLOAT16, *tokenizer_, &response).ok());
   // Cross attention: rows are the decoder (target), columns the encoder.

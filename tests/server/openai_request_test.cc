@@ -21,9 +21,9 @@
 #include "model/text/byte_tokenizer.h"
 #include "server/chat_prompt.h"
 #include "server/openai_response.h"
-#include "server/status_util.h"
 #include "server/prompt_fan_out.h"
 #include "server/request_checks.h"
+#include "server/status_util.h"
 
 namespace dikkat::server::openai {
 namespace {
@@ -131,7 +131,7 @@ TEST_F(OpenAiRequestTest, BodiesOfTooManyValuesAreRefusedBeforeParsing) {
   limits.max_other_values = 0;
   const BodyLimits left = LeftAfter(limits, BodyValues{4, 100});
   EXPECT_EQ(left.max_numbers, 6);
-  EXPECT_EQ(left.max_other_values, 0);  // none stays none
+  EXPECT_EQ(left.max_other_values, 0);                             // none stays none
   EXPECT_EQ(LeftAfter(limits, BodyValues{12, 0}).max_numbers, 1);  // never 0 (none)
 
   // The bound the server sets: its largest call's ids and the options.
@@ -501,8 +501,8 @@ TEST_F(OpenAiRequestTest, ExplicitMaxTokensPastTheContextIsRefused) {
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_FALSE(call->prompts[0].request.strict_max_new_tokens);
   // Several prompts: the one past the context is named, before any is submitted.
-  call = Completion(absl::StrCat(R"({"prompt": ["a", ")", std::string(60, 'b'),
-                                 R"("], "max_tokens": 10})"));
+  call = Completion(
+      absl::StrCat(R"({"prompt": ["a", ")", std::string(60, 'b'), R"("], "max_tokens": 10})"));
   EXPECT_EQ(call.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(call.status().message(), HasSubstr("prompt[1]"));
   EXPECT_THAT(call.status().message(), HasSubstr("(61 in the prompt, 10 for the completion)"));
@@ -562,9 +562,9 @@ TEST_F(OpenAiRequestTest, ResponsesThatMustPassTheResponseBoundAreRefused) {
   limits_.max_response_bytes = 64 << 10;
   const std::string prompt(300, 'p');  // 300 tokens with the byte tokenizer
   // 16 choices x (300 bytes of echo + 299 entries x (1 + 20 alternatives) x 7 bytes).
-  const Json echoed = {{"prompt", prompt}, {"n", 16},       {"temperature", 1},
-                       {"max_tokens", 1},  {"echo", true}, {"logprobs", 20},
-                       {"add_special_tokens", false}};
+  const Json echoed = {
+      {"prompt", prompt}, {"n", 16},        {"temperature", 1},           {"max_tokens", 1},
+      {"echo", true},     {"logprobs", 20}, {"add_special_tokens", false}};
   absl::StatusOr<GenerateCall> refused = Completion(echoed.dump());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
   EXPECT_THAT(std::string(refused.status().message()),
@@ -580,7 +580,7 @@ TEST_F(OpenAiRequestTest, ResponsesThatMustPassTheResponseBoundAreRefused) {
               HasSubstr("(the echo of one choice, echo, logprobs)"));
   limits_.max_response_bytes = 64 << 10;
   // Tokens every sample must make: 16 x 200 x 21 entries x 7 bytes.
-  const Json whole = {{"prompt", "a"},      {"n", 16},        {"temperature", 1},
+  const Json whole = {{"prompt", "a"},     {"n", 16},        {"temperature", 1},
                       {"max_tokens", 200}, {"logprobs", 20}, {"ignore_eos", true}};
   EXPECT_THAT(std::string(Completion(whole.dump()).status().message()),
               HasSubstr("at least 470400 bytes"));
@@ -701,12 +701,13 @@ TEST_F(OpenAiRequestTest, ChatRendersTheTemplateWithoutAddingSpecialTokens) {
               HasSubstr("messages[0].role"));
 
   // chat_template.jinja (newer folders) is read in place of the config's.
-  std::ofstream(dir / "chat_template.jinja") << "{% for m in messages %}<{{ m.content }}>{% endfor %}";
+  std::ofstream(dir / "chat_template.jinja")
+      << "{% for m in messages %}<{{ m.content }}>{% endfor %}";
   absl::StatusOr<ChatPrompt> from_file = ChatPrompt::Load(dir.string());
   ASSERT_TRUE(from_file.ok()) << from_file.status();
-  absl::StatusOr<GenerateCall> rendered = ParseChatRequest(
-      Json::parse(R"({"messages": [{"role": "user", "content": "q"}]})"), *from_file,
-      BodyLimits{}, limits_);
+  absl::StatusOr<GenerateCall> rendered =
+      ParseChatRequest(Json::parse(R"({"messages": [{"role": "user", "content": "q"}]})"),
+                       *from_file, BodyLimits{}, limits_);
   ASSERT_TRUE(rendered.ok()) << rendered.status();
   EXPECT_EQ(tokenizer_->Decode(rendered->prompts[0].request.prompt, false), "<q>");
   // It needs no tokenizer_config.json.
@@ -743,27 +744,25 @@ TEST_F(OpenAiRequestTest, SpecialTokensTheTemplateWritesAreTheirIds) {
              .dump();
   absl::StatusOr<ChatPrompt> chat = ChatPrompt::Load(dir.string());
   ASSERT_TRUE(chat.ok()) << chat.status();
-  absl::StatusOr<GenerateCall> call = ParseChatRequest(
-      Json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})"), *chat, BodyLimits{},
-      limits_);
+  absl::StatusOr<GenerateCall> call =
+      ParseChatRequest(Json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})"), *chat,
+                       BodyLimits{}, limits_);
   ASSERT_TRUE(call.ok()) << call.status();
   ASSERT_EQ(call->prompts.size(), 1u);
   EXPECT_THAT(call->prompts[0].request.prompt, ::testing::ElementsAre(257, 'h', 'i', 258));
   // vLLM's add_special_tokens adds the model's own around the rendered text.
-  call = ParseChatRequest(
-      Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+  call = ParseChatRequest(Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
                       "add_special_tokens": true})"),
-      *chat, BodyLimits{}, limits_);
+                          *chat, BodyLimits{}, limits_);
   ASSERT_TRUE(call.ok()) << call.status();
-  EXPECT_THAT(call->prompts[0].request.prompt,
-              ::testing::ElementsAre(257, 257, 'h', 'i', 258));
+  EXPECT_THAT(call->prompts[0].request.prompt, ::testing::ElementsAre(257, 257, 'h', 'i', 258));
 }
 
 TEST_F(OpenAiRequestTest, AChatPastTheTemplateBoundsIs400NotRetryable) {
   // A template whose output passes the renderer's 4 MiB bound for this
   // conversation: the same on every retry, so 400 rather than 429.
-  const ChatPrompt chat = LoadChat(
-      "{% for i in range(100000) %}{{ messages[0].content * 100 }}{% endfor %}");
+  const ChatPrompt chat =
+      LoadChat("{% for i in range(100000) %}{{ messages[0].content * 100 }}{% endfor %}");
   absl::StatusOr<GenerateCall> call = Chat(chat, "");
   ASSERT_FALSE(call.ok());
   EXPECT_EQ(call.status().code(), absl::StatusCode::kResourceExhausted) << call.status();
@@ -794,6 +793,27 @@ TEST_F(OpenAiRequestTest, EmbeddingsInputsAndFormat) {
                   .status()
                   .message(),
               HasSubstr("dimensions"));
+  // vLLM's truncate_prompt_tokens is Encode's truncate: token ids keep
+  // their first N, text its first tokens after the BOS.
+  call = ParseEmbeddingsRequest(
+      Json::parse(R"({"input": [[5, 6, 7, 8], "abcdef"], "truncate_prompt_tokens": 3})"), limits_);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_THAT(call->request.inputs[0], ElementsAre(5, 6, 7));
+  EXPECT_THAT(call->request.inputs[1], ElementsAre(257, 'a', 'b'));
+  const std::string too_long(config_.max_positions + 5, 'x');
+  call = ParseEmbeddingsRequest(Json{{"input", too_long}, {"truncate_prompt_tokens", -1}}, limits_);
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(static_cast<int64_t>(call->request.inputs[0].size()), config_.max_positions);
+  for (const char* bad : {R"(0)", R"(-2)", R"("3")", R"(100000)"}) {
+    EXPECT_THAT(std::string(ParseEmbeddingsRequest(
+                                Json::parse(absl::StrCat(
+                                    R"({"input": "a", "truncate_prompt_tokens": )", bad, "}")),
+                                limits_)
+                                .status()
+                                .message()),
+                HasSubstr("truncate_prompt_tokens"))
+        << bad;
+  }
 }
 
 TEST(OpenAiResponseTest, ErrorsAndFinishReasons) {
@@ -941,7 +961,12 @@ TEST(OpenAiResponseTest, ChatLogprobBytesAreTheTokensBytes) {
   call.prompts.resize(1);
   ChoiceBuilder builder(NewResponseMeta(Api::kChat, "m"), call, *tokenizer);
   GeneratedChunk chunk{{{0xC3, -0.5f, {{0xC3, -0.5f}, {'x', -1.0f}}}, {0xA9, -0.25f, {}}},
-                       "\xC3\xA9", 0, FinishReason::kLength, 0, {}, std::nullopt};
+                       "\xC3\xA9",
+                       0,
+                       FinishReason::kLength,
+                       0,
+                       {},
+                       std::nullopt};
   builder.Add(chunk);
   GenerateSummary summary;
   summary.reason = FinishReason::kLength;
@@ -960,8 +985,10 @@ TEST(OpenAiResponseTest, ChatLogprobBytesAreTheTokensBytes) {
 // dump, on top of the choices' own fields.
 TEST(OpenAiResponseTest, ApproxBytesFollowTheResponsesSize) {
   std::unique_ptr<model::Tokenizer> tokenizer = model::MakeByteTokenizer();
-  for (const auto& [api, alternatives] : {std::pair{Api::kCompletions, 5}, {Api::kCompletions, 0},
-                                           {Api::kChat, 5}, {Api::kChat, 0}}) {
+  for (const auto& [api, alternatives] : {std::pair{Api::kCompletions, 5},
+                                          {Api::kCompletions, 0},
+                                          {Api::kChat, 5},
+                                          {Api::kChat, 0}}) {
     GenerateCall call;
     call.n = 2;
     call.want_logprobs = true;
@@ -975,11 +1002,11 @@ TEST(OpenAiResponseTest, ApproxBytesFollowTheResponsesSize) {
     for (int i = 0; i < 400; ++i) {
       GeneratedToken token{'a' + i % 26, -1.2345678f, {}};
       for (int k = 0; k < alternatives; ++k) token.top.push_back({'a' + (i + k) % 26, -2.3456789f});
-      builder.Add(GeneratedChunk{{token}, std::string(1, 'a' + i % 26), i % 2, std::nullopt, 0,
-                                 {}, std::nullopt});
+      builder.Add(GeneratedChunk{
+          {token}, std::string(1, 'a' + i % 26), i % 2, std::nullopt, 0, {}, std::nullopt});
     }
-    const double written = static_cast<double>(builder.Response(summary).dump().size() -
-                                               empty.dump().size());
+    const double written =
+        static_cast<double>(builder.Response(summary).dump().size() - empty.dump().size());
     const double approx = static_cast<double>(builder.approx_bytes() - fixed);
     EXPECT_GT(approx, 0.7 * written) << static_cast<int>(api) << " " << alternatives;
     EXPECT_LT(approx, 1.3 * written) << static_cast<int>(api) << " " << alternatives;
@@ -1092,8 +1119,8 @@ TEST(PromptFanOutTest, TheFirstFailureWithSiblingsLeftCallsOnError) {
   EXPECT_EQ(target->summary.status.message(), "forward failed");
 
   errors = 0;
-  fan_out = PromptFanOut::Create(2, 1, std::make_shared<RecordingObserver>(),
-                                 [&errors] { ++errors; });
+  fan_out =
+      PromptFanOut::Create(2, 1, std::make_shared<RecordingObserver>(), [&errors] { ++errors; });
   fan_out->ObserverFor(0)->OnFinish(Summary(FinishReason::kEos, 1, 1));
   fan_out->ObserverFor(1)->OnFinish(error);
   EXPECT_EQ(errors, 0);
