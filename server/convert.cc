@@ -406,9 +406,19 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
   bool any_type_ids = false;
   std::vector<std::vector<int32_t>> type_ids(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
-    DIKKAT_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                            InputToIds(request.inputs(i), absl::StrCat("inputs[", i, "]"), true,
-                                       limits, &type_ids[i], truncate_to));
+    absl::StatusOr<std::vector<int32_t>> converted =
+        InputToIds(request.inputs(i), absl::StrCat("inputs[", i, "]"), true, limits, &type_ids[i],
+                   truncate_to);
+    if (!converted.ok()) {
+      // Token ids past the model's positions: the option that cuts them.
+      const v1::Input& in = request.inputs(i);
+      if (truncate_to == 0 && in.has_tokens() && in.tokens().ids_size() > config.max_positions) {
+        return Invalid(absl::StrCat(converted.status().message(),
+                                    "; or set truncate (-1: cut to the model's limit)"));
+      }
+      return converted.status();
+    }
+    std::vector<int32_t> ids = std::move(*converted);
     any_type_ids = any_type_ids || !type_ids[i].empty();
     r.inputs.push_back(std::move(ids));
   }

@@ -926,6 +926,21 @@ absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body, const Mo
   }
   wire.set_normalize(true);
   DIKKAT_ASSIGN_OR_RETURN(call.request, ToEncodeRequest(wire, limits));
+  // Too long an input, in this endpoint's terms (the engine's check would
+  // name Encode's fields).
+  const int64_t limit = limits.config->max_positions;
+  for (size_t i = 0; i < call.request.inputs.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(call.request.inputs[i].size());
+    if (limit > 0 && n > limit) {
+      return Invalid(absl::StrCat(input->is_array() && !IsTokenList(*input)
+                                      ? absl::StrCat("input[", i, "]")
+                                      : std::string("input"),
+                                  " has ", n, " tokens; model '", limits.config->name,
+                                  "' accepts at most ", limit,
+                                  "; shorten it, or set truncate_prompt_tokens (-1: cut to the "
+                                  "model's limit)"));
+    }
+  }
   DIKKAT_RETURN_IF_ERROR(CheckResponseBytes(
       EstimateEncodeResponseBytes(call.request, *limits.config, v1::DTYPE_FLOAT32),
       limits.max_response_bytes, "the embeddings", "send fewer inputs per request"));

@@ -309,7 +309,8 @@ absl::Status Validate(const ModelConfig& c) {
                     std::isfinite(y.beta_fast) && std::isfinite(y.beta_slow) &&
                     y.beta_fast > 0 && y.beta_slow > 0 && std::isfinite(y.mscale) &&
                     std::isfinite(y.mscale_all_dim) && std::isfinite(y.attention_factor) &&
-                    y.attention_factor >= 0;
+                    y.attention_factor >= 0 && std::isfinite(YarnAttentionFactor(y)) &&
+                    YarnAttentionFactor(y) > 0;
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config field 'rope_yarn' is {factor ", y.factor, ", original_max_positions ",
@@ -317,7 +318,8 @@ absl::Status Validate(const ModelConfig& c) {
           ", mscale ", y.mscale, ", mscale_all_dim ", y.mscale_all_dim, ", attention_factor ",
           y.attention_factor,
           "}; it needs factor >= 1, original_max_positions >= 1, beta_fast and beta_slow > 0, "
-          "attention_factor >= 0 (0 = derived), all finite"));
+          "attention_factor >= 0 (0 = derived), all finite, and an attention factor (given or "
+          "derived from mscale) that is finite and > 0"));
     }
     if (c.rope_llama3.factor != 0.0 || c.rope_scaling != 1.0) {
       return absl::InvalidArgumentError(

@@ -52,7 +52,7 @@ struct RopeLlama3Scaling {
 };
 
 // YaRN's RoPE scaling (Hugging Face rope_type "yarn": Qwen2.5 / Qwen3 long
-// context, DeepSeek): frequency i blends between itself (extrapolated) and
+// context): frequency i blends between itself (extrapolated) and
 // itself / factor (interpolated), by a ramp over the dimensions between the
 // correction dims of beta_fast and beta_slow rotations in
 // original_max_positions; cos and sin are scaled by the attention factor

@@ -177,7 +177,7 @@ absl::Status ReadRope(const HfKeys& keys, ModelConfig* c) {
     }
     return absl::OkStatus();  // Validate checks the ranges
   }
-  if (type == "yarn") {  // Qwen2.5 / Qwen3 long context, DeepSeek
+  if (type == "yarn") {  // Qwen2.5 / Qwen3 long context
     RopeYarnScaling& y = c->rope_yarn;
     const Json* factor = inner.Find("factor");
     if (factor == nullptr || !factor->is_number()) {

@@ -3,6 +3,7 @@
 // ModelConfigToJson.
 #include "model/io/config.h"
 
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -243,6 +244,9 @@ TEST(ModelConfigTest, RoundTripsThroughJson) {
   bad = json::parse(yarn_text);
   bad["rope_yarn"]["original_max_positions"] = 0;
   EXPECT_THAT(ErrorOf(bad), HasSubstr("'rope_yarn'"));
+  bad = json::parse(yarn_text);
+  bad["rope_yarn"]["mscale_all_dim"] = -10.0 / std::log(4.0);  // 0.1 m ln 4 + 1 = 0
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("finite and > 0"));
   bad = json::parse(yarn_text);
   bad["rope_yarn"]["truncate"] = "yes";
   EXPECT_THAT(ErrorOf(bad), HasSubstr("rope_yarn.truncate"));

@@ -557,7 +557,7 @@ TEST_F(ConvertTest, EncodeTruncatesOnlyWhenAsked) {
   v1::EncodeRequest ids;
   v1::Input* long_ids = ids.add_inputs();
   for (int i = 0; i < 40; ++i) long_ids->mutable_tokens()->add_ids(5 + i % 5);
-  ExpectInvalid(checked(ids), {"inputs[0].tokens.ids has 40 tokens"});
+  ExpectInvalid(checked(ids), {"inputs[0].tokens.ids has 40 tokens", "set truncate"});
   ids.set_truncate(3);
   out = checked(ids);
   ASSERT_TRUE(out.ok()) << out.status();

@@ -28,6 +28,7 @@
 namespace dikkat::server::openai {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -804,6 +805,15 @@ TEST_F(OpenAiRequestTest, EmbeddingsInputsAndFormat) {
   call = ParseEmbeddingsRequest(Json{{"input", too_long}, {"truncate_prompt_tokens", -1}}, limits_);
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_EQ(static_cast<int64_t>(call->request.inputs[0].size()), config_.max_positions);
+  // Without it, too long is an error in this endpoint's terms.
+  EXPECT_THAT(std::string(ParseEmbeddingsRequest(Json{{"input", too_long}}, limits_)
+                              .status()
+                              .message()),
+              AllOf(HasSubstr("input has 70 tokens"), HasSubstr("truncate_prompt_tokens")));
+  EXPECT_THAT(std::string(ParseEmbeddingsRequest(Json{{"input", {"a", too_long}}}, limits_)
+                              .status()
+                              .message()),
+              HasSubstr("input[1] has 70 tokens"));
   for (const char* bad : {R"(0)", R"(-2)", R"("3")", R"(100000)"}) {
     EXPECT_THAT(std::string(ParseEmbeddingsRequest(
                                 Json::parse(absl::StrCat(
