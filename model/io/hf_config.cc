@@ -316,12 +316,13 @@ absl::Status TranslateBert(const HfKeys& keys, ModelConfig* c) {
   return absl::OkStatus();
 }
 
-// llama, mistral, qwen2 and qwen3 share the tensor names and the block
-// structure (qwen3 adds q_norm / k_norm).
+// llama, mistral, qwen2, qwen3 and phi3 share the block structure (qwen3
+// adds q_norm / k_norm; phi3 fuses qkv_proj and gate_up_proj, its own
+// weight layout).
 absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
   const std::string& type = keys.model_type();
   c->architecture = Architecture::kDecoderOnly;
-  c->weight_layout = "llama";
+  c->weight_layout = type == "phi3" ? "phi3" : "llama";
   c->tie_embeddings = false;
   c->norm_eps = 1e-6;
   c->rope_theta = 10000.0;
@@ -345,6 +346,17 @@ absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
     c->bos_token_id = 1;
     c->eos_token_id = 2;
     c->sliding_window = 4096;
+  } else if (type == "phi3") {  // Phi3Config defaults (Phi-3-mini)
+    c->vocab_size = 32064;
+    c->d_model = 3072;
+    c->ffn_dim = 8192;
+    c->n_layers = 32;
+    c->n_heads = 32;
+    c->max_positions = 4096;
+    c->norm_eps = 1e-5;
+    c->bos_token_id = 1;
+    c->eos_token_id = 32000;
+    c->pad_token_id = 32000;
   } else {  // qwen2 / qwen3: Qwen2Config / Qwen3Config defaults
     c->vocab_size = 151936;
     c->d_model = 4096;
@@ -391,11 +403,20 @@ absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
   } else if (type == "qwen3") {
     c->qk_norm = true;  // q_norm / k_norm over each head before RoPE
     DIKKAT_RETURN_IF_ERROR(keys.Bool("attention_bias", &c->attention_bias));  // all four
-  } else {
+  } else if (type != "phi3") {  // Phi-3 has no biases
     DIKKAT_RETURN_IF_ERROR(keys.Bool("attention_bias", &c->attention_bias));
     DIKKAT_RETURN_IF_ERROR(keys.Bool("mlp_bias", &c->mlp_bias));
   }
-  if (type == "mistral") {
+  if (type == "phi3") {
+    double partial = 1.0;
+    DIKKAT_RETURN_IF_ERROR(keys.Double("partial_rotary_factor", &partial));
+    if (partial != 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json key 'partial_rotary_factor' is ", partial,
+          " (model_type phi3); dikkat rotates whole heads only (1.0)"));
+    }
+  }
+  if (type == "mistral" || type == "phi3") {
     // null turns the window off; HF keeps the last `sliding_window` keys,
     // the query's own position included, which is what dikkat's mask does.
     if (keys.Find("sliding_window") == nullptr && keys.Has("sliding_window")) {
@@ -414,8 +435,8 @@ absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
 }  // namespace
 
 const std::vector<std::string>& SupportedHfModelTypes() {
-  static const auto* types = new std::vector<std::string>{"gpt2",    "bert",  "llama",
-                                                                 "mistral", "qwen2", "qwen3"};
+  static const auto* types = new std::vector<std::string>{
+      "gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3"};
   return *types;
 }
 
@@ -437,7 +458,8 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
     DIKKAT_RETURN_IF_ERROR(TranslateGpt2(keys, &c));
   } else if (type == "bert") {
     DIKKAT_RETURN_IF_ERROR(TranslateBert(keys, &c));
-  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
+             type == "phi3") {
     DIKKAT_RETURN_IF_ERROR(TranslateLlamaFamily(keys, &c));
   } else {
     return absl::InvalidArgumentError(

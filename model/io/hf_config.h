@@ -13,6 +13,7 @@
 //   mistral     decoder-only   llama          llama + sliding-window attention
 //   qwen2       decoder-only   llama          llama + q/k/v biases
 //   qwen3       decoder-only   llama          llama + q_norm / k_norm per head
+//   phi3        decoder-only   phi3           llama with fused qkv_proj / gate_up_proj
 //
 // Keys a config.json leaves out take the defaults of the matching
 // transformers config class (GPT2Config, BertConfig, LlamaConfig, ...), as

@@ -25,6 +25,9 @@ struct ModuleRule {
   absl::string_view dikkat;
   bool transpose_weight = false;  // GPT-2 Conv1D: [in, out] -> [out, in]
   absl::string_view sep = ".";
+  // Set: the tensor is two stacked along dim 0 (Phi-3's gate_up_proj):
+  // its first half is `dikkat`, its second this module (views, no copy).
+  absl::string_view second_half = {};
 };
 
 struct Layout {
@@ -98,6 +101,25 @@ const Layout& LlamaLayout() {
   return *layout;
 }
 
+// Phi-3: Llama's blocks with q/k/v fused into qkv_proj ([q; k; v] rows, as
+// nn.MultiheadAttention's in_proj) and gate/up into gate_up_proj ([gate; up]).
+const Layout& Phi3Layout() {
+  static const auto* layout = new Layout{
+      "model.",
+      "layers.",
+      {{"embed_tokens", "embed_tokens"}, {"norm", "final_norm"}, {"lm_head", "lm_head"}},
+      {{"self_attn.qkv_proj", "self_attn.in_proj", false, "_"},
+       {"self_attn.o_proj", "self_attn.out_proj"},
+       {"mlp.gate_up_proj", "linear_gate", false, ".", "linear1"},
+       {"mlp.down_proj", "linear2"},
+       {"input_layernorm", "norm1"},
+       {"post_attention_layernorm", "norm2"}},
+      {},
+      {"self_attn.rotary_emb.inv_freq"},
+  };
+  return *layout;
+}
+
 bool Contains(const std::vector<absl::string_view>& names, absl::string_view name) {
   for (absl::string_view n : names) {
     if (n == name) return true;
@@ -119,6 +141,7 @@ struct Mapped {
   Outcome outcome = Outcome::kUnknown;
   std::string name;
   bool transpose = false;
+  std::string second_half;  // set: `name` is the first half (dim 0), this the second
 };
 
 Mapped MapName(const Layout& layout, std::string name) {
@@ -159,6 +182,9 @@ Mapped MapName(const Layout& layout, std::string name) {
   m.outcome = Outcome::kRenamed;
   m.name = absl::StrCat(out_prefix, rule->dikkat, rule->sep, param);
   m.transpose = rule->transpose_weight && param == "weight";
+  if (!rule->second_half.empty()) {
+    m.second_half = absl::StrCat(out_prefix, rule->second_half, rule->sep, param);
+  }
   return m;
 }
 
@@ -166,6 +192,7 @@ const Layout* LayoutFor(const std::string& weight_layout) {
   if (weight_layout == "gpt2") return &Gpt2Layout();
   if (weight_layout == "bert") return &BertLayout();
   if (weight_layout == "llama") return &LlamaLayout();
+  if (weight_layout == "phi3") return &Phi3Layout();
   return nullptr;
 }
 
@@ -176,7 +203,7 @@ absl::StatusOr<HfWeights> ConvertHfWeights(const ModelConfig& config, const Tens
   if (layout == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight_layout '", config.weight_layout,
-                     "' has no Hugging Face name mapping; supported: gpt2, bert, llama"));
+                     "' has no Hugging Face name mapping; supported: gpt2, bert, llama, phi3"));
   }
   HfWeights out;
   for (const auto& [hf_name, tensor] : hf) {
@@ -196,13 +223,29 @@ absl::StatusOr<HfWeights> ConvertHfWeights(const ModelConfig& config, const Tens
       }
       t = t.t();  // [in, out] -> [out, in], a strided view
     }
-    auto [it, inserted] = out.tensors.emplace(name, std::move(t));
-    if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensors '", out.source.count(name) ? out.source[name] : name, "' and '", hf_name,
-          "' both map to '", name, "'; a checkpoint must name each weight once"));
+    std::vector<std::pair<std::string, at::Tensor>> parts;
+    if (!m.second_half.empty()) {
+      if (t.dim() < 1 || t.size(0) % 2 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", hf_name, "' holds two stacked weights and needs an even first dimension; "
+            "its shape is [", absl::StrJoin(t.sizes(), ", "), "]"));
+      }
+      const int64_t half = t.size(0) / 2;
+      parts.emplace_back(name, t.narrow(0, 0, half));
+      parts.emplace_back(m.second_half, t.narrow(0, half, half));
+    } else {
+      parts.emplace_back(name, std::move(t));
     }
-    if (m.outcome == Outcome::kRenamed) out.source[name] = hf_name;
+    for (auto& [part_name, part] : parts) {
+      auto [it, inserted] = out.tensors.emplace(part_name, std::move(part));
+      if (!inserted) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensors '", out.source.count(part_name) ? out.source[part_name] : part_name,
+            "' and '", hf_name, "' both map to '", part_name,
+            "'; a checkpoint must name each weight once"));
+      }
+      if (m.outcome == Outcome::kRenamed) out.source[part_name] = hf_name;
+    }
   }
   return out;
 }

@@ -11,6 +11,8 @@
 //   llama  (also mistral, qwen2, qwen3) `model.` prefix optional; o_proj ->
 //          out_proj, gate/up/down_proj -> linear_gate/linear1/linear2,
 //          q_norm / k_norm kept (qwen3); rotary_emb.inv_freq buffers dropped.
+//   phi3   as llama, but qkv_proj -> the fused in_proj and gate_up_proj split
+//          (views) into linear_gate (first half) and linear1 (second).
 // Tensors the layout does not know (BERT's pooler and MLM head, ...) are
 // kept under their own name, so Transformer::Load reports them as unused
 // (and CheckUnusedHfTensors says whether that is fine).

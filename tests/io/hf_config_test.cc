@@ -38,7 +38,7 @@ void ExpectInvalid(const absl::StatusOr<ModelConfig>& config,
 
 TEST(HfConfigTest, UnsupportedModelTypeListsTheSupportedOnes) {
   ExpectInvalid(Translate(R"({"model_type": "t5", "d_model": 512})"),
-                {"'t5'", "gpt2, bert, llama, mistral, qwen2, qwen3"});
+                {"'t5'", "gpt2, bert, llama, mistral, qwen2, qwen3, phi3"});
   ExpectInvalid(Translate(R"({"hidden_size": 64})"), {"model_type", "gpt2, bert, llama"});
   ExpectInvalid(Translate("[1, 2]"), {"not a JSON object"});
 }
@@ -272,6 +272,30 @@ TEST(HfConfigTest, Qwen3QkNormAndHeadDim) {
                 {"layer_types", "must be a list"});
 }
 
+// Phi-3: Llama's blocks under its own weight layout (fused qkv_proj and
+// gate_up_proj), Phi3Config's defaults, no biases, a window on every layer;
+// a partial rotary embedding (Phi-4-mini) and longrope are refused.
+TEST(HfConfigTest, Phi3DefaultsAndRefusals) {
+  absl::StatusOr<ModelConfig> p = Translate(R"({"model_type": "phi3", "sliding_window": 2047})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->weight_layout, "phi3");
+  EXPECT_EQ(p->vocab_size, 32064);
+  EXPECT_EQ(p->d_model, 3072);
+  EXPECT_EQ(p->ffn_dim, 8192);
+  EXPECT_EQ(p->kv_heads(), 32);
+  EXPECT_DOUBLE_EQ(p->norm_eps, 1e-5);
+  EXPECT_EQ(p->eos_token_id, 32000);
+  EXPECT_EQ(p->sliding_window, 2047);
+  EXPECT_FALSE(p->attention_bias);
+  EXPECT_FALSE(p->mlp_bias);
+  EXPECT_FALSE(p->qk_norm);
+  ExpectInvalid(Translate(R"({"model_type": "phi3", "partial_rotary_factor": 0.75})"),
+                {"partial_rotary_factor", "0.75"});
+  ExpectInvalid(Translate(R"({"model_type": "phi3", "rope_scaling": {"type": "longrope",
+                              "short_factor": [1.0], "long_factor": [2.0]}})"),
+                {"'longrope'"});
+}
+
 TEST(HfConfigTest, SentenceTransformersPooling) {
   EXPECT_EQ(*ParseSentenceTransformersPooling(
                 R"({"word_embedding_dimension": 384, "pooling_mode_cls_token": true,
@@ -486,6 +510,30 @@ TEST(HfWeightsTest, Gpt2Conv1DIsTransposedWithoutCopying) {
   absl::StatusOr<HfWeights> untied = ConvertHfWeights(Layout("gpt2", false), hf);
   ASSERT_TRUE(untied.ok()) << untied.status();
   EXPECT_EQ(untied->tensors.count("lm_head.weight"), 1u);
+}
+
+// Phi-3's gate_up_proj is two weights stacked: each half becomes one, as a
+// view; qkv_proj is the fused in_proj.
+TEST(HfWeightsTest, Phi3StackedWeightsAreSplitIntoViews) {
+  const at::Tensor gate_up = Values(8, 4);  // [gate (4 rows); up (4 rows)]
+  TensorMap hf = {{"model.layers.0.mlp.gate_up_proj.weight", gate_up},
+                  {"model.layers.0.self_attn.qkv_proj.weight", Values(12, 4)},
+                  {"model.layers.0.self_attn.rotary_emb.inv_freq", Values(1, 2)}};
+  absl::StatusOr<HfWeights> w = ConvertHfWeights(Layout("phi3", false), hf);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const at::Tensor& gate = w->tensors.at("layers.0.linear_gate.weight");
+  const at::Tensor& up = w->tensors.at("layers.0.linear1.weight");
+  EXPECT_TRUE(gate.equal(gate_up.narrow(0, 0, 4)));
+  EXPECT_TRUE(up.equal(gate_up.narrow(0, 4, 4)));
+  EXPECT_EQ(gate.data_ptr(), gate_up.data_ptr());  // views, not copies
+  EXPECT_EQ(w->source.at("layers.0.linear1.weight"), "model.layers.0.mlp.gate_up_proj.weight");
+  EXPECT_EQ(w->tensors.count("layers.0.self_attn.in_proj_weight"), 1u);
+  EXPECT_EQ(w->dropped, (std::vector<std::string>{"model.layers.0.self_attn.rotary_emb.inv_freq"}));
+  absl::StatusOr<HfWeights> odd = ConvertHfWeights(
+      Layout("phi3", false), {{"model.layers.0.mlp.gate_up_proj.weight", Values(7, 4)}});
+  ASSERT_FALSE(odd.ok());
+  EXPECT_THAT(std::string(odd.status().message()),
+              AllOf(HasSubstr("gate_up_proj"), HasSubstr("even first dimension"), HasSubstr("[7, 4]")));
 }
 
 TEST(HfWeightsTest, Errors) {

@@ -9,6 +9,8 @@
 //   yarn     qwen2 with YaRN's rope_scaling (factor 4 over an original
 //            context of 64, theta 100: the ramp spans dims 0-5), as the
 //            YaRN paper defines it.
+//   phi3     Phi-3's fused qkv_proj and gate_up_proj (split into views at
+//            load), GQA 4/2, sliding window 5.
 //   qwen3    q_norm / k_norm (RMSNorm over each head of q and k before RoPE),
 //            head_dim 24 != hidden / heads, no biases, tied head, layer_types.
 //   llama3   Llama 3.1's rope_scaling {"rope_type": "llama3"} (factor 8, an
@@ -39,7 +41,7 @@ class HfLlamaTest : public ::testing::TestWithParam<Case> {
  protected:
   static void SetUpTestSuite() {
     suites_ = new std::map<std::string, parity::HfSuite*>();
-    for (const char* name : {"llama", "mistral", "qwen2", "llama3", "qwen3", "yarn"}) {
+    for (const char* name : {"llama", "mistral", "qwen2", "llama3", "qwen3", "yarn", "phi3"}) {
       absl::StatusOr<std::unique_ptr<parity::HfSuite>> suite = parity::MakeHfSuite(name);
       if (!suite.ok()) {
         error_ = new std::string(suite.status().ToString());
@@ -73,7 +75,7 @@ std::string* HfLlamaTest::error_ = nullptr;
 TEST_P(HfLlamaTest, ConfigTranslation) {
   absl::StatusOr<ModelConfig> config = ReadModelConfig(folder());
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->weight_layout, "llama");
+  EXPECT_EQ(config->weight_layout, GetParam().first == "phi3" ? "phi3" : "llama");
   EXPECT_EQ(config->norm, NormKind::kRmsNorm);
   EXPECT_EQ(config->positions, PositionKind::kRotary);
   EXPECT_EQ(config->activation, Activation::kSwiGlu);
@@ -93,6 +95,12 @@ TEST_P(HfLlamaTest, ConfigTranslation) {
     EXPECT_EQ(config->kv_heads(), 1);
     EXPECT_EQ(config->head_size(), 24);
     EXPECT_EQ(config->sliding_window, 6);
+  } else if (type == "phi3") {
+    EXPECT_EQ(config->kv_heads(), 2);
+    EXPECT_EQ(config->sliding_window, 5);
+    EXPECT_FALSE(config->attention_bias);
+    EXPECT_FALSE(config->tie_embeddings);
+    EXPECT_EQ(config->pad_token_id, 0);
   } else if (type == "yarn") {
     EXPECT_DOUBLE_EQ(config->rope_scaling, 1.0);
     EXPECT_DOUBLE_EQ(config->rope_yarn.factor, 4.0);
@@ -144,7 +152,8 @@ INSTANTIATE_TEST_SUITE_P(Folders, HfLlamaTest,
                          ::testing::Values(Case{"llama", "st"}, Case{"llama", "bin"},
                                            Case{"llama", "sharded"}, Case{"mistral", "st"},
                                            Case{"qwen2", "st"}, Case{"llama3", "st"},
-                                           Case{"qwen3", "st"}, Case{"yarn", "st"}),
+                                           Case{"qwen3", "st"}, Case{"yarn", "st"},
+                                           Case{"phi3", "st"}),
                          [](const auto& info) {
                            return info.param.first + "_" + info.param.second;
                          });

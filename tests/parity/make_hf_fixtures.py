@@ -22,6 +22,8 @@ SUITE is one or more of:
            dimensions, cos/sin scaled by 0.1 ln(factor) + 1), as the YaRN
            paper (arXiv 2309.00071, "NTK-by-parts" + the attention scale)
            defines it.
+  phi3     the same reference saved under Phi-3's names: q/k/v stacked into
+           qkv_proj and gate/up into gate_up_proj, a sliding window.
   qwen3    the same reference with Qwen3's q_norm / k_norm (an RMSNorm over
            each head of q and k before RoPE), a head_dim that is not
            hidden_size / heads, no biases, tied head.
@@ -498,7 +500,7 @@ class LlamaReference:
         return x @ head.t()  # [T, V]
 
 
-def llama_like(out, name, seed, model_type, config_extra, layouts, lengths, **kw):
+def llama_like(out, name, seed, model_type, config_extra, layouts, lengths, state_fn=None, **kw):
     gen = torch.Generator().manual_seed(seed)
     ref = LlamaReference(gen, **kw)
     config = {"architectures": [config_extra.pop("architecture")], "model_type": model_type,
@@ -510,6 +512,8 @@ def llama_like(out, name, seed, model_type, config_extra, layouts, lengths, **kw
               "torch_dtype": "float32", "transformers_version": "4.40.0"}
     config.update(config_extra)
     state = dict(ref.w)
+    if state_fn:
+        state = state_fn(state, ref.layers)
     for layout in layouts:
         saved = dict(state)
         if layout == "bin":  # older checkpoints saved RoPE's inv_freq buffers
@@ -592,6 +596,29 @@ def suite_yarn(out):
                yarn=yarn)
 
 
+def phi3_names(state, layers):
+    """Phi-3 stores [q; k; v] as qkv_proj and [gate; up] as gate_up_proj."""
+    out = dict(state)
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        out[p + "self_attn.qkv_proj.weight"] = torch.cat(
+            [out.pop(p + "self_attn.%s_proj.weight" % n) for n in ("q", "k", "v")], 0)
+        out[p + "mlp.gate_up_proj.weight"] = torch.cat(
+            [out.pop(p + "mlp.gate_proj.weight"), out.pop(p + "mlp.up_proj.weight")], 0)
+    return out
+
+
+def suite_phi3(out):
+    llama_like(out, "phi3", 86, "phi3",
+               {"architecture": "Phi3ForCausalLM", "max_position_embeddings": 64,
+                "original_max_position_embeddings": 64, "sliding_window": 5,
+                "rope_scaling": None, "partial_rotary_factor": 1.0, "pad_token_id": 0,
+                "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0},
+               ["st"], [7, 12], state_fn=phi3_names,
+               vocab=300, d=64, heads=4, kv_heads=2, head_dim=16, layers=2, ffn=96,
+               eps=1e-5, theta=10000.0, scaling=1.0, window=5, qkv_bias=False, tied=False)
+
+
 def suite_qwen3(out):
     llama_like(out, "qwen3", 80, "qwen3",
                {"architecture": "Qwen3ForCausalLM", "max_position_embeddings": 64,
@@ -606,7 +633,7 @@ def suite_qwen3(out):
 
 SUITES = {"gpt2": suite_gpt2, "bert": suite_bert, "llama": suite_llama, "llama3": suite_llama3,
           "mistral": suite_mistral, "qwen2": suite_qwen2, "qwen3": suite_qwen3,
-          "yarn": suite_yarn}
+          "yarn": suite_yarn, "phi3": suite_phi3}
 
 
 def main():
