@@ -156,7 +156,7 @@ struct ModelConfig {
 
   // ---- provenance ---------------------------------------------------------
   std::string name;             // human name, e.g. "gpt2" or "dikkat-tiny-lm"
-  std::string weight_layout = "dikkat";  // dikkat | gpt2 | bert | llama (name mapping)
+  std::string weight_layout = "dikkat";  // dikkat | gpt2 | bert | llama | phi3 (name mapping)
 
   // Derived helpers (valid after Validate()).
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }

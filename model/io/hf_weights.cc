@@ -287,6 +287,8 @@ absl::Status CheckUnusedHfTensors(const std::vector<std::string>& unused, const 
   }
   if (named.empty()) return absl::OkStatus();
   std::sort(named.begin(), named.end());
+  // Both halves of a split tensor (Phi-3's gate_up_proj) name it once.
+  named.erase(std::unique(named.begin(), named.end()), named.end());
   const size_t shown = std::min<size_t>(named.size(), 5);
   return absl::InvalidArgumentError(absl::StrCat(
       "the checkpoint has ", named.size(), " tensor(s) the '", config.weight_layout,

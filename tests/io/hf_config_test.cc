@@ -480,6 +480,14 @@ TEST(HfWeightsTest, UnusedTensorsAreAnErrorBesidesBertsHeads) {
                                     bert)
                    .ok());
   EXPECT_TRUE(CheckUnusedHfTensors({"score.weight"}, hf, llama).ok());  // a task head
+  // Both unused halves of Phi-3's gate_up_proj name it once.
+  HfWeights phi3;
+  phi3.source["layers.9.linear_gate.weight"] = "model.layers.9.mlp.gate_up_proj.weight";
+  phi3.source["layers.9.linear1.weight"] = "model.layers.9.mlp.gate_up_proj.weight";
+  absl::Status halves = CheckUnusedHfTensors(
+      {"layers.9.linear_gate.weight", "layers.9.linear1.weight"}, phi3, Layout("phi3", false));
+  EXPECT_THAT(std::string(halves.message()),
+              AllOf(HasSubstr("1 tensor(s)"), HasSubstr("(model.layers.9.mlp.gate_up_proj.weight)")));
 }
 
 TEST(HfWeightsTest, Gpt2Conv1DIsTransposedWithoutCopying) {
