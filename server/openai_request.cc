@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "dikkat/v1/dikkat.pb.h"
@@ -578,6 +579,21 @@ std::string ReplaceName(std::string_view text, std::string_view from, std::strin
   return out;
 }
 
+// Encode's field names as /v1/embeddings calls them: inputs[i] (and its
+// .text / .tokens.ids) is input[i], or input when the body gave one;
+// truncate is truncate_prompt_tokens.
+absl::Status InEmbeddingsTerms(const absl::Status& status, bool one_input) {
+  if (status.ok()) return status;
+  std::string message = absl::StrReplaceAll(
+      status.message(), {{".tokens.ids has", " has"},
+                         {".text has", " has"},
+                         {"inputs[", "input["},
+                         {"set truncate (", "set truncate_prompt_tokens ("},
+                         {"truncate = ", "truncate_prompt_tokens = "}});
+  if (one_input) message = absl::StrReplaceAll(message, {{"input[0]", "input"}});
+  return message == status.message() ? status : WithMessage(status, message);
+}
+
 }  // namespace
 
 absl::Status InOpenAiTerms(const absl::Status& status, Api api, std::string_view max_tokens_field) {
@@ -925,22 +941,13 @@ absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body, const Mo
     wire.set_truncate(static_cast<int32_t>(*truncate));
   }
   wire.set_normalize(true);
-  DIKKAT_ASSIGN_OR_RETURN(call.request, ToEncodeRequest(wire, limits));
-  // Too long an input, in this endpoint's terms (the engine's check would
-  // name Encode's fields).
-  const int64_t limit = limits.config->max_positions;
-  for (size_t i = 0; i < call.request.inputs.size(); ++i) {
-    const int64_t n = static_cast<int64_t>(call.request.inputs[i].size());
-    if (limit > 0 && n > limit) {
-      return Invalid(absl::StrCat(input->is_array() && !IsTokenList(*input)
-                                      ? absl::StrCat("input[", i, "]")
-                                      : std::string("input"),
-                                  " has ", n, " tokens; model '", limits.config->name,
-                                  "' accepts at most ", limit,
-                                  "; shorten it, or set truncate_prompt_tokens (-1: cut to the "
-                                  "model's limit)"));
-    }
-  }
+  // Conversion and the engine's check, their errors in this endpoint's terms.
+  const bool one_input = !input->is_array() || IsTokenList(*input);
+  absl::StatusOr<EncodeRequest> converted = ToEncodeRequest(wire, limits);
+  if (!converted.ok()) return InEmbeddingsTerms(converted.status(), one_input);
+  DIKKAT_RETURN_IF_ERROR(InEmbeddingsTerms(
+      CheckEncodeRequest(*converted, *limits.config, *limits.options), one_input));
+  call.request = std::move(*converted);
   DIKKAT_RETURN_IF_ERROR(CheckResponseBytes(
       EstimateEncodeResponseBytes(call.request, *limits.config, v1::DTYPE_FLOAT32),
       limits.max_response_bytes, "the embeddings", "send fewer inputs per request"));

@@ -814,6 +814,12 @@ TEST_F(OpenAiRequestTest, EmbeddingsInputsAndFormat) {
                               .status()
                               .message()),
               HasSubstr("input[1] has 70 tokens"));
+  // Token ids too: the conversion's error is in this endpoint's terms as well.
+  const std::string ids_message(
+      ParseEmbeddingsRequest(Json{{"input", std::vector<int>(70, 5)}}, limits_).status().message());
+  EXPECT_THAT(ids_message,
+              AllOf(HasSubstr("input has 70 tokens"), HasSubstr("set truncate_prompt_tokens"),
+                    Not(HasSubstr("inputs[")), Not(HasSubstr("tokens.ids"))));
   for (const char* bad : {R"(0)", R"(-2)", R"("3")", R"(100000)"}) {
     EXPECT_THAT(std::string(ParseEmbeddingsRequest(
                                 Json::parse(absl::StrCat(
