@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <map>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -127,6 +129,22 @@ absl::Status ReadIdList(const Json& j, const char* key, std::vector<int64_t>* ou
   return absl::OkStatus();
 }
 
+// The number members of the object config field `field` (absent ones keep
+// their values).
+absl::Status ReadNumberMembers(const Json& object, const char* field,
+                               std::initializer_list<std::pair<const char*, double*>> members) {
+  for (auto [key, out] : members) {
+    auto v = object.find(key);
+    if (v == object.end()) continue;
+    if (!v->is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat("config field '", field, ".", key,
+                                                     "' must be a number, got ", v->dump()));
+    }
+    *out = v->get<double>();
+  }
+  return absl::OkStatus();
+}
+
 // "rope_llama3": {"factor", "low_freq_factor", "high_freq_factor",
 // "original_max_positions"} (numbers; absent ones keep their defaults).
 absl::Status ReadRopeLlama3(const Json& j, RopeLlama3Scaling* out) {
@@ -136,19 +154,11 @@ absl::Status ReadRopeLlama3(const Json& j, RopeLlama3Scaling* out) {
     return absl::InvalidArgumentError(
         absl::StrCat("config field 'rope_llama3' must be an object, got ", it->dump()));
   }
-  for (auto [key, field] : {std::pair<const char*, double*>{"factor", &out->factor},
+  return ReadNumberMembers(*it, "rope_llama3",
+                           {{"factor", &out->factor},
                             {"low_freq_factor", &out->low_freq_factor},
                             {"high_freq_factor", &out->high_freq_factor},
-                            {"original_max_positions", &out->original_max_positions}}) {
-    auto v = it->find(key);
-    if (v == it->end()) continue;
-    if (!v->is_number()) {
-      return absl::InvalidArgumentError(absl::StrCat("config field 'rope_llama3." , key,
-                                                     "' must be a number, got ", v->dump()));
-    }
-    *field = v->get<double>();
-  }
-  return absl::OkStatus();
+                            {"original_max_positions", &out->original_max_positions}});
 }
 
 // "rope_yarn": {"factor", "original_max_positions", "beta_fast", "beta_slow",
@@ -161,20 +171,17 @@ absl::Status ReadRopeYarn(const Json& j, RopeYarnScaling* out) {
     return absl::InvalidArgumentError(
         absl::StrCat("config field 'rope_yarn' must be an object, got ", it->dump()));
   }
-  for (auto [key, field] : {std::pair<const char*, double*>{"factor", &out->factor},
-                            {"original_max_positions", &out->original_max_positions},
-                            {"beta_fast", &out->beta_fast},
-                            {"beta_slow", &out->beta_slow},
-                            {"mscale", &out->mscale},
-                            {"mscale_all_dim", &out->mscale_all_dim},
-                            {"attention_factor", &out->attention_factor}}) {
-    auto v = it->find(key);
-    if (v == it->end()) continue;
-    if (!v->is_number()) {
-      return absl::InvalidArgumentError(absl::StrCat("config field 'rope_yarn.", key,
-                                                     "' must be a number, got ", v->dump()));
-    }
-    *field = v->get<double>();
+  if (absl::Status s = ReadNumberMembers(
+          *it, "rope_yarn",
+          {{"factor", &out->factor},
+           {"original_max_positions", &out->original_max_positions},
+           {"beta_fast", &out->beta_fast},
+           {"beta_slow", &out->beta_slow},
+           {"mscale", &out->mscale},
+           {"mscale_all_dim", &out->mscale_all_dim},
+           {"attention_factor", &out->attention_factor}});
+      !s.ok()) {
+    return s;
   }
   if (auto v = it->find("truncate"); v != it->end()) {
     if (!v->is_boolean()) {
