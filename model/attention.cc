@@ -352,6 +352,8 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
     q = options.rope->Rotate(q, index.positions);
     k = options.rope->Rotate(k, index.positions);
   }
+  // The kernels scale scores by 1/sqrt(D); q carries the rest.
+  if (options.q_scale != 1.0) q = q * options.q_scale;
   if (cache != nullptr) {
     WriteCacheRows(cache->keys(layer), index, k);
     WriteCacheRows(cache->values(layer), index, v);

@@ -115,6 +115,9 @@ struct BatchAttentionOptions {
   // rotary embedding (Qwen3's q_norm / k_norm); null: none.
   const Norm* q_norm = nullptr;
   const Norm* k_norm = nullptr;
+  // q multiplied by this after the norm and RoPE: scores scaled by
+  // q_scale / sqrt(D) (Gemma's query_pre_attn_scalar); 1: none.
+  double q_scale = 1.0;
 };
 
 // A causal chunk of at least 2 * kCausalQueryBlockRows new tokens attends

@@ -33,6 +33,8 @@ at::Tensor Activate(Activation activation, const at::Tensor& up, const at::Tenso
       case Activation::kGelu: return CpuGelu(up, /*tanh=*/false);
       case Activation::kGeluTanh: return CpuGelu(up, /*tanh=*/true);
       case Activation::kSwiGlu: return CpuSiluMul(gate, up);
+      case Activation::kGeGlu: return CpuGelu(gate, /*tanh=*/false).mul_(up);
+      case Activation::kGeGluTanh: return CpuGelu(gate, /*tanh=*/true).mul_(up);
       default: break;
     }
   }
@@ -50,6 +52,8 @@ at::Tensor Activate(Activation activation, const at::Tensor& up, const at::Tenso
       return at::silu(gate) * up;
     case Activation::kGeGlu:
       return at::gelu(gate) * up;
+    case Activation::kGeGluTanh:
+      return GeluTanh(gate).mul_(up);
   }
   return up;
 }
@@ -79,7 +83,7 @@ at::Tensor Norm::operator()(const at::Tensor& x) const {
 
 at::Tensor FeedForward::operator()(const at::Tensor& x) const {
   const at::Tensor up = Linear(x, up_w, up_b);  // [N, ffn]
-  const bool gated = activation == Activation::kSwiGlu || activation == Activation::kGeGlu;
+  const bool gated = gate_w.defined();
   const at::Tensor gate = gated ? Linear(x, gate_w, gate_b) : at::Tensor();
   return Linear(Activate(activation, up, gate), down_w, down_b);  // [N, d]
 }

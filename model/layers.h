@@ -50,6 +50,9 @@ struct Layer {
   Norm norm1, norm2, norm3;  // self-attn, (cross-attn | ffn), ffn (decoder of enc-dec)
   MultiHeadAttention self_attn;
   Norm q_norm, k_norm;            // per head of self-attention's q and k (qk_norm); else undefined
+  // sandwich_norm: on the self-attention's and the feed-forward's outputs
+  // before the residual add; else undefined.
+  Norm post_norm1, post_norm2;
   MultiHeadAttention cross_attn;  // encoder-decoder decoder only
   FeedForward ffn;
   bool has_cross = false;

@@ -15,8 +15,12 @@ namespace {
 class Binding {
  public:
   Binding(const ModelConfig& config, c10::Device device, c10::ScalarType compute_dtype,
-          WeightBinder& w)
-      : config_(config), device_(device), compute_dtype_(compute_dtype), w_(w) {}
+          int64_t rope_positions, WeightBinder& w)
+      : config_(config),
+        device_(device),
+        compute_dtype_(compute_dtype),
+        rope_positions_(rope_positions),
+        w_(w) {}
 
   absl::Status All(ModelWeights* m) {
     const int64_t d = config_.d_model;
@@ -66,9 +70,13 @@ class Binding {
       DIKKAT_ASSIGN_OR_RETURN(m->lm_head_b, w_.TakeOptional("lm_head.bias", {config_.vocab_size}));
     }
     if (config_.positions == PositionKind::kRotary) {
-      m->rope = RotaryEmbedding(config_.head_size(), config_.max_positions, config_.rope_theta,
+      m->rope = RotaryEmbedding(config_.head_size(), rope_positions_, config_.rope_theta,
                                 config_.rope_scaling, device_, config_.rope_llama3,
                                 config_.rope_yarn);
+      if (config_.rope_local_theta > 0) {  // plain: no scaling of any kind
+        m->rope_local = RotaryEmbedding(config_.head_size(), rope_positions_,
+                                        config_.rope_local_theta, 1.0, device_);
+      }
     }
     return absl::OkStatus();
   }
@@ -78,10 +86,20 @@ class Binding {
     norm->kind = config_.norm;
     norm->eps = config_.norm_eps;
     DIKKAT_ASSIGN_OR_RETURN(norm->weight, w_.Take(prefix + ".weight", {config_.d_model}));
+    OffsetRmsWeight(norm);
     if (config_.norm == NormKind::kLayerNorm && config_.norm_bias) {
       DIKKAT_ASSIGN_OR_RETURN(norm->bias, w_.Take(prefix + ".bias", {config_.d_model}));
     }
     return absl::OkStatus();
+  }
+
+  // Gemma's RMSNorm weights are offsets from 1 (norm_weight_offset): added
+  // here once, in the weight's own (compute) dtype, into memory the binder
+  // owns.
+  void OffsetRmsWeight(Norm* norm) const {
+    if (norm->kind == NormKind::kRmsNorm && config_.norm_weight_offset != 0.0) {
+      norm->weight.add_(config_.norm_weight_offset);
+    }
   }
 
   absl::Status LoadAttention(const std::string& prefix, MultiHeadAttention* out) {
@@ -158,10 +176,15 @@ class Binding {
           norm->eps = config_.norm_eps;
           DIKKAT_ASSIGN_OR_RETURN(norm->weight,
                                   w_.Take(p + name + ".weight", {config_.head_size()}));
+          OffsetRmsWeight(norm);
         }
       }
       DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".norm1", &layer.norm1));
       DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".norm2", &layer.norm2));
+      if (config_.sandwich_norm) {
+        DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".post_norm1", &layer.post_norm1));
+        DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".post_norm2", &layer.post_norm2));
+      }
       if (cross) {
         DIKKAT_RETURN_IF_ERROR(LoadAttention(p + ".multihead_attn", &layer.cross_attn));
         DIKKAT_RETURN_IF_ERROR(LoadNorm(p + ".norm3", &layer.norm3));
@@ -198,15 +221,19 @@ class Binding {
   const ModelConfig& config_;
   c10::Device device_;
   c10::ScalarType compute_dtype_;
+  int64_t rope_positions_;
   WeightBinder& w_;
 };
 
 }  // namespace
 
 absl::Status BindModelWeights(const ModelConfig& config, c10::Device device,
-                              c10::ScalarType compute_dtype, WeightBinder& binder,
-                              ModelWeights* out) {
-  return Binding(config, device, compute_dtype, binder).All(out);
+                              c10::ScalarType compute_dtype, int64_t rope_positions,
+                              WeightBinder& binder, ModelWeights* out) {
+  TORCH_CHECK(rope_positions > 0 && rope_positions <= config.max_positions,
+              "rotary tables of ", rope_positions, " positions for a model of ",
+              config.max_positions);
+  return Binding(config, device, compute_dtype, rope_positions, binder).All(out);
 }
 
 }  // namespace dikkat::model

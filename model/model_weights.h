@@ -23,14 +23,18 @@ struct ModelWeights {
   LinearWeight lm_head_w;  // models with a decoder
   at::Tensor lm_head_b;
   RotaryEmbedding rope;  // PositionKind::kRotary only
+  // The sliding layers' own table (rope_local_theta); else undefined.
+  RotaryEmbedding rope_local;
 };
 
 // Binds `config`'s tensors from `binder` into `out`, on `device`; derived
-// tables (sinusoidal positions, rotary angles) are computed here. Errors name
-// the tensor (WeightBinder). May throw what LibTorch throws.
+// tables (sinusoidal positions, rotary angles) are computed here, the rotary
+// ones for the first `rope_positions` positions (<= config.max_positions: the
+// context served). Errors name the tensor (WeightBinder). May throw what
+// LibTorch throws.
 absl::Status BindModelWeights(const ModelConfig& config, c10::Device device,
-                              c10::ScalarType compute_dtype, WeightBinder& binder,
-                              ModelWeights* out);
+                              c10::ScalarType compute_dtype, int64_t rope_positions,
+                              WeightBinder& binder, ModelWeights* out);
 
 }  // namespace dikkat::model
 

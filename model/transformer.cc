@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <optional>
 #include <utility>
 
@@ -53,12 +54,18 @@ struct Transformer::Impl {
   ModelWeights weights;
 
   // Residual block with the configured norm placement.
+  // `post` (sandwich_norm; else undefined) normalizes the sublayer's output
+  // before the add.
   template <typename F>
-  at::Tensor Residual(const at::Tensor& x, const Norm& norm, F&& sublayer) const {
+  at::Tensor Residual(const at::Tensor& x, const Norm& norm, const Norm& post,
+                      F&& sublayer) const {
     // x + s in place into the sublayer's output where nothing else shares it
     // (CpuResidualAdd: the values of x + s). A sublayer must return memory
     // it does not keep.
-    if (config.pre_norm) return CpuResidualAdd(x, sublayer(norm(x)));
+    if (config.pre_norm) {
+      at::Tensor s = sublayer(norm(x));
+      return CpuResidualAdd(x, post.defined() ? post(s) : s);
+    }
     return norm(CpuResidualAdd(x, sublayer(x)));
   }
 
@@ -138,6 +145,10 @@ struct Transformer::Impl {
     attn_opts.causal = stack.causal;
     attn_opts.window = config.sliding_window;
     attn_opts.rope = weights.rope.defined() ? &weights.rope : nullptr;
+    if (config.query_pre_attn_scalar > 0) {
+      attn_opts.q_scale =
+          std::sqrt(static_cast<double>(config.head_size()) / config.query_pre_attn_scalar);
+    }
 
     const bool last_only = want_logits && !opts.all_logits;
     // Logits of the last rows only and no hidden states asked for: the last
@@ -161,10 +172,17 @@ struct Transformer::Impl {
     if (opts.hidden_layer == 0) keep_hidden(x);
     for (int64_t l = 0; l < run_layers; ++l) {
       const Layer& layer = stack.layers[l];
-      x = Residual(x, layer.norm1, [&](const at::Tensor& h) {
+      x = Residual(x, layer.norm1, layer.post_norm1, [&](const at::Tensor& h) {
         at::Tensor probs;
         const bool keep = record_self && record[l];
         BatchAttentionOptions layer_opts = attn_opts;
+        // Gemma 3: most layers slide (with their own RoPE base), some see
+        // every key.
+        if (!config.layer_slides(l)) {
+          layer_opts.window = 0;
+        } else if (weights.rope_local.defined()) {
+          layer_opts.rope = &weights.rope_local;
+        }
         if (layer.q_norm.defined()) layer_opts.q_norm = &layer.q_norm;
         if (layer.k_norm.defined()) layer_opts.k_norm = &layer.k_norm;
         at::Tensor out = BatchSelfAttention(layer.self_attn, h, chunks, index, kv, l, layer_opts,
@@ -173,7 +191,7 @@ struct Transformer::Impl {
         return out;
       });
       if (layer.has_cross) {
-        x = Residual(x, layer.norm2, [&](const at::Tensor& h) {
+        x = Residual(x, layer.norm2, Norm(), [&](const at::Tensor& h) {
           at::Tensor probs;
           const bool keep = record_cross && record[l];
           at::Tensor out =
@@ -186,7 +204,8 @@ struct Transformer::Impl {
       // (its keys and values are in the cache by now): the last layer's
       // feed-forward of a 512-token prompt is ~5% of the prompt's products.
       if (l == n_layers - 1 && trim_last_layer) x = LastRows(x, index, chunks);
-      x = Residual(x, layer.ffn_norm(), [&](const at::Tensor& h) { return layer.ffn(h); });
+      x = Residual(x, layer.ffn_norm(), layer.post_norm2,
+                   [&](const at::Tensor& h) { return layer.ffn(h); });
       if (opts.hidden_layer == l + 1) keep_hidden(x);
     }
     if (!want_final) return result;
@@ -221,6 +240,13 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelConfig
     return absl::InvalidArgumentError(absl::StrCat(
         "dtype int8 (int8 weights) runs on the CPU only, not on ", options.device.str()));
   }
+  if (options.max_positions < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_positions of the load options is ", options.max_positions, "; it must be >= 0"));
+  }
+  const int64_t served = options.max_positions > 0
+                             ? std::min(options.max_positions, config.max_positions)
+                             : config.max_positions;
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;
@@ -228,11 +254,13 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelConfig
   WeightBinder binder(weights, options.dtype, impl->compute_dtype, options.device,
                       options.huge_pages);
   try {
-    DIKKAT_RETURN_IF_ERROR(BindModelWeights(config, options.device, impl->compute_dtype, binder,
-                                            &impl->weights));
+    DIKKAT_RETURN_IF_ERROR(BindModelWeights(config, options.device, impl->compute_dtype, served,
+                                            binder, &impl->weights));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("loading weights failed: ", e.what()));
   }
+  // Learned position tables keep their rows; sequences stop at `served`.
+  impl->config.max_positions = served;
   if (report != nullptr) {
     report->unused_tensors = binder.Unused();
     report->parameter_bytes = binder.bytes();

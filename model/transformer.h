@@ -39,6 +39,10 @@ struct LoadOptions {
   // CPU: the weights in memory advised for 2 MiB pages (HugePageArena,
   // huge_pages.h); false keeps them in ordinary allocations.
   bool huge_pages = true;
+  // The longest context served (e.g. --max_context), when shorter than the
+  // model's max_positions: RoPE tables are built for that many positions
+  // and longer sequences are refused. 0: the model's.
+  int64_t max_positions = 0;
 };
 
 struct LoadReport {

@@ -462,8 +462,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   };
   // The KV budget is checked before the weights are read: a 30 GB load
   // should not come before an error a flag fixes.
+  int64_t served_positions = 0;  // 0: the model's own
   if (absl::StatusOr<model::ModelConfig> early = model::ReadModelConfig(model_path); early.ok()) {
     cap_context(&*early);
+    served_positions = early->max_positions;
     if (absl::Status s = model::KvCache::CheckBudget(*early, options.kv_cache_bytes,
                                                      options.kv_block_size, cache_dtype);
         !s.ok()) {
@@ -474,6 +476,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& name,
   load.dtype = dtype;
   load.device = device;
   load.huge_pages = options.huge_pages;
+  // RoPE tables only for the context served (a YaRN or Gemma 3 config says
+  // 131072 positions: ~67 MB of tables a head_dim of 128).
+  load.max_positions = served_positions;
   absl::StatusOr<model::LoadedModel> loaded;
   try {
     loaded = model::LoadModelFolder(model_path, load);

@@ -63,6 +63,7 @@ const EnumNames<Activation>& ActivationNames() {
       {"silu", Activation::kSilu},
       {"swiglu", Activation::kSwiGlu},
       {"geglu", Activation::kGeGlu},
+      {"geglu_tanh", Activation::kGeGluTanh},
   }};
   return *names;
 }
@@ -111,18 +112,19 @@ absl::Status ReadNumber(const Json& j, const char* key, T* out) {
   return absl::OkStatus();
 }
 
-absl::Status ReadIdList(const Json& j, const char* key, std::vector<int64_t>* out) {
+absl::Status ReadIdList(const Json& j, const char* key, std::vector<int64_t>* out,
+                        const char* what = "token ids") {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_array()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config field '", key, "' must be a list of token ids, got ", it->dump()));
+        absl::StrCat("config field '", key, "' must be a list of ", what, ", got ", it->dump()));
   }
   out->clear();
   for (const Json& v : *it) {
     if (!v.is_number_integer()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("config field '", key, "' must be a list of token ids, got ", it->dump()));
+          absl::StrCat("config field '", key, "' must be a list of ", what, ", got ", it->dump()));
     }
     out->push_back(v.get<int64_t>());
   }
@@ -182,6 +184,12 @@ absl::Status ReadRopeYarn(const Json& j, RopeYarnScaling* out) {
            {"attention_factor", &out->attention_factor}});
       !s.ok()) {
     return s;
+  }
+  // A rope_yarn without a factor would be off without a word.
+  if (!it->contains("factor") || !(out->factor > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'rope_yarn' needs a 'factor' >= 1 (leave rope_yarn out for no YaRN), got ",
+        it->dump()));
   }
   if (auto v = it->find("truncate"); v != it->end()) {
     if (!v->is_boolean()) {
@@ -257,6 +265,11 @@ const char* ActivationName(Activation a) { return ActivationNames().Name(a); }
 const char* PoolingName(Pooling p) { return PoolingNames().Name(p); }
 const char* NormName(NormKind n) { return NormNames().Name(n); }
 const char* PositionName(PositionKind p) { return PositionNames().Name(p); }
+
+bool ModelConfig::layer_slides(int64_t l) const {
+  return sliding_window > 0 && !std::binary_search(full_attention_layers.begin(),
+                                                   full_attention_layers.end(), l);
+}
 
 double YarnAttentionFactor(const RopeYarnScaling& yarn) {
   if (yarn.attention_factor > 0) return yarn.attention_factor;
@@ -348,6 +361,45 @@ absl::Status Validate(const ModelConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config field 'sliding_window' is ", c.sliding_window, "; it must be >= 0 (0 = off)"));
   }
+  if (!c.full_attention_layers.empty()) {
+    const int64_t layers =
+        c.architecture == Architecture::kEncoderDecoder ? 0 : c.n_layers;
+    for (size_t i = 0; i < c.full_attention_layers.size(); ++i) {
+      const int64_t l = c.full_attention_layers[i];
+      if (l < 0 || l >= layers || (i > 0 && l <= c.full_attention_layers[i - 1])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config field 'full_attention_layers' is [", absl::StrJoin(c.full_attention_layers, ", "),
+            "]; it must list layers in [0, n_layers = ", layers,
+            ") in ascending order, each once (not for encoder-decoder models)"));
+      }
+    }
+    if (c.sliding_window == 0) {
+      return absl::InvalidArgumentError(
+          "config field 'full_attention_layers' needs a 'sliding_window' (> 0) for the other "
+          "layers");
+    }
+  }
+  if (c.rope_local_theta != 0.0) {
+    if (!(c.rope_local_theta > 0) || !std::isfinite(c.rope_local_theta) ||
+        c.positions != PositionKind::kRotary || c.sliding_window == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field 'rope_local_theta' is ", c.rope_local_theta,
+          "; it must be finite and > 0 (0 = off), with rotary positions and a sliding_window"));
+    }
+  }
+  if (!std::isfinite(c.norm_weight_offset)) {
+    return absl::InvalidArgumentError(absl::StrCat("config field 'norm_weight_offset' is ",
+                                                   c.norm_weight_offset, "; it must be finite"));
+  }
+  if (c.query_pre_attn_scalar < 0 || !std::isfinite(c.query_pre_attn_scalar)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'query_pre_attn_scalar' is ", c.query_pre_attn_scalar,
+                     "; it must be finite and >= 0 (0 = head_dim)"));
+  }
+  if (c.sandwich_norm && (!c.pre_norm || c.architecture == Architecture::kEncoderDecoder)) {
+    return absl::InvalidArgumentError(
+        "config field 'sandwich_norm' needs pre_norm and a decoder-only or encoder-only model");
+  }
   if (c.type_vocab_size < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("config field 'type_vocab_size' is ", c.type_vocab_size, "; it must be >= 0"));
@@ -417,6 +469,9 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
       ReadBool(j, "attention_bias", &c.attention_bias),
       ReadBool(j, "qkv_bias_only", &c.qkv_bias_only),
       ReadBool(j, "qk_norm", &c.qk_norm),
+      ReadBool(j, "sandwich_norm", &c.sandwich_norm),
+      ReadNumber(j, "norm_weight_offset", &c.norm_weight_offset),
+      ReadNumber(j, "query_pre_attn_scalar", &c.query_pre_attn_scalar),
       ReadBool(j, "mlp_bias", &c.mlp_bias),
       ReadBool(j, "norm_bias", &c.norm_bias),
       ReadEnum(j, "positions", PositionNames(), &c.positions),
@@ -425,6 +480,8 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
       ReadRopeLlama3(j, &c.rope_llama3),
       ReadRopeYarn(j, &c.rope_yarn),
       ReadNumber(j, "sliding_window", &c.sliding_window),
+      ReadIdList(j, "full_attention_layers", &c.full_attention_layers, "layer indices"),
+      ReadNumber(j, "rope_local_theta", &c.rope_local_theta),
       ReadBool(j, "tie_embeddings", &c.tie_embeddings),
       ReadBool(j, "share_encoder_decoder_embeddings", &c.share_encoder_decoder_embeddings),
       j.contains("embedding_scale") && j["embedding_scale"].is_string()
@@ -479,6 +536,9 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["attention_bias"] = c.attention_bias;
   j["qkv_bias_only"] = c.qkv_bias_only;
   j["qk_norm"] = c.qk_norm;
+  j["sandwich_norm"] = c.sandwich_norm;
+  j["norm_weight_offset"] = c.norm_weight_offset;
+  j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
   j["mlp_bias"] = c.mlp_bias;
   j["norm_bias"] = c.norm_bias;
   j["positions"] = PositionName(c.positions);
@@ -501,6 +561,8 @@ std::string ModelConfigToJson(const ModelConfig& c) {
                       {"truncate", c.rope_yarn.truncate}};
   }
   j["sliding_window"] = c.sliding_window;
+  if (!c.full_attention_layers.empty()) j["full_attention_layers"] = c.full_attention_layers;
+  j["rope_local_theta"] = c.rope_local_theta;
   j["tie_embeddings"] = c.tie_embeddings;
   j["share_encoder_decoder_embeddings"] = c.share_encoder_decoder_embeddings;
   j["embedding_scale"] = c.embedding_scale;

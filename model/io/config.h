@@ -35,6 +35,7 @@ enum class Activation {
   kSilu,
   kSwiGlu,    // down(silu(gate(x)) * up(x)) (Llama)
   kGeGlu,     // down(gelu(gate(x)) * up(x))
+  kGeGluTanh, // down(gelu_tanh(gate(x)) * up(x)) (Gemma: gelu_pytorch_tanh)
 };
 
 // How hidden states become one embedding per input (Encode).
@@ -101,6 +102,17 @@ struct ModelConfig {
   // Qwen3: each head of q and k goes through an RMSNorm over head_dim (its
   // own weight [head_dim], eps norm_eps) after the projection, before RoPE.
   bool qk_norm = false;
+  // Gemma 2 / 3: each sublayer's output is normalized too before it joins
+  // the residual: x + post_norm(f(norm(x))) (weights post_norm1 after
+  // self-attention, post_norm2 after the feed-forward). pre_norm only.
+  bool sandwich_norm = false;
+  // RMSNorms scale by (norm_weight_offset + weight): Gemma stores its norm
+  // weights as offsets from 1 (its RMSNorm computes x * (1 + w)). 0 for
+  // every other family. Added once at load, in float32.
+  double norm_weight_offset = 0.0;
+  // Attention scores scaled by 1/sqrt(query_pre_attn_scalar) instead of
+  // 1/sqrt(head_dim) (Gemma's query_pre_attn_scalar); 0 = head_dim.
+  double query_pre_attn_scalar = 0.0;
   bool mlp_bias = true;
   bool norm_bias = true;        // LayerNorm with a bias (RMSNorm never has one)
 
@@ -111,6 +123,12 @@ struct ModelConfig {
   RopeLlama3Scaling rope_llama3;  // Llama 3.1's frequency scaling (off by default)
   RopeYarnScaling rope_yarn;      // YaRN (off by default)
   int64_t sliding_window = 0;   // 0 = full attention; else keys within the last N positions
+  // With a sliding window, the layers (0-based, ascending) that attend to
+  // every key all the same (Gemma 3: every 6th); empty: every layer slides.
+  std::vector<int64_t> full_attention_layers;
+  // The sliding layers' own RoPE base, without the scalings above (Gemma 3's
+  // rope_local_base_freq); 0: every layer rotates by the same table.
+  double rope_local_theta = 0.0;
 
   // ---- embeddings and output ----------------------------------------------
   bool tie_embeddings = true;   // lm_head shares the token embedding matrix
@@ -156,14 +174,18 @@ struct ModelConfig {
 
   // ---- provenance ---------------------------------------------------------
   std::string name;             // human name, e.g. "gpt2" or "dikkat-tiny-lm"
-  std::string weight_layout = "dikkat";  // dikkat | gpt2 | bert | llama | phi3 (name mapping)
+  std::string weight_layout = "dikkat";  // dikkat | gpt2 | bert | llama | phi3 | gemma3 (name mapping)
 
   // Derived helpers (valid after Validate()).
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t head_size() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   bool is_gated() const {
-    return activation == Activation::kSwiGlu || activation == Activation::kGeGlu;
+    return activation == Activation::kSwiGlu || activation == Activation::kGeGlu ||
+           activation == Activation::kGeGluTanh;
   }
+  // Whether layer `l` of the decoder-only / encoder-only stack attends
+  // through sliding_window.
+  bool layer_slides(int64_t l) const;
   // Number of layers that own a KV cache (decoder self-attention).
   int64_t cached_layers() const {
     switch (architecture) {

@@ -432,11 +432,118 @@ absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
   return absl::OkStatus();
 }
 
+// Gemma 3's text model (gemma3_text: Gemma 3 1B and 270M; the text half of
+// the larger ones is the same). Llama's blocks with: RMSNorm weights stored
+// as offsets from 1, a norm after each sublayer as well as before it,
+// q_norm / k_norm, GeGLU with the tanh GELU, tokens scaled by
+// sqrt(hidden_size), scores by query_pre_attn_scalar^-1/2, and sliding
+// window layers with their own RoPE base between full-attention ones.
+absl::Status TranslateGemma3(const HfKeys& keys, ModelConfig* c) {
+  c->architecture = Architecture::kDecoderOnly;
+  c->weight_layout = "gemma3";
+  // Gemma3TextConfig defaults.
+  c->vocab_size = 262208;
+  c->d_model = 2304;
+  c->ffn_dim = 9216;
+  c->n_layers = 26;
+  c->n_heads = 8;
+  c->n_kv_heads = 4;
+  c->head_dim = 256;
+  c->max_positions = 131072;
+  c->norm_eps = 1e-6;
+  c->rope_theta = 1e6;
+  c->rope_local_theta = 10000.0;
+  c->sliding_window = 4096;
+  c->query_pre_attn_scalar = 256;
+  c->tie_embeddings = true;
+  c->pad_token_id = 0;
+  c->eos_token_id = 1;
+  c->bos_token_id = 2;
+  std::string activation = "gelu_pytorch_tanh";
+  int64_t pattern = 6;
+  DIKKAT_RETURN_IF_ERROR(keys.Int("vocab_size", &c->vocab_size));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("hidden_size", &c->d_model));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("intermediate_size", &c->ffn_dim));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("num_hidden_layers", &c->n_layers));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("num_attention_heads", &c->n_heads));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("num_key_value_heads", &c->n_kv_heads));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("head_dim", &c->head_dim));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("max_position_embeddings", &c->max_positions));
+  DIKKAT_RETURN_IF_ERROR(keys.Double("rms_norm_eps", &c->norm_eps));
+  DIKKAT_RETURN_IF_ERROR(keys.Bool("tie_word_embeddings", &c->tie_embeddings));
+  DIKKAT_RETURN_IF_ERROR(keys.Bool("attention_bias", &c->attention_bias));  // all four
+  DIKKAT_RETURN_IF_ERROR(keys.Double("query_pre_attn_scalar", &c->query_pre_attn_scalar));
+  DIKKAT_RETURN_IF_ERROR(keys.Double("rope_local_base_freq", &c->rope_local_theta));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("sliding_window_pattern", &pattern));
+  DIKKAT_RETURN_IF_ERROR(ReadRope(keys, c));  // the full-attention layers' table
+  // Gemma's MLP reads hidden_activation; hidden_act is the older name.
+  DIKKAT_RETURN_IF_ERROR(keys.String("hidden_act", &activation));
+  DIKKAT_RETURN_IF_ERROR(keys.String("hidden_activation", &activation));
+  if (activation == "gelu_pytorch_tanh" || activation == "gelu_new") {
+    c->activation = Activation::kGeGluTanh;
+  } else if (activation == "gelu") {
+    c->activation = Activation::kGeGlu;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json key 'hidden_activation' is '", activation, "' (model_type ",
+        keys.model_type(), "); dikkat supports: gelu_pytorch_tanh, gelu_new, gelu"));
+  }
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    if (const Json* v = keys.Find(key); v != nullptr) {
+      return keys.Error(key, *v,
+                        "must be null: dikkat does not cap logits with tanh (Gemma 2 does; "
+                        "Gemma 3 does not)");
+    }
+  }
+  DIKKAT_RETURN_IF_ERROR(keys.RequireBool(
+      "use_bidirectional_attention", false,
+      "bidirectional attention (EmbeddingGemma) is not implemented; this would run causally"));
+  // null: no window, every layer attends to every key.
+  if (keys.Find("sliding_window") == nullptr && keys.Has("sliding_window")) c->sliding_window = 0;
+  DIKKAT_RETURN_IF_ERROR(keys.Int("sliding_window", &c->sliding_window));
+  // Which layers slide: layer_types (transformers >= 4.53), else every
+  // layer but each sliding_window_pattern-th.
+  c->full_attention_layers.clear();
+  if (const Json* types = keys.Find("layer_types"); types != nullptr) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c->n_layers) {
+      return keys.Error("layer_types", *types, "must list num_hidden_layers layer types");
+    }
+    for (size_t l = 0; l < types->size(); ++l) {
+      const Json& t = (*types)[l];
+      if (t == "full_attention") {
+        c->full_attention_layers.push_back(static_cast<int64_t>(l));
+      } else if (t != "sliding_attention") {
+        return keys.Error("layer_types", *types,
+                          "must list \"sliding_attention\" or \"full_attention\" per layer");
+      }
+    }
+  } else {
+    if (pattern < 1) return keys.Error("sliding_window_pattern", Json(pattern), "must be >= 1");
+    for (int64_t l = pattern - 1; l < c->n_layers; l += pattern) c->full_attention_layers.push_back(l);
+  }
+  if (c->sliding_window == 0) {
+    c->full_attention_layers.clear();
+    c->rope_local_theta = 0.0;  // every layer is a global one
+  }
+  c->norm = NormKind::kRmsNorm;
+  c->norm_bias = false;
+  c->norm_weight_offset = 1.0;  // x * (1 + w)
+  c->sandwich_norm = true;
+  c->qk_norm = true;
+  c->mlp_bias = false;
+  c->pre_norm = true;
+  c->final_norm = true;
+  c->positions = PositionKind::kRotary;
+  // Gemma3TextScaledWordEmbedding: tokens times sqrt(hidden_size).
+  c->embedding_scale = std::sqrt(static_cast<double>(c->d_model));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const std::vector<std::string>& SupportedHfModelTypes() {
   static const auto* types = new std::vector<std::string>{
-      "gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3"};
+      "gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text", "gemma3"};
   return *types;
 }
 
@@ -461,6 +568,25 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
   } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
              type == "phi3") {
     DIKKAT_RETURN_IF_ERROR(TranslateLlamaFamily(keys, &c));
+  } else if (type == "gemma3_text") {
+    DIKKAT_RETURN_IF_ERROR(TranslateGemma3(keys, &c));
+  } else if (type == "gemma3") {
+    // Gemma3ForConditionalGeneration (4B and up): its text model, served
+    // alone (text in, text out; the image encoder's weights are not used).
+    const Json* text = keys.Find("text_config");
+    if (text == nullptr || !text->is_object()) {
+      return absl::InvalidArgumentError(
+          "config.json (model_type gemma3) has no 'text_config' object: dikkat serves Gemma 3's "
+          "text model from it");
+    }
+    const HfKeys text_keys(*text, "gemma3", "config.json text_config");
+    DIKKAT_RETURN_IF_ERROR(TranslateGemma3(text_keys, &c));
+    // The top level's ids (read below) win over the text model's.
+    std::vector<int64_t> more_eos;
+    DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("bos_token_id", &c.bos_token_id));
+    DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("eos_token_id", &c.eos_token_id, &more_eos));
+    for (int64_t id : more_eos) AddEosTokenId(&c, id);
+    DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("pad_token_id", &c.pad_token_id));
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json model_type '", type, "' is not supported; supported model types: ",

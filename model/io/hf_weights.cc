@@ -37,6 +37,9 @@ struct Layout {
   std::vector<ModuleRule> layer;   // inside layer i (after "<layer_prefix>i.")
   std::vector<absl::string_view> drop_top;    // buffers, whole names after the prefix
   std::vector<absl::string_view> drop_layer;  // buffers, names after "<layer_prefix>i."
+  // Further optional prefixes, tried before `prefix` in this order (Gemma
+  // 3's multimodal checkpoints keep the text model under language_model.).
+  std::vector<absl::string_view> more_prefixes = {};
 };
 
 const Layout& Gpt2Layout() {
@@ -120,6 +123,36 @@ const Layout& Phi3Layout() {
   return *layout;
 }
 
+// Gemma 3: Llama's names, but post_attention_layernorm is the norm on the
+// attention's output (sandwich), and the feed-forward has its own pair.
+const Layout& Gemma3Layout() {
+  static const auto* layout = new Layout{
+      "model.",
+      "layers.",
+      {{"embed_tokens", "embed_tokens"}, {"norm", "final_norm"}, {"lm_head", "lm_head"}},
+      {{"self_attn.q_proj", "self_attn.q_proj"},
+       {"self_attn.k_proj", "self_attn.k_proj"},
+       {"self_attn.v_proj", "self_attn.v_proj"},
+       {"self_attn.o_proj", "self_attn.out_proj"},
+       {"self_attn.q_norm", "self_attn.q_norm"},
+       {"self_attn.k_norm", "self_attn.k_norm"},
+       {"mlp.gate_proj", "linear_gate"},
+       {"mlp.up_proj", "linear1"},
+       {"mlp.down_proj", "linear2"},
+       {"input_layernorm", "norm1"},
+       {"post_attention_layernorm", "post_norm1"},
+       {"pre_feedforward_layernorm", "norm2"},
+       {"post_feedforward_layernorm", "post_norm2"}},
+      {"rotary_emb.inv_freq", "rotary_emb_local.inv_freq"},
+      {},
+      // Gemma3ForConditionalGeneration (4B and up): transformers < 4.52
+      // saved the text model as language_model.model.*, later ones as
+      // model.language_model.*; its lm_head as language_model.lm_head.
+      {"language_model.model.", "model.language_model.", "language_model."},
+  };
+  return *layout;
+}
+
 bool Contains(const std::vector<absl::string_view>& names, absl::string_view name) {
   for (absl::string_view n : names) {
     if (n == name) return true;
@@ -153,7 +186,11 @@ Mapped MapName(const Layout& layout, std::string name) {
     name = absl::StrCat(name.substr(0, name.size() - 4), "bias");
   }
   absl::string_view rest = name;
-  absl::ConsumePrefix(&rest, layout.prefix);
+  bool consumed = false;
+  for (absl::string_view p : layout.more_prefixes) {
+    if (!consumed) consumed = absl::ConsumePrefix(&rest, p);
+  }
+  if (!consumed) absl::ConsumePrefix(&rest, layout.prefix);
   const std::vector<ModuleRule>* rules = &layout.top;
   const std::vector<absl::string_view>* drops = &layout.drop_top;
   std::string out_prefix;
@@ -193,6 +230,7 @@ const Layout* LayoutFor(const std::string& weight_layout) {
   if (weight_layout == "bert") return &BertLayout();
   if (weight_layout == "llama") return &LlamaLayout();
   if (weight_layout == "phi3") return &Phi3Layout();
+  if (weight_layout == "gemma3") return &Gemma3Layout();
   return nullptr;
 }
 
@@ -203,7 +241,7 @@ absl::StatusOr<HfWeights> ConvertHfWeights(const ModelConfig& config, const Tens
   if (layout == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight_layout '", config.weight_layout,
-                     "' has no Hugging Face name mapping; supported: gpt2, bert, llama, phi3"));
+                     "' has no Hugging Face name mapping; supported: gpt2, bert, llama, phi3, gemma3"));
   }
   HfWeights out;
   for (const auto& [hf_name, tensor] : hf) {
@@ -281,6 +319,14 @@ absl::Status CheckUnusedHfTensors(const std::vector<std::string>& unused, const 
     for (const char* prefix : {"pooler.", "bert.pooler.", "cls.", "classifier.", "qa_outputs.",
                                "score.", "multiple_choice_head."}) {
       head = head || absl::StartsWith(original, prefix);
+    }
+    // Gemma 3's image encoder and projector (4B and up): dikkat serves the
+    // text model alone, which they do not change.
+    if (config.weight_layout == "gemma3") {
+      for (const char* prefix : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                                 "model.multi_modal_projector."}) {
+        head = head || absl::StartsWith(original, prefix);
+      }
     }
     if (head) continue;
     named.push_back(original);

@@ -13,6 +13,9 @@
 //          q_norm / k_norm kept (qwen3); rotary_emb.inv_freq buffers dropped.
 //   phi3   as llama, but qkv_proj -> the fused in_proj and gate_up_proj split
 //          (views) into linear_gate (first half) and linear1 (second).
+//   gemma3 as llama, but post_attention_layernorm -> post_norm1 (on the
+//          attention's output), pre_/post_feedforward_layernorm -> norm2 /
+//          post_norm2.
 // Tensors the layout does not know (BERT's pooler and MLM head, ...) are
 // kept under their own name, so Transformer::Load reports them as unused
 // (and CheckUnusedHfTensors says whether that is fine).

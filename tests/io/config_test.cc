@@ -250,6 +250,62 @@ TEST(ModelConfigTest, RoundTripsThroughJson) {
   bad = json::parse(yarn_text);
   bad["rope_yarn"]["truncate"] = "yes";
   EXPECT_THAT(ErrorOf(bad), HasSubstr("rope_yarn.truncate"));
+  // Without a factor it would be off without a word.
+  bad = json::parse(yarn_text);
+  bad["rope_yarn"].erase("factor");
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("needs a 'factor'"));
+}
+
+TEST(ModelConfigTest, GemmaFieldsRoundTripAndAreChecked) {
+  json j = Minimal();
+  j["architecture"] = "decoder-only";
+  j["n_layers"] = 4;
+  j["norm"] = "rmsnorm";
+  j["positions"] = "rotary";
+  j["activation"] = "geglu_tanh";
+  j["sandwich_norm"] = true;
+  j["norm_weight_offset"] = 1.0;
+  j["query_pre_attn_scalar"] = 24.0;
+  j["sliding_window"] = 8;
+  j["full_attention_layers"] = {1, 3};
+  j["rope_local_theta"] = 10000.0;
+  absl::StatusOr<ModelConfig> c = ParseModelConfigJson(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->activation, Activation::kGeGluTanh);
+  EXPECT_TRUE(c->is_gated());
+  EXPECT_TRUE(c->sandwich_norm);
+  EXPECT_DOUBLE_EQ(c->norm_weight_offset, 1.0);
+  EXPECT_DOUBLE_EQ(c->query_pre_attn_scalar, 24.0);
+  EXPECT_DOUBLE_EQ(c->rope_local_theta, 10000.0);
+  EXPECT_TRUE(c->layer_slides(0));
+  EXPECT_FALSE(c->layer_slides(1));
+  EXPECT_TRUE(c->layer_slides(2));
+  EXPECT_FALSE(c->layer_slides(3));
+  const std::string text = ModelConfigToJson(*c);
+  absl::StatusOr<ModelConfig> back = ParseModelConfigJson(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ModelConfigToJson(*back), text);
+  EXPECT_EQ(back->full_attention_layers, (std::vector<int64_t>{1, 3}));
+
+  json bad = j;
+  bad["full_attention_layers"] = {3, 1};
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("ascending"));
+  bad["full_attention_layers"] = {4};
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("n_layers = 4"));
+  bad["full_attention_layers"] = {"1"};
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("list of layer indices"));
+  bad = j;
+  bad["sliding_window"] = 0;
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("needs a 'sliding_window'"));
+  bad = j;
+  bad["rope_local_theta"] = -1.0;
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("'rope_local_theta'"));
+  bad = j;
+  bad["query_pre_attn_scalar"] = -2.0;
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("'query_pre_attn_scalar'"));
+  bad = j;
+  bad["pre_norm"] = false;
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("'sandwich_norm' needs pre_norm"));
 }
 
 TEST(ModelConfigTest, MoreEosTokenIdsAreTokenIdsListedOnce) {

@@ -38,7 +38,7 @@ void ExpectInvalid(const absl::StatusOr<ModelConfig>& config,
 
 TEST(HfConfigTest, UnsupportedModelTypeListsTheSupportedOnes) {
   ExpectInvalid(Translate(R"({"model_type": "t5", "d_model": 512})"),
-                {"'t5'", "gpt2, bert, llama, mistral, qwen2, qwen3, phi3"});
+                {"'t5'", "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, gemma3_text, gemma3"});
   ExpectInvalid(Translate(R"({"hidden_size": 64})"), {"model_type", "gpt2, bert, llama"});
   ExpectInvalid(Translate("[1, 2]"), {"not a JSON object"});
 }
@@ -294,6 +294,106 @@ TEST(HfConfigTest, Phi3DefaultsAndRefusals) {
   ExpectInvalid(Translate(R"({"model_type": "phi3", "rope_scaling": {"type": "longrope",
                               "short_factor": [1.0], "long_factor": [2.0]}})"),
                 {"'longrope'"});
+}
+
+// Gemma 3's text model: Gemma3TextConfig's defaults, its layer pattern in
+// both spellings, and Gemma 2's softcapping and EmbeddingGemma's
+// bidirectional attention refused.
+TEST(HfConfigTest, Gemma3DefaultsPatternAndRefusals) {
+  absl::StatusOr<ModelConfig> g = Translate(R"({"model_type": "gemma3_text"})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->weight_layout, "gemma3");
+  EXPECT_EQ(g->vocab_size, 262208);
+  EXPECT_EQ(g->d_model, 2304);
+  EXPECT_EQ(g->n_layers, 26);
+  EXPECT_EQ(g->kv_heads(), 4);
+  EXPECT_EQ(g->head_size(), 256);
+  EXPECT_EQ(g->max_positions, 131072);
+  EXPECT_EQ(g->activation, Activation::kGeGluTanh);
+  EXPECT_TRUE(g->sandwich_norm);
+  EXPECT_TRUE(g->qk_norm);
+  EXPECT_DOUBLE_EQ(g->norm_weight_offset, 1.0);
+  EXPECT_DOUBLE_EQ(g->query_pre_attn_scalar, 256.0);
+  EXPECT_DOUBLE_EQ(g->embedding_scale, std::sqrt(2304.0));
+  EXPECT_EQ(g->sliding_window, 4096);
+  EXPECT_DOUBLE_EQ(g->rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(g->rope_local_theta, 10000.0);
+  EXPECT_EQ(g->full_attention_layers, (std::vector<int64_t>{5, 11, 17, 23}));
+  EXPECT_TRUE(g->tie_embeddings);
+  EXPECT_EQ(g->bos_token_id, 2);
+  EXPECT_EQ(g->eos_token_id, 1);
+  EXPECT_EQ(g->pad_token_id, 0);
+  // Gemma 3 1B's config.json.
+  absl::StatusOr<ModelConfig> one_b = Translate(R"({
+      "architectures": ["Gemma3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+      "attn_logit_softcapping": null, "bos_token_id": 2, "cache_implementation": "hybrid",
+      "eos_token_id": [1, 106], "final_logit_softcapping": null, "head_dim": 256,
+      "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "initializer_range": 0.02,
+      "intermediate_size": 6912, "max_position_embeddings": 32768, "model_type": "gemma3_text",
+      "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+      "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+      "rope_local_base_freq": 10000, "rope_scaling": null, "rope_theta": 1000000,
+      "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16",
+      "transformers_version": "4.50.0.dev0", "use_cache": true, "vocab_size": 262144})");
+  ASSERT_TRUE(one_b.ok()) << one_b.status();
+  EXPECT_EQ(one_b->kv_heads(), 1);
+  EXPECT_EQ(one_b->sliding_window, 512);
+  EXPECT_EQ(one_b->more_eos_token_ids, (std::vector<int64_t>{106}));  // <end_of_turn>
+  EXPECT_EQ(one_b->saved_dtype, "bfloat16");
+  // layer_types wins over the pattern; a null window makes every layer global.
+  absl::StatusOr<ModelConfig> typed = Translate(R"({"model_type": "gemma3_text",
+      "num_hidden_layers": 3, "sliding_window_pattern": 6,
+      "layer_types": ["full_attention", "sliding_attention", "full_attention"]})");
+  ASSERT_TRUE(typed.ok()) << typed.status();
+  EXPECT_EQ(typed->full_attention_layers, (std::vector<int64_t>{0, 2}));
+  absl::StatusOr<ModelConfig> global =
+      Translate(R"({"model_type": "gemma3_text", "sliding_window": null})");
+  ASSERT_TRUE(global.ok()) << global.status();
+  EXPECT_EQ(global->sliding_window, 0);
+  EXPECT_TRUE(global->full_attention_layers.empty());
+  EXPECT_DOUBLE_EQ(global->rope_local_theta, 0.0);
+  ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "num_hidden_layers": 2,
+                              "layer_types": ["full_attention"]})"),
+                {"layer_types", "num_hidden_layers"});
+  ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "num_hidden_layers": 1,
+                              "layer_types": ["chunked_attention"]})"),
+                {"layer_types", "sliding_attention"});
+  ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "sliding_window_pattern": 0})"),
+                {"sliding_window_pattern"});
+  ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "final_logit_softcapping": 30.0})"),
+                {"final_logit_softcapping", "must be null"});
+  ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "attn_logit_softcapping": 50.0})"),
+                {"attn_logit_softcapping"});
+  ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})"),
+                {"use_bidirectional_attention", "EmbeddingGemma"});
+  ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "hidden_activation": "silu"})"),
+                {"hidden_activation", "gelu_pytorch_tanh"});
+  // The multimodal Gemma 3 (4B and up): its text_config, as Gemma 3 4B's
+  // config.json spells it (only what differs from the defaults).
+  absl::StatusOr<ModelConfig> four_b = Translate(R"({
+      "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+      "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+      "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+      "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                      "model_type": "gemma3_text", "num_hidden_layers": 34,
+                      "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                      "sliding_window": 1024},
+      "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+      "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}})");
+  ASSERT_TRUE(four_b.ok()) << four_b.status();
+  EXPECT_EQ(four_b->weight_layout, "gemma3");
+  EXPECT_EQ(four_b->d_model, 2560);
+  EXPECT_EQ(four_b->vocab_size, 262208);
+  EXPECT_DOUBLE_EQ(four_b->rope_scaling, 8.0);  // the global layers' only
+  EXPECT_DOUBLE_EQ(four_b->rope_local_theta, 10000.0);
+  EXPECT_EQ(four_b->sliding_window, 1024);
+  EXPECT_EQ(four_b->full_attention_layers, (std::vector<int64_t>{5, 11, 17, 23, 29}));
+  EXPECT_EQ(four_b->eos_token_id, 1);
+  EXPECT_EQ(four_b->more_eos_token_ids, (std::vector<int64_t>{106}));
+  EXPECT_EQ(four_b->saved_dtype, "bfloat16");
+  ExpectInvalid(Translate(R"({"model_type": "gemma3"})"), {"text_config"});
+  ExpectInvalid(Translate(R"({"model_type": "gemma3", "text_config": {"sliding_window": "x"}})"),
+                {"text_config", "sliding_window"});
 }
 
 TEST(HfConfigTest, SentenceTransformersPooling) {
@@ -583,6 +683,27 @@ TEST(HfWeightsTest, BertNamesIncludingOldGammaBeta) {
     EXPECT_EQ(w->tensors.count(name), 1u) << name;
   }
   EXPECT_EQ(w->dropped, std::vector<std::string>{"bert.embeddings.position_ids"});
+}
+
+TEST(HfWeightsTest, Gemma3SandwichNormNames) {
+  TensorMap hf = {{"model.layers.0.input_layernorm.weight", Values(1, 4)},
+                  {"model.layers.0.post_attention_layernorm.weight", Values(1, 4)},
+                  {"model.layers.0.pre_feedforward_layernorm.weight", Values(1, 4)},
+                  {"model.layers.0.post_feedforward_layernorm.weight", Values(1, 4)},
+                  {"model.layers.0.self_attn.q_norm.weight", Values(1, 2)},
+                  {"model.layers.0.self_attn.o_proj.weight", Values(4, 4)}};
+  absl::StatusOr<HfWeights> w = ConvertHfWeights(Layout("gemma3", true), hf);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (const char* name : {"layers.0.norm1.weight", "layers.0.post_norm1.weight",
+                           "layers.0.norm2.weight", "layers.0.post_norm2.weight",
+                           "layers.0.self_attn.q_norm.weight", "layers.0.self_attn.out_proj.weight"}) {
+    EXPECT_EQ(w->tensors.count(name), 1u) << name;
+  }
+  EXPECT_EQ(w->tensors.size(), 6u);
+  // Llama's post_attention_layernorm is its pre-feed-forward norm; Gemma's is not.
+  absl::StatusOr<HfWeights> llama = ConvertHfWeights(Layout("llama", false), hf);
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_EQ(llama->tensors.count("layers.0.norm2.weight"), 1u);
 }
 
 TEST(HfWeightsTest, LlamaNames) {

@@ -77,8 +77,10 @@ struct HfModel {
 };
 
 // config.json + whatever weights file the folder holds, without a tokenizer.
+// `max_positions`: LoadOptions::max_positions (0: the model's context).
 inline absl::StatusOr<HfModel> LoadHfFolder(const std::string& folder,
-                                            c10::ScalarType dtype = at::kFloat) {
+                                            c10::ScalarType dtype = at::kFloat,
+                                            int64_t max_positions = 0) {
   HfModel loaded;
   absl::StatusOr<ModelConfig> config = ReadModelConfig(folder);
   if (!config.ok()) return config.status();
@@ -90,6 +92,7 @@ inline absl::StatusOr<HfModel> LoadHfFolder(const std::string& folder,
   loaded.dropped = hf->dropped;
   LoadOptions options;
   options.dtype = dtype;
+  options.max_positions = max_positions;
   absl::StatusOr<std::unique_ptr<Transformer>> model =
       Transformer::Load(loaded.config, hf->tensors, options, &loaded.report);
   if (!model.ok()) return DescribeHfLoadError(model.status(), loaded.config, *hf);

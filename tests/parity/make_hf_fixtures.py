@@ -27,6 +27,10 @@ SUITE is one or more of:
   qwen3    the same reference with Qwen3's q_norm / k_norm (an RMSNorm over
            each head of q and k before RoPE), a head_dim that is not
            hidden_size / heads, no biases, tied head.
+  gemma3   Gemma 3's text model written plainly (Gemma3Reference below):
+           (1 + w) RMSNorms before and after each sublayer, q/k norms,
+           tanh-GeGLU, scaled tokens, query_pre_attn_scalar, local layers
+           with a window and their own RoPE base between global ones.
 
 Each suite writes OUT_DIR/SUITE/ with cases.json (the layouts and counts),
 expected.safetensors (prompts, reference logits or hidden states, greedy
@@ -631,9 +635,166 @@ def suite_qwen3(out):
                qk_norm=True)
 
 
+# ---------------------------------------------------------------------------
+# Gemma 3 (gemma3_text), written plainly from its description (the Gemma 3
+# technical report and the model card): Gemma's RMSNorm x * (1 + w), a norm
+# before and after each sublayer, q_norm / k_norm, GeGLU with the tanh GELU,
+# tokens times sqrt(hidden), scores times query_pre_attn_scalar^-1/2, and
+# local layers (a sliding window, their own RoPE base, no scaling) between
+# global ones (every sliding_window_pattern-th layer).
+def gemma_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1 + w)
+
+
+def rope_tables(t, hd, theta, scaling):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    angles = torch.outer(torch.arange(t, dtype=torch.float64) / scaling, inv_freq)
+    emb = torch.cat([angles, angles], dim=-1)
+    return emb.cos().float(), emb.sin().float()
+
+
+class Gemma3Reference:
+    def __init__(self, gen, vocab, d, heads, kv_heads, head_dim, layers, ffn, eps, theta,
+                 local_theta, scaling, window, pattern, qpas):
+        self.__dict__.update(dict(vocab=vocab, d=d, heads=heads, kv_heads=kv_heads,
+                                  head_dim=head_dim, layers=layers, ffn=ffn, eps=eps,
+                                  theta=theta, local_theta=local_theta, scaling=scaling,
+                                  window=window, pattern=pattern, qpas=qpas))
+
+        def lin(out_f, in_f):
+            return torch.randn(out_f, in_f, generator=gen) / math.sqrt(in_f)
+
+        def norm_w(n=d):  # stored as offsets from 1
+            return 0.3 * torch.randn(n, generator=gen)
+
+        # Tied head: the embedding, read back, stays small next to the layers.
+        self.w = {"model.embed_tokens.weight": 0.05 * torch.randn(vocab, d, generator=gen),
+                  "model.norm.weight": norm_w()}
+        for i in range(layers):
+            p = "model.layers.%d." % i
+            self.w.update({
+                p + "input_layernorm.weight": norm_w(),
+                p + "post_attention_layernorm.weight": norm_w(),
+                p + "pre_feedforward_layernorm.weight": norm_w(),
+                p + "post_feedforward_layernorm.weight": norm_w(),
+                p + "self_attn.q_proj.weight": lin(heads * head_dim, d),
+                p + "self_attn.k_proj.weight": lin(kv_heads * head_dim, d),
+                p + "self_attn.v_proj.weight": lin(kv_heads * head_dim, d),
+                p + "self_attn.o_proj.weight": lin(d, heads * head_dim),
+                p + "self_attn.q_norm.weight": norm_w(head_dim),
+                p + "self_attn.k_norm.weight": norm_w(head_dim),
+                p + "mlp.gate_proj.weight": lin(ffn, d),
+                p + "mlp.up_proj.weight": lin(ffn, d),
+                p + "mlp.down_proj.weight": lin(d, ffn),
+            })
+
+    def linear(self, x, name):
+        return x @ self.w[name + ".weight"].t()
+
+    @torch.no_grad()
+    def logits(self, ids):
+        t, hd = len(ids), self.head_dim
+        x = self.w["model.embed_tokens.weight"][torch.tensor(ids)]
+        x = x * torch.tensor(self.d ** 0.5, dtype=torch.float32)
+        global_rope = rope_tables(t, hd, self.theta, self.scaling)
+        local_rope = rope_tables(t, hd, self.local_theta, 1.0)
+        i = torch.arange(t).unsqueeze(1)
+        j = torch.arange(t).unsqueeze(0)
+        causal = j <= i
+        local = causal & (j > i - self.window)
+        rep = self.heads // self.kv_heads
+        for layer in range(self.layers):
+            p = "model.layers.%d." % layer
+            sliding = (layer + 1) % self.pattern != 0
+            cos, sin = local_rope if sliding else global_rope
+            h = gemma_norm(x, self.w[p + "input_layernorm.weight"], self.eps)
+            q = self.linear(h, p + "self_attn.q_proj").view(t, self.heads, hd).transpose(0, 1)
+            k = self.linear(h, p + "self_attn.k_proj").view(t, self.kv_heads, hd).transpose(0, 1)
+            v = self.linear(h, p + "self_attn.v_proj").view(t, self.kv_heads, hd).transpose(0, 1)
+            q = gemma_norm(q, self.w[p + "self_attn.q_norm.weight"], self.eps)
+            k = gemma_norm(k, self.w[p + "self_attn.k_norm.weight"], self.eps)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            k = k.repeat_interleave(rep, dim=0)
+            v = v.repeat_interleave(rep, dim=0)
+            scores = (q @ k.transpose(-1, -2)) * self.qpas ** -0.5
+            scores = scores.masked_fill(~(local if sliding else causal), float("-inf"))
+            a = torch.softmax(scores, dim=-1) @ v
+            a = self.linear(a.transpose(0, 1).reshape(t, self.heads * hd), p + "self_attn.o_proj")
+            x = x + gemma_norm(a, self.w[p + "post_attention_layernorm.weight"], self.eps)
+            h = gemma_norm(x, self.w[p + "pre_feedforward_layernorm.weight"], self.eps)
+            gated = F.gelu(self.linear(h, p + "mlp.gate_proj"), approximate="tanh") * \
+                self.linear(h, p + "mlp.up_proj")
+            m = self.linear(gated, p + "mlp.down_proj")
+            x = x + gemma_norm(m, self.w[p + "post_feedforward_layernorm.weight"], self.eps)
+        x = gemma_norm(x, self.w["model.norm.weight"], self.eps)
+        return x @ self.w["model.embed_tokens.weight"].t()
+
+
+def suite_gemma3(out):
+    # Three layers with pattern 3: two local (window 4, RoPE base 100) and a
+    # global one (base 10000, linear scaling 2); head_dim 32 != hidden /
+    # heads, query_pre_attn_scalar 24 != head_dim. The second layout spells
+    # the same with transformers 4.53's layer_types and no "model." prefix,
+    # the third as the multimodal Gemma 3 (text_config, language_model.).
+    gen = torch.Generator().manual_seed(97)
+    ref = Gemma3Reference(gen, vocab=320, d=64, heads=4, kv_heads=2, head_dim=32, layers=3,
+                          ffn=128, eps=1e-6, theta=10000.0, local_theta=100.0, scaling=2.0,
+                          window=4, pattern=3, qpas=24.0)
+    config = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+              "vocab_size": ref.vocab, "hidden_size": ref.d, "intermediate_size": ref.ffn,
+              "num_attention_heads": ref.heads, "num_key_value_heads": ref.kv_heads,
+              "head_dim": ref.head_dim, "num_hidden_layers": ref.layers,
+              "rms_norm_eps": ref.eps, "rope_theta": ref.theta,
+              "rope_local_base_freq": ref.local_theta,
+              "rope_scaling": {"rope_type": "linear", "factor": ref.scaling},
+              "sliding_window": ref.window, "sliding_window_pattern": ref.pattern,
+              "query_pre_attn_scalar": ref.qpas, "hidden_activation": "gelu_pytorch_tanh",
+              "max_position_embeddings": 64, "attention_bias": False,
+              "final_logit_softcapping": None, "attn_logit_softcapping": None,
+              "cache_implementation": "hybrid", "pad_token_id": 0, "bos_token_id": 2,
+              "eos_token_id": [1, 106], "torch_dtype": "float32",
+              "transformers_version": "4.50.0"}
+    save_folder(os.path.join(out, "st"), "st", config, ref.w)
+    typed = dict(config, layer_types=["sliding_attention", "sliding_attention",
+                                      "full_attention"], transformers_version="4.53.0")
+    del typed["sliding_window_pattern"]
+    save_folder(os.path.join(out, "typed"), "st", typed,
+                {k[len("model."):]: v for k, v in ref.w.items()})
+    # Gemma3ForConditionalGeneration (4B and up): the same text model under
+    # text_config and language_model.model., beside an image encoder.
+    text = {k: v for k, v in config.items() if k not in ("architectures", "eos_token_id",
+                                                         "torch_dtype", "transformers_version")}
+    text["model_type"] = "gemma3_text"
+    multimodal = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                  "text_config": text, "eos_token_id": [1, 106],
+                  "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8},
+                  "mm_tokens_per_image": 4, "image_token_index": ref.vocab - 1,
+                  "torch_dtype": "float32", "transformers_version": "4.50.0"}
+    mm_state = {"language_model." + k: v for k, v in ref.w.items()}
+    other = torch.Generator().manual_seed(1)  # leaves `gen` to the prompts
+    mm_state["vision_tower.vision_model.embeddings.patch_embedding.weight"] = \
+        torch.randn(8, 3, 2, 2, generator=other)
+    mm_state["multi_modal_projector.mm_input_projection_weight"] = torch.randn(8, ref.d,
+                                                                               generator=other)
+    save_folder(os.path.join(out, "mm"), "st", multimodal, mm_state)
+    expected = {}
+    for b, prompt in enumerate(prompts(gen, ref.vocab, [9, 14])):
+        ids = prompt.tolist()
+        expected["prompt_%d" % b] = prompt.to(torch.int64)
+        expected["logits_%d" % b] = ref.logits(ids)
+        tokens = greedy(ref.logits, ids)
+        expected["greedy_%d" % b] = torch.tensor(tokens, dtype=torch.int64)
+        print("gemma3 prompt %d: greedy top-2 gap %.3g" %
+              (b, top2_gap(ref.logits, ids, tokens)))
+    write_safetensors(os.path.join(out, "expected.safetensors"), expected)
+    write_json(os.path.join(out, "cases.json"),
+               {"layouts": ["st", "typed", "mm"], "sequences": 2, "steps": STEPS})
+
+
 SUITES = {"gpt2": suite_gpt2, "bert": suite_bert, "llama": suite_llama, "llama3": suite_llama3,
           "mistral": suite_mistral, "qwen2": suite_qwen2, "qwen3": suite_qwen3,
-          "yarn": suite_yarn, "phi3": suite_phi3}
+          "yarn": suite_yarn, "phi3": suite_phi3, "gemma3": suite_gemma3}
 
 
 def main():
