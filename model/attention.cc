@@ -359,6 +359,9 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
     WriteCacheRows(cache->values(layer), index, v);
   }
   const int64_t window = options.causal ? options.window : 0;
+  // Not causal (an encoder: EmbeddingGemma's bidirectional Gemma 3): the
+  // keys within `both_ways` positions either side of the query.
+  const int64_t both_ways = options.causal ? 0 : options.window;
   // Decode tokens (one new token over cached keys) of every sequence go
   // through one paged kernel call; prompts and chunks take the general path.
   std::vector<int64_t> decode_rows, decode_lens;
@@ -397,7 +400,8 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
     at::Tensor qc = q.narrow(0, off, len);  // [n, Hq, D]
     // The kernel where it applies to this batch's rows (the cache's rows
     // below are gathered as contiguous float32, which it takes too).
-    if (probs == nullptr && PromptAttentionApplies(qc, k, v)) {
+    const bool both_ways_masks = both_ways > 0 && start + len > both_ways;
+    if (probs == nullptr && !both_ways_masks && PromptAttentionApplies(qc, k, v)) {
       // Keys [total, Hkv, D]: the cache's rows up to this chunk, or the
       // chunk's own.
       at::Tensor kc, vc;
@@ -434,6 +438,11 @@ at::Tensor BatchSelfAttention(const MultiHeadAttention& attn, const at::Tensor& 
       at::Tensor keep;  // [r1 - r0, keys]; undefined when every key is visible
       if (options.causal && (r1 - r0 > 1 || (window > 0 && keys > window))) {
         keep = CausalKeepMask(r1 - r0, start + r0, keys, window, q.device());
+      } else if (both_ways_masks) {
+        auto opts = at::TensorOptions().dtype(at::kLong).device(q.device());
+        at::Tensor qpos = at::arange(start + r0, start + r1, opts).unsqueeze(1);  // [rows, 1]
+        at::Tensor kpos = at::arange(0, keys, opts).unsqueeze(0);                 // [1, keys]
+        keep = (qpos - kpos).abs() < both_ways;
       }
       at::Tensor out = ScaledDotProductAttention(qb, kb, vb, keep, probs);
       outs.push_back(out.transpose(0, 1).reshape({r1 - r0, hq * hd}));  // [rows, Hq*D]

@@ -109,7 +109,10 @@ class RotaryEmbedding {
 
 struct BatchAttentionOptions {
   bool causal = true;
-  int64_t window = 0;                     // sliding window (causal only); 0 = none
+  // Sliding window, 0 = none. Causal: the last `window` keys up to the
+  // query's own; not causal: the keys less than `window` positions from it
+  // either way (EmbeddingGemma).
+  int64_t window = 0;
   const RotaryEmbedding* rope = nullptr;  // null: no rotary embedding
   // Applied to each head of q and of k ([N, H, D] over D) before the
   // rotary embedding (Qwen3's q_norm / k_norm); null: none.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/scalar_tensor.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -69,6 +70,17 @@ class Binding {
       }
       DIKKAT_ASSIGN_OR_RETURN(m->lm_head_b, w_.TakeOptional("lm_head.bias", {config_.vocab_size}));
     }
+    for (size_t k = 0; k < config_.embedding_dense.size(); ++k) {
+      const EmbeddingDense& spec = config_.embedding_dense[k];
+      ModelWeights::Dense dense;
+      dense.tanh = spec.tanh;
+      const std::string p = absl::StrCat("embedding_dense.", k);
+      DIKKAT_ASSIGN_OR_RETURN(dense.w, w_.TakeMatrix(p + ".weight", {spec.out, spec.in}));
+      if (spec.bias) {
+        DIKKAT_ASSIGN_OR_RETURN(dense.b, w_.Take(p + ".bias", {spec.out}));
+      }
+      m->embedding_dense.push_back(std::move(dense));
+    }
     if (config_.positions == PositionKind::kRotary) {
       m->rope = RotaryEmbedding(config_.head_size(), rope_positions_, config_.rope_theta,
                                 config_.rope_scaling, device_, config_.rope_llama3,
@@ -94,11 +106,15 @@ class Binding {
   }
 
   // Gemma's RMSNorm weights are offsets from 1 (norm_weight_offset): added
-  // here once, in the weight's own (compute) dtype, into memory the binder
-  // owns.
+  // here once, in float32, then kept in the norm's dtype (float32 on the
+  // CPU: exact; on other devices the compute dtype rounds 1 + w, where
+  // Hugging Face multiplies in float32).
   void OffsetRmsWeight(Norm* norm) const {
     if (norm->kind == NormKind::kRmsNorm && config_.norm_weight_offset != 0.0) {
-      norm->weight.add_(config_.norm_weight_offset);
+      norm->weight = norm->weight.to(at::kFloat)
+                         .add(config_.norm_weight_offset)
+                         .to(norm->weight.scalar_type())
+                         .contiguous();
     }
   }
 
@@ -203,6 +219,11 @@ class Binding {
     } else {
       DIKKAT_ASSIGN_OR_RETURN(
           e->tokens, w_.TakeMatrix(prefix + "embed_tokens.weight", {config_.vocab_size, d}));
+    }
+    const c10::ScalarType table = e->tokens.quantized() ? at::kFloat : e->tokens.w.scalar_type();
+    if (config_.embedding_scale_in_weight_dtype &&
+        (table == at::kBFloat16 || table == at::kHalf)) {
+      e->scale = at::scalar_tensor(e->scale, at::TensorOptions().dtype(table)).item<double>();
     }
     if (config_.positions == PositionKind::kLearned) {
       DIKKAT_ASSIGN_OR_RETURN(

@@ -25,6 +25,13 @@ struct ModelWeights {
   RotaryEmbedding rope;  // PositionKind::kRotary only
   // The sliding layers' own table (rope_local_theta); else undefined.
   RotaryEmbedding rope_local;
+  // config.embedding_dense, in order.
+  struct Dense {
+    LinearWeight w;
+    at::Tensor b;
+    bool tanh = false;
+  };
+  std::vector<Dense> embedding_dense;
 };
 
 // Binds `config`'s tensors from `binder` into `out`, on `device`; derived

@@ -93,7 +93,8 @@ struct Transformer::Impl {
                   "either every chunk has a block table or none has");
       TORCH_CHECK(use_cache || c.start_pos == 0, "a chunk without cache must start at position 0");
       TORCH_CHECK(c.start_pos + static_cast<int64_t>(c.tokens.size()) <= config.max_positions,
-                  "sequence longer than max_positions");
+                  "a sequence of ", c.start_pos + static_cast<int64_t>(c.tokens.size()),
+                  " positions is longer than the context served, ", config.max_positions);
       // Both would otherwise be out-of-bounds reads (MakeBatchIndex and
       // BatchCrossAttention).
       TORCH_CHECK(!use_cache || static_cast<int64_t>(c.block_table->size()) * cache->block_size() >=
@@ -143,7 +144,10 @@ struct Transformer::Impl {
     }
     BatchAttentionOptions attn_opts;
     attn_opts.causal = stack.causal;
-    attn_opts.window = config.sliding_window;
+    // An encoder-decoder's encoder sees every key (sliding_window is its
+    // decoder's); an encoder-only model's slides both ways.
+    attn_opts.window =
+        stack.causal || config.architecture == Architecture::kEncoderOnly ? config.sliding_window : 0;
     attn_opts.rope = weights.rope.defined() ? &weights.rope : nullptr;
     if (config.query_pre_attn_scalar > 0) {
       attn_opts.q_scale =
@@ -229,6 +233,19 @@ Transformer::Transformer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Transformer::~Transformer() = default;
 
 const ModelConfig& Transformer::config() const { return impl_->config; }
+
+at::Tensor Transformer::ProjectEmbedding(const at::Tensor& pooled) const {
+  if (impl_->weights.embedding_dense.empty()) return pooled;
+  const ForwardMode mode;
+  at::Tensor x = pooled.dim() == 1 ? pooled.unsqueeze(0) : pooled;
+  x = x.to(impl_->options.device, impl_->compute_dtype).contiguous();
+  for (const ModelWeights::Dense& dense : impl_->weights.embedding_dense) {
+    x = Linear(x, dense.w, dense.b);
+    if (dense.tanh) x = x.tanh();
+  }
+  x = x.to(at::kFloat);
+  return pooled.dim() == 1 ? x.squeeze(0) : x;
+}
 const LoadOptions& Transformer::options() const { return impl_->options; }
 
 absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const ModelConfig& config,

@@ -106,6 +106,11 @@ class Transformer {
   ~Transformer();
 
   const ModelConfig& config() const;
+
+  // Encode's pooled embeddings [N, d_model] (or [d_model]) through
+  // config().embedding_dense (sentence-transformers Dense modules), float32
+  // [..., embedding_dim()]; unchanged without them.
+  at::Tensor ProjectEmbedding(const at::Tensor& pooled) const;
   const LoadOptions& options() const;
 
   // The causal stack (decoder-only, or the decoder of an encoder-decoder).

@@ -520,7 +520,7 @@ int64_t EstimateEncodeResponseBytes(const EncodeRequest& request, const model::M
   const int64_t value_bytes = DTypeBytes(dtype);
   int64_t bytes = 0;
   for (const std::vector<int32_t>& ids : request.inputs) {
-    bytes += config.d_model * value_bytes;  // pooled embedding
+    bytes += config.embedding_dim() * value_bytes;  // pooled embedding
     if (request.return_hidden_states) {
       bytes += static_cast<int64_t>(ids.size()) * config.d_model * value_bytes;
     }
@@ -653,6 +653,7 @@ void FillModelInfo(const ModelDescription& description, const EngineStats& stats
   if (sampling.top_k) defaults->set_top_k(*sampling.top_k == 0 ? -1 : *sampling.top_k);
   if (sampling.repetition_penalty) defaults->set_repetition_penalty(*sampling.repetition_penalty);
   info->set_default_normalize(c.default_normalize);
+  info->set_embedding_dim(c.embedding_dim());
   info->set_default_pooling(c.default_pooling == model::Pooling::kFirst  ? v1::POOLING_FIRST
                             : c.default_pooling == model::Pooling::kLast ? v1::POOLING_LAST
                                                                          : v1::POOLING_MEAN);

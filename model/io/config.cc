@@ -166,6 +166,42 @@ absl::Status ReadRopeLlama3(const Json& j, RopeLlama3Scaling* out) {
 // "rope_yarn": {"factor", "original_max_positions", "beta_fast", "beta_slow",
 // "mscale", "mscale_all_dim", "attention_factor" (numbers), "truncate"
 // (bool)}; absent ones keep their defaults.
+// [{"in", "out", "bias" (true), "activation" ("identity" | "tanh")}, ...]
+absl::Status ReadEmbeddingDense(const Json& j, std::vector<EmbeddingDense>* out) {
+  auto it = j.find("embedding_dense");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'embedding_dense' must be a list of {\"in\": int, \"out\": int, "
+        "\"bias\": bool, \"activation\": \"identity\" | \"tanh\"}, got ",
+        it->dump().substr(0, 300)));
+  };
+  if (!it->is_array()) return bad();
+  out->clear();
+  for (const Json& layer : *it) {
+    if (!layer.is_object()) return bad();
+    EmbeddingDense d;
+    const auto in = layer.find("in"), o = layer.find("out"), bias = layer.find("bias"),
+               act = layer.find("activation");
+    if (in == layer.end() || !in->is_number_integer() || o == layer.end() ||
+        !o->is_number_integer()) {
+      return bad();
+    }
+    d.in = in->get<int64_t>();
+    d.out = o->get<int64_t>();
+    if (bias != layer.end()) {
+      if (!bias->is_boolean()) return bad();
+      d.bias = bias->get<bool>();
+    }
+    if (act != layer.end()) {
+      if (*act != "identity" && *act != "tanh") return bad();
+      d.tanh = *act == "tanh";
+    }
+    out->push_back(d);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadRopeYarn(const Json& j, RopeYarnScaling* out) {
   auto it = j.find("rope_yarn");
   if (it == j.end() || it->is_null()) return absl::OkStatus();
@@ -387,9 +423,18 @@ absl::Status Validate(const ModelConfig& c) {
           "; it must be finite and > 0 (0 = off), with rotary positions and a sliding_window"));
     }
   }
-  if (!std::isfinite(c.norm_weight_offset)) {
-    return absl::InvalidArgumentError(absl::StrCat("config field 'norm_weight_offset' is ",
-                                                   c.norm_weight_offset, "; it must be finite"));
+  if (!std::isfinite(c.norm_weight_offset) ||
+      (c.norm_weight_offset != 0.0 && c.norm != NormKind::kRmsNorm && !c.qk_norm)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'norm_weight_offset' is ", c.norm_weight_offset,
+        "; it must be finite, and 0 unless there are RMSNorms it applies to (norm rmsnorm or "
+        "qk_norm)"));
+  }
+  if (c.architecture == Architecture::kEncoderDecoder &&
+      (c.query_pre_attn_scalar != 0.0 || c.rope_local_theta != 0.0)) {
+    return absl::InvalidArgumentError(
+        "config fields 'query_pre_attn_scalar' and 'rope_local_theta' are for decoder-only and "
+        "encoder-only models (an encoder-decoder's cross-attention would not take them)");
   }
   if (c.query_pre_attn_scalar < 0 || !std::isfinite(c.query_pre_attn_scalar)) {
     return absl::InvalidArgumentError(
@@ -414,9 +459,15 @@ absl::Status Validate(const ModelConfig& c) {
   } else {
     if (absl::Status s = Positive("n_layers", c.n_layers); !s.ok()) return s;
   }
-  if (c.architecture == Architecture::kEncoderOnly && c.positions == PositionKind::kRotary) {
-    // Nothing prevents it mathematically; keep the supported matrix honest.
-    return absl::InvalidArgumentError("encoder-only models support learned, sinusoidal or no positions");
+  for (size_t k = 0; k < c.embedding_dense.size(); ++k) {
+    const EmbeddingDense& dense = c.embedding_dense[k];
+    const int64_t in = k == 0 ? c.d_model : c.embedding_dense[k - 1].out;
+    if (dense.in != in || dense.out < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field 'embedding_dense[", k, "]' maps ", dense.in, " -> ", dense.out,
+          " features; it must take ", in, " (", k == 0 ? "d_model" : "the previous layer's out",
+          ") to at least 1"));
+    }
   }
   for (auto [field, id] : {std::pair<const char*, int64_t>{"bos_token_id", c.bos_token_id},
                            {"eos_token_id", c.eos_token_id},
@@ -487,9 +538,11 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
       j.contains("embedding_scale") && j["embedding_scale"].is_string()
           ? absl::OkStatus()
           : ReadNumber(j, "embedding_scale", &c.embedding_scale),
+      ReadBool(j, "embedding_scale_in_weight_dtype", &c.embedding_scale_in_weight_dtype),
       ReadNumber(j, "type_vocab_size", &c.type_vocab_size),
       ReadBool(j, "embedding_norm", &c.embedding_norm),
       ReadEnum(j, "default_pooling", PoolingNames(), &c.default_pooling),
+      ReadEmbeddingDense(j, &c.embedding_dense),
       ReadNumber(j, "bos_token_id", &c.bos_token_id),
       ReadNumber(j, "eos_token_id", &c.eos_token_id),
       ReadNumber(j, "pad_token_id", &c.pad_token_id),
@@ -566,9 +619,18 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["tie_embeddings"] = c.tie_embeddings;
   j["share_encoder_decoder_embeddings"] = c.share_encoder_decoder_embeddings;
   j["embedding_scale"] = c.embedding_scale;
+  j["embedding_scale_in_weight_dtype"] = c.embedding_scale_in_weight_dtype;
   j["type_vocab_size"] = c.type_vocab_size;
   j["embedding_norm"] = c.embedding_norm;
   j["default_pooling"] = PoolingName(c.default_pooling);
+  if (!c.embedding_dense.empty()) {
+    Json dense = Json::array();
+    for (const EmbeddingDense& d : c.embedding_dense) {
+      dense.push_back({{"in", d.in}, {"out", d.out}, {"bias", d.bias},
+                       {"activation", d.tanh ? "tanh" : "identity"}});
+    }
+    j["embedding_dense"] = dense;
+  }
   j["bos_token_id"] = c.bos_token_id;
   j["eos_token_id"] = c.eos_token_id;
   j["pad_token_id"] = c.pad_token_id;

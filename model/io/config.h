@@ -41,6 +41,16 @@ enum class Activation {
 // How hidden states become one embedding per input (Encode).
 enum class Pooling { kMean, kFirst, kLast };
 
+// A linear layer on the pooled embedding (a sentence-transformers Dense
+// module: EmbeddingGemma's 768 -> 3072 -> 768), y = act(W x + b), weights
+// embedding_dense.{k}.weight [out, in] and .bias [out].
+struct EmbeddingDense {
+  int64_t in = 0;
+  int64_t out = 0;
+  bool bias = true;
+  bool tanh = false;  // the activation: tanh, else identity
+};
+
 // Llama 3.1's RoPE frequency scaling (Hugging Face rope_type "llama3"):
 // wavelengths under original_max_positions / high_freq_factor are kept,
 // those over original_max_positions / low_freq_factor are stretched by
@@ -108,7 +118,8 @@ struct ModelConfig {
   bool sandwich_norm = false;
   // RMSNorms scale by (norm_weight_offset + weight): Gemma stores its norm
   // weights as offsets from 1 (its RMSNorm computes x * (1 + w)). 0 for
-  // every other family. Added once at load, in float32.
+  // every other family. Added once at load (model_weights.cc). RMSNorm
+  // only: refused with LayerNorms unless qk_norm's RMSNorms take it.
   double norm_weight_offset = 0.0;
   // Attention scores scaled by 1/sqrt(query_pre_attn_scalar) instead of
   // 1/sqrt(head_dim) (Gemma's query_pre_attn_scalar); 0 = head_dim.
@@ -134,6 +145,10 @@ struct ModelConfig {
   bool tie_embeddings = true;   // lm_head shares the token embedding matrix
   bool share_encoder_decoder_embeddings = false;  // encoder-decoder: one table for both
   double embedding_scale = 1.0; // tokens scaled by this (Vaswani et al. use sqrt(d_model))
+  // The scale rounded to the token table's dtype first, as Gemma's
+  // embedding does (sqrt(3072) = 55.43 is 55.5 in bfloat16); float32 and
+  // int8 tables keep it exact.
+  bool embedding_scale_in_weight_dtype = false;
   int64_t type_vocab_size = 0;  // BERT token types (0 = none)
   bool embedding_norm = false;  // BERT: LayerNorm after summing the embeddings
   Pooling default_pooling = Pooling::kMean;
@@ -143,6 +158,9 @@ struct ModelConfig {
   // the engine serves no longer a context, as vLLM does.
   bool default_normalize = false;
   int64_t max_seq_length = 0;
+  // Linear layers Encode applies to the pooled embedding, in order, before
+  // normalizing (sentence-transformers Dense modules); empty: none.
+  std::vector<EmbeddingDense> embedding_dense;
 
   // The dtype the checkpoint was saved in (config.json's torch_dtype, or its
   // newer name dtype: "float32", "bfloat16", "float16"); empty: not said.
@@ -199,6 +217,10 @@ struct ModelConfig {
     return 0;
   }
   bool has_decoder() const { return architecture != Architecture::kEncoderOnly; }
+  // The width of Encode's pooled embeddings (after embedding_dense).
+  int64_t embedding_dim() const {
+    return embedding_dense.empty() ? d_model : embedding_dense.back().out;
+  }
   bool has_encoder() const { return architecture != Architecture::kDecoderOnly; }
 };
 

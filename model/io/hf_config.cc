@@ -155,6 +155,12 @@ absl::Status ReadRope(const HfKeys& keys, ModelConfig* c) {
   }
   if (scaling == nullptr) return absl::OkStatus();
   if (!scaling->is_object()) return keys.Error(key, *scaling, "must be an object or null");
+  for (const auto& [name, value] : scaling->items()) {
+    if (value.is_object()) {  // transformers 5's per layer type (Gemma 3): not this family's
+      return keys.Error(key, *scaling, "holds an object per layer type, which dikkat reads for "
+                                       "gemma3 only");
+    }
+  }
   HfKeys inner(*scaling, keys.model_type());
   DIKKAT_RETURN_IF_ERROR(inner.Double("rope_theta", &c->rope_theta));
   std::string type = "default";
@@ -432,6 +438,43 @@ absl::Status TranslateLlamaFamily(const HfKeys& keys, ModelConfig* c) {
   return absl::OkStatus();
 }
 
+// Gemma 3's RoPE: rope_theta / rope_scaling for the global layers and
+// rope_local_base_freq for the local ones (transformers 4.x), or
+// transformers 5's rope_parameters with one entry per layer type.
+absl::Status ReadGemma3Rope(const HfKeys& keys, ModelConfig* c) {
+  const Json* params = keys.Find("rope_parameters");
+  if (params == nullptr || !params->is_object() ||
+      (!params->contains("full_attention") && !params->contains("sliding_attention"))) {
+    DIKKAT_RETURN_IF_ERROR(ReadRope(keys, c));  // the full-attention layers' table
+    return keys.Double("rope_local_base_freq", &c->rope_local_theta);
+  }
+  for (const auto& [type, entry] : params->items()) {
+    if (type != "full_attention" && type != "sliding_attention") {
+      return keys.Error("rope_parameters", *params,
+                        "must hold full_attention and sliding_attention entries only");
+    }
+    if (!entry.is_object()) return keys.Error("rope_parameters", *params, "holds a non-object");
+  }
+  if (const auto full = params->find("full_attention"); full != params->end()) {
+    // Read as transformers 4's top-level keys.
+    Json global = {{"rope_scaling", *full}};
+    if (full->contains("rope_theta")) global["rope_theta"] = (*full)["rope_theta"];
+    DIKKAT_RETURN_IF_ERROR(ReadRope(HfKeys(global, keys.model_type()), c));
+  }
+  if (const auto local = params->find("sliding_attention"); local != params->end()) {
+    const HfKeys inner(*local, keys.model_type());
+    std::string type = "default";
+    DIKKAT_RETURN_IF_ERROR(inner.String("rope_type", &type));
+    if (type != "default") {
+      return keys.Error("rope_parameters", *params,
+                        "has a sliding_attention rope_type other than default, which dikkat "
+                        "does not apply to the local layers");
+    }
+    DIKKAT_RETURN_IF_ERROR(inner.Double("rope_theta", &c->rope_local_theta));
+  }
+  return absl::OkStatus();
+}
+
 // Gemma 3's text model (gemma3_text: Gemma 3 1B and 270M; the text half of
 // the larger ones is the same). Llama's blocks with: RMSNorm weights stored
 // as offsets from 1, a norm after each sublayer as well as before it,
@@ -455,6 +498,7 @@ absl::Status TranslateGemma3(const HfKeys& keys, ModelConfig* c) {
   c->rope_local_theta = 10000.0;
   c->sliding_window = 4096;
   c->query_pre_attn_scalar = 256;
+  c->attention_bias = false;
   c->tie_embeddings = true;
   c->pad_token_id = 0;
   c->eos_token_id = 1;
@@ -473,11 +517,10 @@ absl::Status TranslateGemma3(const HfKeys& keys, ModelConfig* c) {
   DIKKAT_RETURN_IF_ERROR(keys.Bool("tie_word_embeddings", &c->tie_embeddings));
   DIKKAT_RETURN_IF_ERROR(keys.Bool("attention_bias", &c->attention_bias));  // all four
   DIKKAT_RETURN_IF_ERROR(keys.Double("query_pre_attn_scalar", &c->query_pre_attn_scalar));
-  DIKKAT_RETURN_IF_ERROR(keys.Double("rope_local_base_freq", &c->rope_local_theta));
   DIKKAT_RETURN_IF_ERROR(keys.Int("sliding_window_pattern", &pattern));
-  DIKKAT_RETURN_IF_ERROR(ReadRope(keys, c));  // the full-attention layers' table
-  // Gemma's MLP reads hidden_activation; hidden_act is the older name.
-  DIKKAT_RETURN_IF_ERROR(keys.String("hidden_act", &activation));
+  DIKKAT_RETURN_IF_ERROR(ReadGemma3Rope(keys, c));
+  // Gemma3TextConfig reads hidden_activation only (a hidden_act beside it,
+  // as Gemma 1 configs carry, is ignored by transformers too).
   DIKKAT_RETURN_IF_ERROR(keys.String("hidden_activation", &activation));
   if (activation == "gelu_pytorch_tanh" || activation == "gelu_new") {
     c->activation = Activation::kGeGluTanh;
@@ -495,12 +538,21 @@ absl::Status TranslateGemma3(const HfKeys& keys, ModelConfig* c) {
                         "Gemma 3 does not)");
     }
   }
-  DIKKAT_RETURN_IF_ERROR(keys.RequireBool(
-      "use_bidirectional_attention", false,
-      "bidirectional attention (EmbeddingGemma) is not implemented; this would run causally"));
+  // EmbeddingGemma: every query sees keys both ways, an encoder served
+  // through Encode (no LM head).
+  bool bidirectional = false;
+  DIKKAT_RETURN_IF_ERROR(keys.Bool("use_bidirectional_attention", &bidirectional));
   // null: no window, every layer attends to every key.
   if (keys.Find("sliding_window") == nullptr && keys.Has("sliding_window")) c->sliding_window = 0;
   DIKKAT_RETURN_IF_ERROR(keys.Int("sliding_window", &c->sliding_window));
+  if (bidirectional) {
+    c->architecture = Architecture::kEncoderOnly;
+    c->tie_embeddings = false;  // no LM head is loaded for an encoder
+    // Gemma3TextConfig halves the window for a bidirectional model: a
+    // sliding layer's query sees the keys less than window / 2 + 1
+    // positions away, either way (EmbeddingGemma's 512: 256 each side).
+    if (c->sliding_window > 0) c->sliding_window = c->sliding_window / 2 + 1;
+  }
   // Which layers slide: layer_types (transformers >= 4.53), else every
   // layer but each sliding_window_pattern-th.
   c->full_attention_layers.clear();
@@ -534,8 +586,10 @@ absl::Status TranslateGemma3(const HfKeys& keys, ModelConfig* c) {
   c->pre_norm = true;
   c->final_norm = true;
   c->positions = PositionKind::kRotary;
-  // Gemma3TextScaledWordEmbedding: tokens times sqrt(hidden_size).
+  // Gemma3TextScaledWordEmbedding: tokens times sqrt(hidden_size), in the
+  // weights' dtype.
   c->embedding_scale = std::sqrt(static_cast<double>(c->d_model));
+  c->embedding_scale_in_weight_dtype = true;
   return absl::OkStatus();
 }
 
@@ -581,12 +635,18 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
     }
     const HfKeys text_keys(*text, "gemma3", "config.json text_config");
     DIKKAT_RETURN_IF_ERROR(TranslateGemma3(text_keys, &c));
-    // The top level's ids (read below) win over the text model's.
-    std::vector<int64_t> more_eos;
-    DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("bos_token_id", &c.bos_token_id));
-    DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("eos_token_id", &c.eos_token_id, &more_eos));
-    for (int64_t id : more_eos) AddEosTokenId(&c, id);
-    DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("pad_token_id", &c.pad_token_id));
+    // The text model's ids where the top level (read below) has none.
+    if (!keys.Has("bos_token_id")) {
+      DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("bos_token_id", &c.bos_token_id));
+    }
+    if (!keys.Has("eos_token_id")) {
+      std::vector<int64_t> more_eos;
+      DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("eos_token_id", &c.eos_token_id, &more_eos));
+      for (int64_t id : more_eos) AddEosTokenId(&c, id);
+    }
+    if (!keys.Has("pad_token_id")) {
+      DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("pad_token_id", &c.pad_token_id));
+    }
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json model_type '", type, "' is not supported; supported model types: ",
@@ -708,11 +768,15 @@ absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pool
 }
 
 absl::Status MergeSentenceTransformersModules(const std::string& modules_json_text,
-                                              ModelConfig* config) {
+                                              ModelConfig* config,
+                                              std::vector<std::string>* dense_paths) {
   const Json j = Json::parse(modules_json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_array()) {
     return absl::InvalidArgumentError("modules.json is not a JSON list of modules");
   }
+  // The pipeline dikkat runs: Transformer, Pooling, Dense..., Normalize.
+  enum Stage { kStart, kPooled, kNormalized } stage = kStart;
+  std::vector<std::string> paths;
   for (const Json& module : j) {
     auto type = module.is_object() ? module.find("type") : module.end();
     if (!module.is_object() || type == module.end() || !type->is_string()) {
@@ -724,17 +788,78 @@ absl::Status MergeSentenceTransformersModules(const std::string& modules_json_te
     // The last part of "sentence_transformers.models.Normalize".
     const std::string kind = name.substr(name.rfind('.') == std::string::npos ? 0
                                                                               : name.rfind('.') + 1);
-    if (kind == "Transformer" || kind == "Pooling") continue;
+    const auto out_of_order = [&] {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "modules.json lists ", name,
+          " out of the order dikkat runs (Transformer, Pooling, Dense..., Normalize): the "
+          "embeddings served would not be the model's"));
+    };
+    if (kind == "Transformer") {
+      if (stage != kStart) return out_of_order();
+      continue;
+    }
+    if (kind == "Pooling") {
+      if (stage != kStart) return out_of_order();
+      stage = kPooled;
+      continue;
+    }
+    if (kind == "Dense") {
+      if (stage != kPooled) return out_of_order();
+      auto path = module.find("path");
+      if (path == module.end() || !path->is_string() || path->get<std::string>().empty() ||
+          path->get<std::string>().find("..") != std::string::npos ||
+          path->get<std::string>().front() == '/') {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "modules.json: the Dense module needs a \"path\" inside the folder, got ",
+            module.dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200)));
+      }
+      paths.push_back(path->get<std::string>());
+      continue;
+    }
     if (kind == "Normalize") {
+      if (stage == kNormalized) return out_of_order();
+      stage = kNormalized;
       config->default_normalize = true;
       continue;
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "modules.json lists ", name,
-        ", which dikkat does not apply (it runs Transformer, Pooling and Normalize): the "
+        ", which dikkat does not apply (it runs Transformer, Pooling, Dense and Normalize): the "
         "embeddings served would not be the model's"));
   }
+  if (!paths.empty() && dense_paths == nullptr) {
+    return absl::InvalidArgumentError(
+        "modules.json lists Dense modules, which are read from a model folder only");
+  }
+  if (dense_paths != nullptr) *dense_paths = std::move(paths);
   return absl::OkStatus();
+}
+
+absl::StatusOr<EmbeddingDense> ParseSentenceTransformersDense(const std::string& json_text) {
+  const Json j = Json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("a Dense module's config.json is not a JSON object");
+  }
+  const HfKeys keys(j, "", "Dense config.json");
+  EmbeddingDense d;
+  DIKKAT_RETURN_IF_ERROR(keys.Int("in_features", &d.in));
+  DIKKAT_RETURN_IF_ERROR(keys.Int("out_features", &d.out));
+  DIKKAT_RETURN_IF_ERROR(keys.Bool("bias", &d.bias));
+  if (d.in < 1 || d.out < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a Dense module's config.json needs in_features and out_features >= 1, got ", d.in,
+        " and ", d.out));
+  }
+  std::string activation = "torch.nn.modules.activation.Tanh";  // Dense's default
+  DIKKAT_RETURN_IF_ERROR(keys.String("activation_function", &activation));
+  if (activation == "torch.nn.modules.activation.Tanh") {
+    d.tanh = true;
+  } else if (activation != "torch.nn.modules.linear.Identity") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a Dense module's activation_function is '", activation,
+        "'; dikkat applies torch.nn.modules.linear.Identity and torch.nn.modules.activation.Tanh"));
+  }
+  return d;
 }
 
 absl::Status MergeSentenceBertConfig(const std::string& json_text, ModelConfig* config) {

@@ -56,11 +56,19 @@ absl::Status MergeHfGenerationConfig(const std::string& generation_config_json_t
 absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pooling_json_text);
 
 // Reads a sentence-transformers folder's `modules.json`: Transformer and
-// Pooling modules are what dikkat runs, Normalize sets default_normalize. A
-// module dikkat does not apply (Dense, say) is INVALID_ARGUMENT naming it:
-// its embeddings would not be the model's.
+// Pooling modules are what dikkat runs, Normalize sets default_normalize,
+// Dense modules (their folders in `dense_paths`, in order) are read by
+// ParseSentenceTransformersDense. A module dikkat does not apply (another
+// kind, or one before the Pooling that should follow it) is INVALID_ARGUMENT
+// naming it: its embeddings would not be the model's.
 absl::Status MergeSentenceTransformersModules(const std::string& modules_json_text,
-                                              ModelConfig* config);
+                                              ModelConfig* config,
+                                              std::vector<std::string>* dense_paths = nullptr);
+
+// A Dense module's `config.json` (in_features, out_features, bias,
+// activation_function: torch.nn.modules.linear.Identity or
+// torch.nn.modules.activation.Tanh, the default).
+absl::StatusOr<EmbeddingDense> ParseSentenceTransformersDense(const std::string& json_text);
 
 // Reads `sentence_bert_config.json`'s max_seq_length into the config (an
 // integer >= 1; absent: unchanged). Malformed: INVALID_ARGUMENT.

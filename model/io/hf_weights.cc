@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -14,6 +15,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "model/io/model_folder.h"
 
 namespace dikkat::model {
 namespace {
@@ -303,6 +306,31 @@ absl::Status DescribeHfLoadError(const absl::Status& status, const ModelConfig& 
   return absl::Status(status.code(),
                       absl::StrCat(message, " [tensor names translated from the Hugging Face ",
                                    config.weight_layout, " layout; see docs/models.md]"));
+}
+
+absl::Status AddDenseModuleWeights(const std::string& folder, HfWeights* weights) {
+  DIKKAT_ASSIGN_OR_RETURN(const std::vector<std::string> modules, DenseModulePaths(folder));
+  for (size_t k = 0; k < modules.size(); ++k) {
+    const std::string module = (std::filesystem::path(folder) / modules[k]).string();
+    DIKKAT_ASSIGN_OR_RETURN(const std::string path, FindWeightsFile(module));
+    absl::StatusOr<TensorMap> tensors = ReadWeights(path);
+    if (!tensors.ok()) {
+      return absl::Status(tensors.status().code(),
+                          absl::StrCat(path, ": ", tensors.status().message()));
+    }
+    for (auto& [name, tensor] : *tensors) {
+      if (name != "linear.weight" && name != "linear.bias") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": tensor '", name,
+            "' is not a Dense module's (linear.weight, linear.bias); dikkat would not apply it"));
+      }
+      const std::string canonical =
+          absl::StrCat("embedding_dense.", k, name == "linear.weight" ? ".weight" : ".bias");
+      weights->source[canonical] = absl::StrCat(modules[k], "/", name);
+      weights->tensors[canonical] = std::move(tensor);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckUnusedHfTensors(const std::vector<std::string>& unused, const HfWeights& hf,

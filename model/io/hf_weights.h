@@ -15,7 +15,9 @@
 //          (views) into linear_gate (first half) and linear1 (second).
 //   gemma3 as llama, but post_attention_layernorm -> post_norm1 (on the
 //          attention's output), pre_/post_feedforward_layernorm -> norm2 /
-//          post_norm2.
+//          post_norm2; the multimodal checkpoints' language_model.model.,
+//          model.language_model. and language_model. prefixes are optional
+//          too, and their image encoder is an allowed unused tensor.
 // Tensors the layout does not know (BERT's pooler and MLM head, ...) are
 // kept under their own name, so Transformer::Load reports them as unused
 // (and CheckUnusedHfTensors says whether that is fine).
@@ -64,6 +66,13 @@ absl::Status CheckUnusedHfTensors(const std::vector<std::string>& unused, const 
 
 absl::Status DescribeHfLoadError(const absl::Status& status, const ModelConfig& config,
                                  const HfWeights& weights);
+
+// The weights of a sentence-transformers folder's Dense modules
+// (DenseModulePaths: each module folder's model.safetensors or
+// pytorch_model.bin, `linear.weight` and `linear.bias`), added to `weights`
+// as embedding_dense.{k}.weight / .bias with their source names. Any other
+// tensor in a module, or a missing file, is an error naming it.
+absl::Status AddDenseModuleWeights(const std::string& folder, HfWeights* weights);
 
 }  // namespace dikkat::model
 

@@ -52,6 +52,20 @@ absl::StatusOr<std::string> FindWeightsFile(const std::string& folder) {
       "; looked for model.safetensors, model.safetensors.index.json, pytorch_model.bin, model.pt"));
 }
 
+absl::StatusOr<std::vector<std::string>> DenseModulePaths(const std::string& folder,
+                                                          ModelConfig* config) {
+  const std::string path = (fs::path(folder) / "modules.json").string();
+  std::vector<std::string> dense;
+  if (!fs::exists(path)) return dense;
+  DIKKAT_ASSIGN_OR_RETURN(const std::string text, ReadText(path));
+  ModelConfig scratch;
+  if (absl::Status s = MergeSentenceTransformersModules(text, config ? config : &scratch, &dense);
+      !s.ok()) {
+    return WithFile(s, path);
+  }
+  return dense;
+}
+
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder) {
   if (!fs::is_directory(folder)) {
     return absl::NotFoundError(absl::StrCat("model folder ", folder, " does not exist"));
@@ -73,14 +87,26 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder) {
     if (!pooling.ok()) return WithFile(pooling.status(), pooling_path);
     config->default_pooling = *pooling;
   }
-  // Its other modules (Normalize), and the longest input it embeds.
-  for (const auto& [file, merge] :
-       {std::pair{"modules.json", &MergeSentenceTransformersModules},
-        std::pair{"sentence_bert_config.json", &MergeSentenceBertConfig}}) {
-    const std::string st_path = (fs::path(folder) / file).string();
-    if (!fs::exists(st_path)) continue;
-    DIKKAT_ASSIGN_OR_RETURN(const std::string st_text, ReadText(st_path));
-    if (absl::Status s = merge(st_text, &*config); !s.ok()) return WithFile(s, st_path);
+  // Its other modules (Dense, Normalize), and the longest input it embeds.
+  DIKKAT_ASSIGN_OR_RETURN(const std::vector<std::string> dense, DenseModulePaths(folder, &*config));
+  for (const std::string& module : dense) {
+    const std::string dense_path = (fs::path(folder) / module / "config.json").string();
+    DIKKAT_ASSIGN_OR_RETURN(const std::string dense_text, ReadText(dense_path));
+    absl::StatusOr<EmbeddingDense> layer = ParseSentenceTransformersDense(dense_text);
+    if (!layer.ok()) return WithFile(layer.status(), dense_path);
+    config->embedding_dense.push_back(*layer);
+  }
+  if (!dense.empty()) {
+    if (absl::Status s = Validate(*config); !s.ok()) {
+      return WithFile(s, (fs::path(folder) / "modules.json").string());
+    }
+  }
+  const std::string bert_path = (fs::path(folder) / "sentence_bert_config.json").string();
+  if (fs::exists(bert_path)) {
+    DIKKAT_ASSIGN_OR_RETURN(const std::string bert_text, ReadText(bert_path));
+    if (absl::Status s = MergeSentenceBertConfig(bert_text, &*config); !s.ok()) {
+      return WithFile(s, bert_path);
+    }
   }
   // generate() stops at generation_config.json's EOS ids (Llama-3 Instruct
   // lists <|eot_id|> there), which config.json may not hold.

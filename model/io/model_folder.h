@@ -6,6 +6,7 @@
 #define DIKKAT_MODEL_IO_MODEL_FOLDER_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/io/config.h"
@@ -25,6 +26,13 @@ absl::StatusOr<std::string> FindWeightsFile(const std::string& folder);
 // config.json translated by hf_config.h (with a sentence-transformers
 // `1_Pooling/config.json` setting default_pooling). Errors name the file.
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder);
+
+// The folders of a sentence-transformers folder's Dense modules, in the order
+// modules.json lists them (none without a modules.json); `config`, when
+// given, takes what modules.json says (default_normalize). Errors name the
+// file.
+absl::StatusOr<std::vector<std::string>> DenseModulePaths(const std::string& folder,
+                                                          ModelConfig* config = nullptr);
 
 }  // namespace dikkat::model
 

@@ -306,6 +306,21 @@ TEST(ModelConfigTest, GemmaFieldsRoundTripAndAreChecked) {
   bad = j;
   bad["pre_norm"] = false;
   EXPECT_THAT(ErrorOf(bad), HasSubstr("'sandwich_norm' needs pre_norm"));
+  bad = j;
+  bad["norm"] = "layernorm";  // no RMSNorm to offset
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("'norm_weight_offset'"));
+  bad["qk_norm"] = true;  // its RMSNorms take it
+  bad["embedding_dense"] = {{{"in", 64}, {"out", 8}, {"bias", false}, {"activation", "tanh"}}};
+  absl::StatusOr<ModelConfig> dense = ParseModelConfigJson(bad.dump());
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_EQ(dense->embedding_dim(), 8);
+  EXPECT_TRUE(dense->embedding_dense[0].tanh);
+  EXPECT_EQ(ModelConfigToJson(*ParseModelConfigJson(ModelConfigToJson(*dense))),
+            ModelConfigToJson(*dense));
+  bad["embedding_dense"] = {{{"in", 32}, {"out", 8}}};
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("'embedding_dense[0]'"));
+  bad["embedding_dense"] = {{{"in", 64}, {"out", 8}, {"activation", "relu"}}};
+  EXPECT_THAT(ErrorOf(bad), HasSubstr("'embedding_dense' must be a list"));
 }
 
 TEST(ModelConfigTest, MoreEosTokenIdsAreTokenIdsListedOnce) {

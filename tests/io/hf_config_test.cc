@@ -323,6 +323,7 @@ TEST(HfConfigTest, Gemma3DefaultsPatternAndRefusals) {
   EXPECT_EQ(g->bos_token_id, 2);
   EXPECT_EQ(g->eos_token_id, 1);
   EXPECT_EQ(g->pad_token_id, 0);
+  EXPECT_FALSE(g->attention_bias);
   // Gemma 3 1B's config.json.
   absl::StatusOr<ModelConfig> one_b = Translate(R"({
       "architectures": ["Gemma3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
@@ -364,8 +365,15 @@ TEST(HfConfigTest, Gemma3DefaultsPatternAndRefusals) {
                 {"final_logit_softcapping", "must be null"});
   ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "attn_logit_softcapping": 50.0})"),
                 {"attn_logit_softcapping"});
-  ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})"),
-                {"use_bidirectional_attention", "EmbeddingGemma"});
+  // EmbeddingGemma: an encoder whose sliding layers see window / 2 + 1
+  // positions either way, as Gemma3TextConfig sets it.
+  absl::StatusOr<ModelConfig> embedding = Translate(R"({"model_type": "gemma3_text",
+      "use_bidirectional_attention": true, "sliding_window": 512, "hidden_size": 768})");
+  ASSERT_TRUE(embedding.ok()) << embedding.status();
+  EXPECT_EQ(embedding->architecture, Architecture::kEncoderOnly);
+  EXPECT_EQ(embedding->sliding_window, 257);
+  EXPECT_FALSE(embedding->tie_embeddings);
+  EXPECT_EQ(embedding->cached_layers(), 0);
   ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "hidden_activation": "silu"})"),
                 {"hidden_activation", "gelu_pytorch_tanh"});
   // The multimodal Gemma 3 (4B and up): its text_config, as Gemma 3 4B's
@@ -391,6 +399,34 @@ TEST(HfConfigTest, Gemma3DefaultsPatternAndRefusals) {
   EXPECT_EQ(four_b->eos_token_id, 1);
   EXPECT_EQ(four_b->more_eos_token_ids, (std::vector<int64_t>{106}));
   EXPECT_EQ(four_b->saved_dtype, "bfloat16");
+  EXPECT_FALSE(four_b->attention_bias);
+  // transformers 5 spells the two RoPEs per layer type.
+  absl::StatusOr<ModelConfig> v5 = Translate(R"({"model_type": "gemma3_text",
+      "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}}})");
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_DOUBLE_EQ(v5->rope_scaling, 8.0);
+  EXPECT_DOUBLE_EQ(v5->rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(v5->rope_local_theta, 20000.0);
+  ExpectInvalid(Translate(R"({"model_type": "gemma3_text", "rope_parameters": {
+        "sliding_attention": {"rope_type": "linear", "factor": 2.0}}})"),
+                {"rope_parameters", "sliding_attention"});
+  ExpectInvalid(Translate(R"({"model_type": "llama", "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 8.0}}})"),
+                {"rope_parameters", "per layer type"});
+  // The top level's EOS ids replace the text model's.
+  absl::StatusOr<ModelConfig> ids = Translate(R"({"model_type": "gemma3", "eos_token_id": 106,
+      "text_config": {"eos_token_id": [1, 106], "bos_token_id": 5}})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->eos_token_id, 106);
+  EXPECT_TRUE(ids->more_eos_token_ids.empty());
+  EXPECT_EQ(ids->bos_token_id, 5);
+  // hidden_act is not Gemma 3's key (transformers ignores it too).
+  absl::StatusOr<ModelConfig> act =
+      Translate(R"({"model_type": "gemma3_text", "hidden_act": "gelu"})");
+  ASSERT_TRUE(act.ok()) << act.status();
+  EXPECT_EQ(act->activation, Activation::kGeGluTanh);
   ExpectInvalid(Translate(R"({"model_type": "gemma3"})"), {"text_config"});
   ExpectInvalid(Translate(R"({"model_type": "gemma3", "text_config": {"sliding_window": "x"}})"),
                 {"text_config", "sliding_window"});
@@ -501,13 +537,46 @@ TEST_F(HfFolderTest, SentenceTransformersFolderSetsPooling) {
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_TRUE(st->default_normalize);
   EXPECT_EQ(st->max_seq_length, 256);
+  // Dense modules (EmbeddingGemma's 32 -> 48 -> 24 here), each read from its
+  // own folder's config.json, after the pooling.
+  Write("modules.json", R"([{"type": "sentence_transformers.models.Transformer"},
+                            {"type": "sentence_transformers.models.Pooling"},
+                            {"type": "sentence_transformers.models.Dense", "path": "2_Dense"},
+                            {"type": "sentence_transformers.models.Dense", "path": "3_Dense"},
+                            {"type": "sentence_transformers.models.Normalize"}])");
+  Write("2_Dense/config.json", R"({"in_features": 32, "out_features": 48, "bias": false,
+      "activation_function": "torch.nn.modules.linear.Identity"})");
+  Write("3_Dense/config.json", R"({"in_features": 48, "out_features": 24})");
+  absl::StatusOr<ModelConfig> dense = ReadModelConfig(dir_);
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  ASSERT_EQ(dense->embedding_dense.size(), 2u);
+  EXPECT_FALSE(dense->embedding_dense[0].bias);
+  EXPECT_FALSE(dense->embedding_dense[0].tanh);
+  EXPECT_TRUE(dense->embedding_dense[1].bias);  // Dense's defaults: a bias and tanh
+  EXPECT_TRUE(dense->embedding_dense[1].tanh);
+  EXPECT_EQ(dense->embedding_dim(), 24);
+  EXPECT_TRUE(dense->default_normalize);
+  // Widths that do not chain, an activation dikkat does not apply, a module
+  // out of order or a path out of the folder are refused.
+  Write("3_Dense/config.json", R"({"in_features": 40, "out_features": 24})");
+  ExpectInvalid(ReadModelConfig(dir_), {"embedding_dense[1]", "40 -> 24", "take 48"});
+  Write("3_Dense/config.json", R"({"in_features": 48, "out_features": 24,
+      "activation_function": "torch.nn.modules.activation.ReLU"})");
+  ExpectInvalid(ReadModelConfig(dir_), {"3_Dense/config.json", "ReLU"});
+  Write("modules.json", R"([{"type": "sentence_transformers.models.Transformer"},
+                            {"type": "sentence_transformers.models.Dense", "path": "2_Dense"},
+                            {"type": "sentence_transformers.models.Pooling"}])");
+  ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "Dense", "out of the order"});
+  Write("modules.json", R"([{"type": "sentence_transformers.models.Pooling"},
+                            {"type": "sentence_transformers.models.Dense", "path": "../x"}])");
+  ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "inside the folder"});
   // A module dikkat does not apply is refused by name: the embeddings would
   // not be the model's.
   Write("modules.json", R"([{"type": "sentence_transformers.models.Transformer"},
                             {"type": "sentence_transformers.models.Pooling"},
-                            {"type": "sentence_transformers.models.Dense", "path": "2_Dense"}])");
+                            {"type": "sentence_transformers.models.WeightedLayerPooling"}])");
   ExpectInvalid(ReadModelConfig(dir_),
-                {"modules.json", "sentence_transformers.models.Dense", "does not apply"});
+                {"modules.json", "WeightedLayerPooling", "does not apply"});
   Write("modules.json", R"({"type": "x"})");
   ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "not a JSON list"});
   Write("modules.json", "[]");
@@ -700,10 +769,34 @@ TEST(HfWeightsTest, Gemma3SandwichNormNames) {
     EXPECT_EQ(w->tensors.count(name), 1u) << name;
   }
   EXPECT_EQ(w->tensors.size(), 6u);
-  // Llama's post_attention_layernorm is its pre-feed-forward norm; Gemma's is not.
+  // Llama's post_attention_layernorm is its pre-feed-forward norm: the
+  // same checkpoint read as llama gives norm2 another tensor.
   absl::StatusOr<HfWeights> llama = ConvertHfWeights(Layout("llama", false), hf);
   ASSERT_TRUE(llama.ok()) << llama.status();
-  EXPECT_EQ(llama->tensors.count("layers.0.norm2.weight"), 1u);
+  EXPECT_EQ(llama->source.at("layers.0.norm2.weight"),
+            "model.layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(w->source.at("layers.0.norm2.weight"),
+            "model.layers.0.pre_feedforward_layernorm.weight");
+  // The multimodal Gemma 3's prefixes: transformers >= 4.52 saves
+  // model.language_model.*, older ones language_model.model.* and the head
+  // as language_model.lm_head (a tied copy, dropped).
+  TensorMap multimodal = {{"model.language_model.layers.1.input_layernorm.weight", Values(1, 4)},
+                          {"language_model.model.norm.weight", Values(1, 4)},
+                          {"language_model.lm_head.weight", Values(8, 4)},
+                          {"model.vision_tower.vision_model.post_layernorm.weight", Values(1, 4)}};
+  absl::StatusOr<HfWeights> mm = ConvertHfWeights(Layout("gemma3", true), multimodal);
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  EXPECT_EQ(mm->tensors.count("layers.1.norm1.weight"), 1u);
+  EXPECT_EQ(mm->tensors.count("final_norm.weight"), 1u);
+  EXPECT_EQ(mm->dropped, std::vector<std::string>{"language_model.lm_head.weight"});
+  // The image encoder keeps its own name and is an allowed unused tensor.
+  EXPECT_EQ(mm->tensors.count("model.vision_tower.vision_model.post_layernorm.weight"), 1u);
+  EXPECT_TRUE(CheckUnusedHfTensors({"model.vision_tower.vision_model.post_layernorm.weight"}, *mm,
+                                   Layout("gemma3", true))
+                  .ok());
+  EXPECT_FALSE(CheckUnusedHfTensors({"model.vision_tower.vision_model.post_layernorm.weight"},
+                                    *mm, Layout("llama", true))
+                   .ok());
 }
 
 TEST(HfWeightsTest, LlamaNames) {

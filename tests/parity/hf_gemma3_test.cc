@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ATen/TensorOperators.h>
+
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "model/io/model_folder.h"
@@ -74,6 +76,7 @@ TEST_P(HfGemma3Test, ConfigTranslation) {
   EXPECT_EQ(config->head_size(), 32);
   EXPECT_DOUBLE_EQ(config->query_pre_attn_scalar, 24.0);
   EXPECT_DOUBLE_EQ(config->embedding_scale, 8.0);  // sqrt(64)
+  EXPECT_TRUE(config->embedding_scale_in_weight_dtype);
   EXPECT_EQ(config->sliding_window, 4);
   EXPECT_EQ(config->full_attention_layers, (std::vector<int64_t>{2}));
   EXPECT_TRUE(config->layer_slides(0));
@@ -130,6 +133,50 @@ TEST_P(HfGemma3Test, ServedContextBoundsTheRotaryTables) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, HfGemma3Test, ::testing::Values("st", "typed", "mm"));
+
+// EmbeddingGemma's shape (make_hf_fixtures.py suite embeddinggemma): the
+// gemma3 reference attending both ways (use_bidirectional_attention; the
+// local layers see keys less than window / 2 + 1 = 4 positions away either
+// way), in a sentence-transformers folder: mean pooling, a Dense without
+// bias or activation (model.safetensors), a Dense with bias and tanh
+// (pytorch_model.bin), Normalize. Hidden states and the embeddings Encode
+// serves, both within 1e-4 of the reference's largest value.
+TEST(HfEmbeddingGemmaTest, HiddenStatesAndEmbeddingsMatchReference) {
+  absl::StatusOr<std::unique_ptr<parity::HfSuite>> suite = parity::MakeHfSuite("embeddinggemma");
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  const std::string folder = (*suite)->Folder("st");
+  absl::StatusOr<parity::HfModel> m = parity::LoadHfFolder(folder);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& config = m->model->config();
+  EXPECT_EQ(config.architecture, Architecture::kEncoderOnly);
+  EXPECT_EQ(config.sliding_window, 4);  // 6 / 2 + 1
+  EXPECT_EQ(config.default_pooling, Pooling::kMean);
+  EXPECT_TRUE(config.default_normalize);
+  EXPECT_EQ(config.embedding_dim(), 48);
+  EXPECT_EQ(config.max_seq_length, 64);
+  EXPECT_TRUE(m->report.unused_tensors.empty())
+      << "unused: " << absl::StrJoin(m->report.unused_tensors, ", ");
+  double hidden_err = 0, embedding_err = 0;
+  for (int b = 0; b < (*suite)->sequences(); ++b) {
+    const std::vector<int32_t> ids = parity::Ids((*suite)->Expected("prompt", b));
+    std::vector<SequenceChunk> chunks(1);
+    chunks[0].tokens = ids;
+    ForwardOptions options;
+    options.hidden_layer = ForwardOptions::kFinalHidden;
+    const at::Tensor hidden = m->model->Encode(chunks, options).hidden[0].to(at::kFloat);
+    hidden_err = std::max(hidden_err, parity::MaxRelDiff(hidden, (*suite)->Expected("hidden", b)));
+    // As the server's Encode: mean, the Dense modules, L2 normalization.
+    at::Tensor e = m->model->ProjectEmbedding(hidden.mean(0));
+    e = e / e.norm();
+    embedding_err =
+        std::max(embedding_err, parity::MaxRelDiff(e, (*suite)->Expected("embedding", b)));
+  }
+  parity::ReportError("embeddinggemma hidden states", hidden_err);
+  parity::ReportError("embeddinggemma embeddings", embedding_err);
+  EXPECT_LT(hidden_err, kLogitTolerance);
+  EXPECT_LT(embedding_err, kLogitTolerance);
+  parity::RemoveFixtures((*suite)->dir);
+}
 
 }  // namespace
 }  // namespace dikkat::model

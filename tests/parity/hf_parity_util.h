@@ -89,6 +89,7 @@ inline absl::StatusOr<HfModel> LoadHfFolder(const std::string& folder,
   if (!weights.ok()) return weights.status();
   absl::StatusOr<HfWeights> hf = ConvertHfWeights(loaded.config, *weights);
   if (!hf.ok()) return hf.status();
+  if (absl::Status s = AddDenseModuleWeights(folder, &*hf); !s.ok()) return s;  // as the loader
   loaded.dropped = hf->dropped;
   LoadOptions options;
   options.dtype = dtype;

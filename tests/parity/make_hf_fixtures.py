@@ -31,6 +31,9 @@ SUITE is one or more of:
            (1 + w) RMSNorms before and after each sublayer, q/k norms,
            tanh-GeGLU, scaled tokens, query_pre_attn_scalar, local layers
            with a window and their own RoPE base between global ones.
+  embeddinggemma  the gemma3 reference attending both ways, in a
+           sentence-transformers folder (mean pooling, two Dense modules,
+           Normalize): hidden states and embeddings.
 
 Each suite writes OUT_DIR/SUITE/ with cases.json (the layouts and counts),
 expected.safetensors (prompts, reference logits or hidden states, greedy
@@ -655,11 +658,12 @@ def rope_tables(t, hd, theta, scaling):
 
 class Gemma3Reference:
     def __init__(self, gen, vocab, d, heads, kv_heads, head_dim, layers, ffn, eps, theta,
-                 local_theta, scaling, window, pattern, qpas):
+                 local_theta, scaling, window, pattern, qpas, bidirectional=False):
         self.__dict__.update(dict(vocab=vocab, d=d, heads=heads, kv_heads=kv_heads,
                                   head_dim=head_dim, layers=layers, ffn=ffn, eps=eps,
                                   theta=theta, local_theta=local_theta, scaling=scaling,
-                                  window=window, pattern=pattern, qpas=qpas))
+                                  window=window, pattern=pattern, qpas=qpas,
+                                  bidirectional=bidirectional))
 
         def lin(out_f, in_f):
             return torch.randn(out_f, in_f, generator=gen) / math.sqrt(in_f)
@@ -693,6 +697,11 @@ class Gemma3Reference:
 
     @torch.no_grad()
     def logits(self, ids):
+        return self.hidden(ids) @ self.w["model.embed_tokens.weight"].t()
+
+    @torch.no_grad()
+    def hidden(self, ids):
+        """The final norm's output [T, d]."""
         t, hd = len(ids), self.head_dim
         x = self.w["model.embed_tokens.weight"][torch.tensor(ids)]
         x = x * torch.tensor(self.d ** 0.5, dtype=torch.float32)
@@ -702,6 +711,12 @@ class Gemma3Reference:
         j = torch.arange(t).unsqueeze(0)
         causal = j <= i
         local = causal & (j > i - self.window)
+        if self.bidirectional:
+            # EmbeddingGemma (Gemma3TextConfig with use_bidirectional_attention):
+            # every key for the global layers; for the local ones the keys
+            # less than window // 2 + 1 positions away, either way.
+            causal = torch.ones(t, t, dtype=torch.bool)
+            local = (i - j).abs() < self.window // 2 + 1
         rep = self.heads // self.kv_heads
         for layer in range(self.layers):
             p = "model.layers.%d." % layer
@@ -727,8 +742,7 @@ class Gemma3Reference:
                 self.linear(h, p + "mlp.up_proj")
             m = self.linear(gated, p + "mlp.down_proj")
             x = x + gemma_norm(m, self.w[p + "post_feedforward_layernorm.weight"], self.eps)
-        x = gemma_norm(x, self.w["model.norm.weight"], self.eps)
-        return x @ self.w["model.embed_tokens.weight"].t()
+        return gemma_norm(x, self.w["model.norm.weight"], self.eps)
 
 
 def suite_gemma3(out):
@@ -763,8 +777,12 @@ def suite_gemma3(out):
                 {k[len("model."):]: v for k, v in ref.w.items()})
     # Gemma3ForConditionalGeneration (4B and up): the same text model under
     # text_config and language_model.model., beside an image encoder.
-    text = {k: v for k, v in config.items() if k not in ("architectures", "eos_token_id",
-                                                         "torch_dtype", "transformers_version")}
+    # Its text_config lists what differs from Gemma3TextConfig's defaults
+    # only, as the Hub's 4B does (no attention_bias, hidden_activation, ...).
+    text = {k: v for k, v in config.items() if k not in (
+        "architectures", "eos_token_id", "bos_token_id", "pad_token_id", "torch_dtype",
+        "transformers_version", "attention_bias", "hidden_activation", "cache_implementation",
+        "final_logit_softcapping", "attn_logit_softcapping")}
     text["model_type"] = "gemma3_text"
     multimodal = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
                   "text_config": text, "eos_token_id": [1, 106],
@@ -792,9 +810,80 @@ def suite_gemma3(out):
                {"layouts": ["st", "typed", "mm"], "sequences": 2, "steps": STEPS})
 
 
+def suite_embeddinggemma(out):
+    # EmbeddingGemma's shape at a small scale: the gemma3 reference run both
+    # ways (window 6: the local layers see 3 keys each side), saved as
+    # sentence-transformers saves it (Gemma3TextModel's names, no "model."),
+    # with mean pooling, a Dense without bias or activation, a Dense with
+    # bias and tanh (the module's defaults), and Normalize.
+    gen = torch.Generator().manual_seed(93)
+    ref = Gemma3Reference(gen, vocab=300, d=64, heads=4, kv_heads=1, head_dim=32, layers=3,
+                          ffn=128, eps=1e-6, theta=10000.0, local_theta=100.0, scaling=1.0,
+                          window=6, pattern=3, qpas=32.0, bidirectional=True)
+    dense = [(torch.randn(96, 64, generator=gen) / 8.0, None),
+             (torch.randn(48, 96, generator=gen) / math.sqrt(96), 0.1 * torch.randn(48, generator=gen))]
+    config = {"architectures": ["Gemma3TextModel"], "model_type": "gemma3_text",
+              "vocab_size": ref.vocab, "hidden_size": ref.d, "intermediate_size": ref.ffn,
+              "num_attention_heads": ref.heads, "num_key_value_heads": ref.kv_heads,
+              "head_dim": ref.head_dim, "num_hidden_layers": ref.layers,
+              "rms_norm_eps": ref.eps, "rope_theta": ref.theta,
+              "rope_local_base_freq": ref.local_theta, "rope_scaling": None,
+              "sliding_window": ref.window, "query_pre_attn_scalar": ref.qpas,
+              "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+              "use_bidirectional_attention": True, "hidden_activation": "gelu_pytorch_tanh",
+              "max_position_embeddings": 64, "attention_bias": False,
+              "final_logit_softcapping": None, "attn_logit_softcapping": None,
+              "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1,
+              "torch_dtype": "float32", "transformers_version": "4.56.0"}
+    folder = os.path.join(out, "st")
+    save_folder(folder, "st", config, {k[len("model."):]: v for k, v in ref.w.items()})
+    write_json(os.path.join(folder, "modules.json"), [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+        {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"},
+        {"idx": 4, "name": "4", "path": "4_Normalize",
+         "type": "sentence_transformers.models.Normalize"}])
+    os.makedirs(os.path.join(folder, "1_Pooling"))
+    write_json(os.path.join(folder, "1_Pooling", "config.json"),
+               {"word_embedding_dimension": ref.d, "pooling_mode_cls_token": False,
+                "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+                "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_lasttoken": False,
+                "include_prompt": True})
+    for k, (w, b) in enumerate(dense):
+        module = os.path.join(folder, "%d_Dense" % (k + 2))
+        os.makedirs(module)
+        dense_config = {"in_features": w.shape[1], "out_features": w.shape[0],
+                        "bias": b is not None}
+        if b is None:
+            dense_config["activation_function"] = "torch.nn.modules.linear.Identity"
+        write_json(os.path.join(module, "config.json"), dense_config)
+        state = {"linear.weight": w}
+        if b is not None:
+            state["linear.bias"] = b
+        # the first as safetensors, the second as an older pytorch_model.bin
+        save_folder(module, "st" if k == 0 else "bin", dense_config, state)
+    write_json(os.path.join(folder, "sentence_bert_config.json"), {"max_seq_length": 64})
+    expected = {}
+    for b, prompt in enumerate(prompts(gen, ref.vocab, [9, 14])):
+        ids = prompt.tolist()
+        hidden = ref.hidden(ids)
+        e = hidden.mean(0)
+        for w, bias in dense:
+            e = e @ w.t()
+            if bias is not None:
+                e = torch.tanh(e + bias)
+        expected["prompt_%d" % b] = prompt.to(torch.int64)
+        expected["hidden_%d" % b] = hidden
+        expected["embedding_%d" % b] = e / e.norm()
+    write_safetensors(os.path.join(out, "expected.safetensors"), expected)
+    write_json(os.path.join(out, "cases.json"), {"layouts": ["st"], "sequences": 2, "steps": 0})
+
+
 SUITES = {"gpt2": suite_gpt2, "bert": suite_bert, "llama": suite_llama, "llama3": suite_llama3,
           "mistral": suite_mistral, "qwen2": suite_qwen2, "qwen3": suite_qwen3,
-          "yarn": suite_yarn, "phi3": suite_phi3, "gemma3": suite_gemma3}
+          "yarn": suite_yarn, "phi3": suite_phi3, "gemma3": suite_gemma3,
+          "embeddinggemma": suite_embeddinggemma}
 
 
 def main():
