@@ -298,6 +298,77 @@ TEST_F(HfServingTest, SentenceTransformersFolderNormalizesAndBoundsInputs) {
   EXPECT_EQ(info->models(0).max_context(), 8);
 }
 
+// sentence-transformers Dense modules (EmbeddingGemma's kind of folder) on
+// the BERT fixture: the pooled embedding goes through them, in order, before
+// Normalize; ModelInfo says the embeddings' width. The expected values are
+// computed here from the plain model's raw embedding, in double precision.
+TEST_F(HfServingTest, SentenceTransformersDenseModulesProjectTheEmbedding) {
+  namespace fs = std::filesystem;
+  const std::string st = scratch_->File("bert-dense");
+  fs::copy(fixtures_->at("bert").dir, st, fs::copy_options::recursive);
+  std::ofstream(st + "/modules.json") << R"([
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+    {"idx": 3, "name": "3", "path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}
+  ])";
+  constexpr int kIn = 32, kOut = 16;
+  std::vector<float> w(kOut * kIn), b(kOut);
+  for (int i = 0; i < kOut * kIn; ++i) w[i] = static_cast<float>(std::sin(0.37 * i + 1.0) * 0.3);
+  for (int i = 0; i < kOut; ++i) b[i] = static_cast<float>(0.05 * (i % 5) - 0.1);
+  fs::create_directories(st + "/2_Dense");
+  std::ofstream(st + "/2_Dense/config.json")
+      << R"({"in_features": 32, "out_features": 16, "bias": true,
+             "activation_function": "torch.nn.modules.activation.Tanh"})";
+  {  // safetensors by hand: 8-byte header length, JSON header, raw float32 data
+    std::string header = R"({"linear.weight":{"dtype":"F32","shape":[16,32],"data_offsets":[0,2048]},)"
+                         R"("linear.bias":{"dtype":"F32","shape":[16],"data_offsets":[2048,2112]}})";
+    header.append((8 - header.size() % 8) % 8, ' ');
+    std::ofstream out(st + "/2_Dense/model.safetensors", std::ios::binary);
+    const uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    out << header;
+    out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * 4));
+    out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size() * 4));
+  }
+  auto server = InProcessServer::Start({{"dense", st}});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::Client> c = (*server)->NewClient();
+  ASSERT_NE(c, nullptr);
+  const auto embed = [](client::Client& client, const std::string& model) {
+    v1::EncodeRequest req;
+    req.set_model(model);
+    req.add_inputs()->set_text("the cat sat");
+    absl::StatusOr<v1::EncodeResponse> resp = client.Encode(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    if (!resp.ok() || resp->results_size() != 1) return std::vector<float>();
+    absl::StatusOr<client::DecodedTensor> t = client::DecodeTensor(resp->results(0).embedding());
+    return t.ok() ? t->values : std::vector<float>();
+  };
+  const std::vector<float> raw = embed(*client_, "bert");  // mean pooled, not normalized
+  const std::vector<float> got = embed(*c, "dense");
+  ASSERT_EQ(raw.size(), static_cast<size_t>(kIn));
+  ASSERT_EQ(got.size(), static_cast<size_t>(kOut));
+  std::vector<double> want(kOut);
+  double norm = 0;
+  for (int o = 0; o < kOut; ++o) {
+    double sum = b[o];
+    for (int i = 0; i < kIn; ++i) sum += static_cast<double>(w[o * kIn + i]) * raw[i];
+    want[o] = std::tanh(sum);
+    norm += want[o] * want[o];
+  }
+  for (int o = 0; o < kOut; ++o) EXPECT_NEAR(got[o], want[o] / std::sqrt(norm), 1e-5) << o;
+  absl::StatusOr<v1::GetModelInfoResponse> info = c->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->models(0).d_model(), kIn);
+  EXPECT_EQ(info->models(0).embedding_dim(), kOut);
+  // A Dense module whose weights are not there is a load error naming them.
+  fs::remove(st + "/2_Dense/model.safetensors");
+  auto broken = InProcessServer::Start({{"dense", st}});
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(std::string(broken.status().message()), HasSubstr("2_Dense"));
+}
+
 // --dtype auto loads the dtype the checkpoint was saved in (torch_dtype),
 // float32 when the folder says none; ModelInfo shows what was loaded.
 TEST_F(HfServingTest, DtypeAutoLoadsTheSavedDtype) {
