@@ -120,7 +120,7 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const Loa
     absl::StatusOr<HfWeights> hf = ConvertHfWeights(loaded.config, *weights);
     if (!hf.ok()) return WithFile(hf.status(), loaded.weights_path);
     weights->clear();  // the renamed map holds the only references now
-    DIKKAT_RETURN_IF_ERROR(AddDenseModuleWeights(folder, &*hf));
+    DIKKAT_RETURN_IF_ERROR(AddDenseModuleWeights(folder, loaded.config, &*hf));
     absl::StatusOr<std::unique_ptr<Transformer>> transformer =
         Transformer::Load(loaded.config, hf->tensors, options, &loaded.report);
     if (!transformer.ok()) {

@@ -70,7 +70,9 @@ size_t Encode(const model::Transformer& transformer, const EncodeRequest& req, s
         pooled = hf.select(0, hf.size(0) - 1);
         break;
     }
-    pooled = transformer.ProjectEmbedding(pooled);  // sentence-transformers Dense modules
+    // sentence-transformers Dense modules: trained on the final layer's
+    // pooled output, and applied to that only.
+    if (req.hidden_layer < 0) pooled = transformer.ProjectEmbedding(pooled);
     if (req.normalize) pooled = pooled / pooled.norm().clamp_min(1e-12);
     result->embeddings.push_back(ToDense(pooled));
     if (req.return_hidden_states) result->hidden_states.push_back(ToDense(hf));

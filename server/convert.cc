@@ -520,7 +520,8 @@ int64_t EstimateEncodeResponseBytes(const EncodeRequest& request, const model::M
   const int64_t value_bytes = DTypeBytes(dtype);
   int64_t bytes = 0;
   for (const std::vector<int32_t>& ids : request.inputs) {
-    bytes += config.embedding_dim() * value_bytes;  // pooled embedding
+    // pooled embedding (the Dense modules' width for the final layer)
+    bytes += (request.hidden_layer < 0 ? config.embedding_dim() : config.d_model) * value_bytes;
     if (request.return_hidden_states) {
       bytes += static_cast<int64_t>(ids.size()) * config.d_model * value_bytes;
     }

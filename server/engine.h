@@ -183,7 +183,7 @@ struct EncodeRequest {
 };
 
 struct EncodeResult {
-  std::vector<DenseTensor> embeddings;     // per input: [d_model]
+  std::vector<DenseTensor> embeddings;     // per input: [embedding_dim] ([d_model] for a hidden_layer)
   std::vector<DenseTensor> hidden_states;  // per input: [tokens, d_model] (when asked)
   int32_t prompt_tokens = 0;
 };

@@ -59,6 +59,9 @@ class InfoCommand : public Command {
         row("layers", absl::StrCat(m.n_layers()));
       }
       row("d_model", absl::StrCat(m.d_model()));
+      if (m.embedding_dim() != 0 && m.embedding_dim() != m.d_model()) {
+        row("embedding dim", absl::StrCat(m.embedding_dim(), " (sentence-transformers Dense)"));
+      }
       row("heads", absl::StrFormat("%d (kv %d, head dim %d)", m.n_heads(), m.n_kv_heads(),
                                    m.head_dim()));
       row("ffn dim", absl::StrCat(m.ffn_dim()));

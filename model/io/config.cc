@@ -163,10 +163,8 @@ absl::Status ReadRopeLlama3(const Json& j, RopeLlama3Scaling* out) {
                             {"original_max_positions", &out->original_max_positions}});
 }
 
-// "rope_yarn": {"factor", "original_max_positions", "beta_fast", "beta_slow",
-// "mscale", "mscale_all_dim", "attention_factor" (numbers), "truncate"
-// (bool)}; absent ones keep their defaults.
-// [{"in", "out", "bias" (true), "activation" ("identity" | "tanh")}, ...]
+// "embedding_dense": [{"in", "out", "bias" (true), "activation" ("identity"
+// | "tanh")}, ...].
 absl::Status ReadEmbeddingDense(const Json& j, std::vector<EmbeddingDense>* out) {
   auto it = j.find("embedding_dense");
   if (it == j.end() || it->is_null()) return absl::OkStatus();
@@ -202,6 +200,9 @@ absl::Status ReadEmbeddingDense(const Json& j, std::vector<EmbeddingDense>* out)
   return absl::OkStatus();
 }
 
+// "rope_yarn": {"factor", "original_max_positions", "beta_fast", "beta_slow",
+// "mscale", "mscale_all_dim", "attention_factor" (numbers), "truncate"
+// (bool)}; absent ones keep their defaults.
 absl::Status ReadRopeYarn(const Json& j, RopeYarnScaling* out) {
   auto it = j.find("rope_yarn");
   if (it == j.end() || it->is_null()) return absl::OkStatus();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -636,15 +637,15 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
     const HfKeys text_keys(*text, "gemma3", "config.json text_config");
     DIKKAT_RETURN_IF_ERROR(TranslateGemma3(text_keys, &c));
     // The text model's ids where the top level (read below) has none.
-    if (!keys.Has("bos_token_id")) {
+    if (keys.Find("bos_token_id") == nullptr) {
       DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("bos_token_id", &c.bos_token_id));
     }
-    if (!keys.Has("eos_token_id")) {
+    if (keys.Find("eos_token_id") == nullptr) {
       std::vector<int64_t> more_eos;
       DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("eos_token_id", &c.eos_token_id, &more_eos));
       for (int64_t id : more_eos) AddEosTokenId(&c, id);
     }
-    if (!keys.Has("pad_token_id")) {
+    if (keys.Find("pad_token_id") == nullptr) {
       DIKKAT_RETURN_IF_ERROR(text_keys.TokenId("pad_token_id", &c.pad_token_id));
     }
   } else {
@@ -806,11 +807,19 @@ absl::Status MergeSentenceTransformersModules(const std::string& modules_json_te
     if (kind == "Dense") {
       if (stage != kPooled) return out_of_order();
       auto path = module.find("path");
-      if (path == module.end() || !path->is_string() || path->get<std::string>().empty() ||
-          path->get<std::string>().find("..") != std::string::npos ||
-          path->get<std::string>().front() == '/') {
+      // A relative path of plain names, each module once. (Not a canonical
+      // "stays inside" check: Hugging Face cache snapshots are symlinks.)
+      bool inside = path != module.end() && path->is_string() &&
+                    !path->get<std::string>().empty();
+      if (inside) {
+        const std::filesystem::path p(path->get<std::string>());
+        inside = p.is_relative() && !p.has_root_name() && !p.has_root_directory();
+        for (const std::filesystem::path& part : p) inside = inside && part != "..";
+        inside = inside && std::find(paths.begin(), paths.end(), p.string()) == paths.end();
+      }
+      if (!inside) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "modules.json: the Dense module needs a \"path\" inside the folder, got ",
+            "modules.json: a Dense module needs a \"path\" of its own inside the folder, got ",
             module.dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200)));
       }
       paths.push_back(path->get<std::string>());
@@ -852,6 +861,24 @@ absl::StatusOr<EmbeddingDense> ParseSentenceTransformersDense(const std::string&
   }
   std::string activation = "torch.nn.modules.activation.Tanh";  // Dense's default
   DIKKAT_RETURN_IF_ERROR(keys.String("activation_function", &activation));
+  // Newer sentence-transformers options, applied only at their defaults: a
+  // Dense on another feature than the pooled embedding, or one adding its
+  // input back, would be served as something else.
+  for (const char* key : {"module_input_name", "module_output_name"}) {
+    std::string name = "sentence_embedding";
+    DIKKAT_RETURN_IF_ERROR(keys.String(key, &name));
+    if (name != "sentence_embedding") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a Dense module's ", key, " is '", name,
+          "'; dikkat applies Dense modules to the pooled sentence_embedding only"));
+    }
+  }
+  bool residual = false;
+  DIKKAT_RETURN_IF_ERROR(keys.Bool("use_residual", &residual));
+  if (residual) {
+    return absl::InvalidArgumentError(
+        "a Dense module's use_residual is true; dikkat applies Dense modules without a residual");
+  }
   if (activation == "torch.nn.modules.activation.Tanh") {
     d.tanh = true;
   } else if (activation != "torch.nn.modules.linear.Identity") {

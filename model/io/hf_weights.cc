@@ -308,8 +308,14 @@ absl::Status DescribeHfLoadError(const absl::Status& status, const ModelConfig& 
                                    config.weight_layout, " layout; see docs/models.md]"));
 }
 
-absl::Status AddDenseModuleWeights(const std::string& folder, HfWeights* weights) {
+absl::Status AddDenseModuleWeights(const std::string& folder, const ModelConfig& config,
+                                   HfWeights* weights) {
   DIKKAT_ASSIGN_OR_RETURN(const std::vector<std::string> modules, DenseModulePaths(folder));
+  if (modules.size() != config.embedding_dense.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        folder, ": modules.json lists ", modules.size(), " Dense modules, the config ",
+        config.embedding_dense.size()));
+  }
   for (size_t k = 0; k < modules.size(); ++k) {
     const std::string module = (std::filesystem::path(folder) / modules[k]).string();
     DIKKAT_ASSIGN_OR_RETURN(const std::string path, FindWeightsFile(module));
@@ -328,6 +334,13 @@ absl::Status AddDenseModuleWeights(const std::string& folder, HfWeights* weights
           absl::StrCat("embedding_dense.", k, name == "linear.weight" ? ".weight" : ".bias");
       weights->source[canonical] = absl::StrCat(modules[k], "/", name);
       weights->tensors[canonical] = std::move(tensor);
+    }
+    const bool bias = config.embedding_dense[k].bias;
+    if (tensors->count("linear.weight") == 0 || (tensors->count("linear.bias") != 0) != bias) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": a Dense module ", bias ? "with" : "without",
+          " a bias (its config.json) needs linear.weight", bias ? " and linear.bias" : " only",
+          "; the file holds ", tensors->size(), " tensor(s)"));
     }
   }
   return absl::OkStatus();

@@ -71,8 +71,10 @@ absl::Status DescribeHfLoadError(const absl::Status& status, const ModelConfig& 
 // (DenseModulePaths: each module folder's model.safetensors or
 // pytorch_model.bin, `linear.weight` and `linear.bias`), added to `weights`
 // as embedding_dense.{k}.weight / .bias with their source names. Any other
-// tensor in a module, or a missing file, is an error naming it.
-absl::Status AddDenseModuleWeights(const std::string& folder, HfWeights* weights);
+// tensor in a module, a missing one (the bias per config.embedding_dense)
+// or a missing file is an error naming the module's file.
+absl::Status AddDenseModuleWeights(const std::string& folder, const ModelConfig& config,
+                                   HfWeights* weights);
 
 }  // namespace dikkat::model
 

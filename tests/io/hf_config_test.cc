@@ -568,8 +568,27 @@ TEST_F(HfFolderTest, SentenceTransformersFolderSetsPooling) {
                             {"type": "sentence_transformers.models.Pooling"}])");
   ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "Dense", "out of the order"});
   Write("modules.json", R"([{"type": "sentence_transformers.models.Pooling"},
-                            {"type": "sentence_transformers.models.Dense", "path": "../x"}])");
+                            {"type": "sentence_transformers.models.Dense", "path": "a/../../x"}])");
   ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "inside the folder"});
+  Write("modules.json", R"([{"type": "sentence_transformers.models.Pooling"},
+                            {"type": "sentence_transformers.models.Dense", "path": "/etc"}])");
+  ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "inside the folder"});
+  Write("modules.json", R"([{"type": "sentence_transformers.models.Pooling"},
+                            {"type": "sentence_transformers.models.Dense", "path": "2_Dense"},
+                            {"type": "sentence_transformers.models.Dense", "path": "2_Dense"}])");
+  ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "of its own"});
+  // Newer sentence-transformers options apply only at their defaults.
+  Write("modules.json", R"([{"type": "sentence_transformers.models.Pooling"},
+                            {"type": "sentence_transformers.models.Dense", "path": "2_Dense"}])");
+  Write("2_Dense/config.json", R"({"in_features": 32, "out_features": 32, "use_residual": true})");
+  ExpectInvalid(ReadModelConfig(dir_), {"2_Dense/config.json", "use_residual"});
+  Write("2_Dense/config.json", R"({"in_features": 32, "out_features": 32,
+      "module_input_name": "token_embeddings"})");
+  ExpectInvalid(ReadModelConfig(dir_), {"module_input_name", "token_embeddings"});
+  Write("2_Dense/config.json", R"({"in_features": 32, "out_features": 32,
+      "module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding",
+      "use_residual": false})");
+  EXPECT_TRUE(ReadModelConfig(dir_).ok());
   // A module dikkat does not apply is refused by name: the embeddings would
   // not be the model's.
   Write("modules.json", R"([{"type": "sentence_transformers.models.Transformer"},

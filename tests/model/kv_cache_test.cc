@@ -416,6 +416,31 @@ TEST(KvCacheDecodeTest, BFloat16LoadIsCloseToFloat32) {
 // closer to float32 than with bfloat16 weights: bfloat16 has an 8-bit
 // mantissa (~0.4% per rounding), float16 11 bits. Measured: bf16 0.07-0.15%,
 // fp16 0.01-0.02% of the largest logit; held to 1% and 0.2%.
+// Gemma's token scale is taken in the weights' dtype, as Hugging Face's
+// embedding multiplies by embed_scale.to(weight.dtype): sqrt(3) = 1.7320508
+// is 1.734375 in bfloat16; float32 weights keep it exact.
+TEST(KvCacheDecodeTest, EmbeddingScaleInTheWeightsDtype) {
+  ModelConfig c = LlamaConfig(0);
+  c.embedding_scale = std::sqrt(3.0);
+  const auto embeddings = [&](bool rounded, c10::ScalarType dtype) {
+    c.embedding_scale_in_weight_dtype = rounded;
+    std::unique_ptr<Transformer> model = LoadRandom(c, 7, dtype);
+    std::vector<SequenceChunk> chunks(1);
+    const std::vector<int32_t> ids = {3, 9};
+    chunks[0].tokens = ids;
+    ForwardOptions options;
+    options.last_logits = false;
+    options.hidden_layer = 0;  // the scaled token embeddings
+    return model->Decode(chunks, nullptr, options).hidden[0].to(at::kFloat);
+  };
+  const at::Tensor exact = embeddings(false, at::kBFloat16);
+  const at::Tensor rounded = embeddings(true, at::kBFloat16);
+  const at::Tensor ratio = rounded / exact;
+  EXPECT_NEAR(ratio.min().item<double>(), 1.734375 / std::sqrt(3.0), 1e-6);
+  EXPECT_NEAR(ratio.max().item<double>(), 1.734375 / std::sqrt(3.0), 1e-6);
+  EXPECT_TRUE(at::equal(embeddings(true, at::kFloat), embeddings(false, at::kFloat)));
+}
+
 TEST(KvCacheDecodeTest, SixteenBitCacheForFloat32WeightsIsCloseToFloat32) {
   for (const Variant& v : Variants()) {
     SCOPED_TRACE(v.name);

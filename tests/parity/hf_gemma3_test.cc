@@ -138,8 +138,8 @@ INSTANTIATE_TEST_SUITE_P(Folders, HfGemma3Test, ::testing::Values("st", "typed",
 // gemma3 reference attending both ways (use_bidirectional_attention; the
 // local layers see keys less than window / 2 + 1 = 4 positions away either
 // way), in a sentence-transformers folder: mean pooling, a Dense without
-// bias or activation (model.safetensors), a Dense with bias and tanh
-// (pytorch_model.bin), Normalize. Hidden states and the embeddings Encode
+// bias and with the default tanh (model.safetensors), a Dense with bias and
+// Identity (pytorch_model.bin), Normalize. Hidden states and the embeddings Encode
 // serves, both within 1e-4 of the reference's largest value.
 TEST(HfEmbeddingGemmaTest, HiddenStatesAndEmbeddingsMatchReference) {
   absl::StatusOr<std::unique_ptr<parity::HfSuite>> suite = parity::MakeHfSuite("embeddinggemma");

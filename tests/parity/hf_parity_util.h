@@ -89,7 +89,8 @@ inline absl::StatusOr<HfModel> LoadHfFolder(const std::string& folder,
   if (!weights.ok()) return weights.status();
   absl::StatusOr<HfWeights> hf = ConvertHfWeights(loaded.config, *weights);
   if (!hf.ok()) return hf.status();
-  if (absl::Status s = AddDenseModuleWeights(folder, &*hf); !s.ok()) return s;  // as the loader
+  // As the loader.
+  if (absl::Status s = AddDenseModuleWeights(folder, loaded.config, &*hf); !s.ok()) return s;
   loaded.dropped = hf->dropped;
   LoadOptions options;
   options.dtype = dtype;

@@ -814,14 +814,15 @@ def suite_embeddinggemma(out):
     # EmbeddingGemma's shape at a small scale: the gemma3 reference run both
     # ways (window 6: the local layers see 3 keys each side), saved as
     # sentence-transformers saves it (Gemma3TextModel's names, no "model."),
-    # with mean pooling, a Dense without bias or activation, a Dense with
-    # bias and tanh (the module's defaults), and Normalize.
+    # with mean pooling, a Dense without bias and with the module's default
+    # activation (tanh), a Dense with bias and Identity, and Normalize.
     gen = torch.Generator().manual_seed(93)
     ref = Gemma3Reference(gen, vocab=300, d=64, heads=4, kv_heads=1, head_dim=32, layers=3,
                           ffn=128, eps=1e-6, theta=10000.0, local_theta=100.0, scaling=1.0,
                           window=6, pattern=3, qpas=32.0, bidirectional=True)
-    dense = [(torch.randn(96, 64, generator=gen) / 8.0, None),
-             (torch.randn(48, 96, generator=gen) / math.sqrt(96), 0.1 * torch.randn(48, generator=gen))]
+    dense = [(torch.randn(96, 64, generator=gen) / 8.0, None, True),
+             (torch.randn(48, 96, generator=gen) / math.sqrt(96),
+              0.1 * torch.randn(48, generator=gen), False)]
     config = {"architectures": ["Gemma3TextModel"], "model_type": "gemma3_text",
               "vocab_size": ref.vocab, "hidden_size": ref.d, "intermediate_size": ref.ffn,
               "num_attention_heads": ref.heads, "num_key_value_heads": ref.kv_heads,
@@ -850,12 +851,12 @@ def suite_embeddinggemma(out):
                 "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
                 "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_lasttoken": False,
                 "include_prompt": True})
-    for k, (w, b) in enumerate(dense):
+    for k, (w, b, tanh) in enumerate(dense):
         module = os.path.join(folder, "%d_Dense" % (k + 2))
         os.makedirs(module)
         dense_config = {"in_features": w.shape[1], "out_features": w.shape[0],
                         "bias": b is not None}
-        if b is None:
+        if not tanh:  # absent: Dense's default, Tanh
             dense_config["activation_function"] = "torch.nn.modules.linear.Identity"
         write_json(os.path.join(module, "config.json"), dense_config)
         state = {"linear.weight": w}
@@ -869,10 +870,12 @@ def suite_embeddinggemma(out):
         ids = prompt.tolist()
         hidden = ref.hidden(ids)
         e = hidden.mean(0)
-        for w, bias in dense:
+        for w, bias, tanh in dense:
             e = e @ w.t()
             if bias is not None:
-                e = torch.tanh(e + bias)
+                e = e + bias
+            if tanh:
+                e = torch.tanh(e)
         expected["prompt_%d" % b] = prompt.to(torch.int64)
         expected["hidden_%d" % b] = hidden
         expected["embedding_%d" % b] = e / e.norm()
