@@ -7,6 +7,7 @@
 #define DIKKAT_COMMON_SHA256_FILE_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -15,6 +16,10 @@ namespace dikkat {
 // Lower-case hex SHA-256 of the file at `path`. NOT_FOUND (or the errno's
 // code) naming the path if it cannot be opened or read.
 absl::StatusOr<std::string> Sha256File(const std::string& path);
+
+// The SHA-256 of the files' bytes one after another (as of `cat` of them):
+// one fingerprint of a checkpoint in several files.
+absl::StatusOr<std::string> Sha256Files(const std::vector<std::string>& paths);
 
 }  // namespace dikkat
 

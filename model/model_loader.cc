@@ -1,21 +1,44 @@
 #include "model/model_loader.h"
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <ATen/Context.h>
 #include <c10/core/Device.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/sha256_file.h"
 #include "common/status_macros.h"
 #include "model/io/hf_weights.h"
 #include "model/io/model_folder.h"
+#include "model/io/safetensors.h"
 #include "model/io/weights.h"
 #include "model/text/tokenizer_loader.h"
 
 namespace dikkat::model {
 namespace {
+
+// The files a checkpoint's fingerprint covers: the weights file, or a
+// sharded checkpoint's index followed by every shard it names (in name
+// order): a changed shard changes the fingerprint.
+absl::StatusOr<std::vector<std::string>> FingerprintedFiles(const std::string& weights_path) {
+  if (!absl::EndsWith(weights_path, ".index.json")) return std::vector<std::string>{weights_path};
+  std::ifstream in(weights_path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", weights_path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  DIKKAT_ASSIGN_OR_RETURN(const auto shards, ParseSafetensorsIndex(text.str(), weights_path));
+  std::vector<std::string> files = {weights_path};
+  const std::filesystem::path dir = std::filesystem::path(weights_path).parent_path();
+  for (const auto& [shard, names] : shards) files.push_back((dir / shard).string());
+  return files;
+}
 
 absl::Status WithFile(const absl::Status& s, const std::string& path) {
   if (s.ok()) return s;
@@ -133,7 +156,9 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const Loa
     }
     loaded.transformer = std::move(*transformer);
   }
-  DIKKAT_ASSIGN_OR_RETURN(loaded.weights_sha256, Sha256File(loaded.weights_path));
+  DIKKAT_ASSIGN_OR_RETURN(const std::vector<std::string> fingerprinted,
+                          FingerprintedFiles(loaded.weights_path));
+  DIKKAT_ASSIGN_OR_RETURN(loaded.weights_sha256, Sha256Files(fingerprinted));
   return loaded;
 }
 

@@ -28,7 +28,9 @@ struct LoadedModel {
   LoadReport report;
   std::string config_path;
   std::string weights_path;    // the file (or index) the weights came from
-  std::string weights_sha256;  // of that file
+  // SHA-256 of that file; of a sharded checkpoint's index followed by every
+  // shard it names, in name order (as of `cat index shard1 shard2 ...`).
+  std::string weights_sha256;
 };
 
 absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const LoadOptions& options);

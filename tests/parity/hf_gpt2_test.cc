@@ -5,6 +5,8 @@
 // config.json translation + ConvertHfWeights; fixtures: make_hf_fixtures.py
 // gpt2. Tolerance (fp32): 1e-4 of the largest logit (parity::MaxRelDiff); 32 greedy tokens identical.
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "common/sha256_file.h"
 #include "model/io/model_folder.h"
 #include "model/model_loader.h"
 #include "tests/parity/hf_parity_util.h"
@@ -105,6 +108,37 @@ TEST_F(HfGpt2FolderTest, LoadModelFolderServesTheWholeFolder) {
   const double err = parity::MaxPromptLogitError(*suite_, *loaded->transformer);
   parity::ReportError("gpt2 LoadModelFolder prompt logits", err);
   EXPECT_LT(err, kLogitTolerance);
+}
+
+// A sharded checkpoint's fingerprint covers its shards, not the index alone:
+// the SHA-256 of the index followed by each shard in name order.
+TEST_F(HfGpt2FolderTest, ShardedFingerprintCoversEveryShard) {
+  namespace fs = std::filesystem;
+  const std::string folder = suite_->dir + "/sharded-served";
+  fs::copy(suite_->Folder("sharded"), folder, fs::copy_options::recursive);
+  for (const char* file : {"vocab.json", "merges.txt"}) {
+    fs::copy_file(suite_->Folder("st") + "/" + file, folder + "/" + file);
+  }
+  absl::StatusOr<LoadedModel> loaded = LoadModelFolder(folder, LoadOptions());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::string index = folder + "/model.safetensors.index.json";
+  EXPECT_EQ(loaded->weights_path, index);
+  absl::StatusOr<std::string> cat =
+      Sha256Files({index, folder + "/model-00001-of-00002.safetensors",
+                   folder + "/model-00002-of-00002.safetensors"});
+  ASSERT_TRUE(cat.ok()) << cat.status();
+  EXPECT_EQ(loaded->weights_sha256, *cat);
+  EXPECT_NE(loaded->weights_sha256, *Sha256File(index));
+  // One byte of the second shard's data changed: another fingerprint.
+  {
+    std::fstream shard(folder + "/model-00002-of-00002.safetensors",
+                       std::ios::in | std::ios::out | std::ios::binary);
+    shard.seekp(-1, std::ios::end);
+    shard.put('\x7f');
+  }
+  absl::StatusOr<LoadedModel> changed = LoadModelFolder(folder, LoadOptions());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_NE(changed->weights_sha256, loaded->weights_sha256);
 }
 
 TEST_F(HfGpt2FolderTest, FolderWithoutTokenizerIsAClearError) {
