@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
@@ -403,11 +404,44 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
     }
     truncate_to = request.truncate() == -1 ? config.max_positions : request.truncate();
   }
+  // The named prompt put before each text input (sentence-transformers'
+  // prompt_name; the model's default when the request names none).
+  const std::string prompt_name =
+      request.has_prompt_name() ? request.prompt_name() : config.default_prompt_name;
+  const std::string* prompt = nullptr;
+  if (!prompt_name.empty()) {
+    auto it = config.prompts.find(prompt_name);
+    if (it == config.prompts.end()) {
+      std::vector<std::string> names;
+      for (const auto& [name, text] : config.prompts) names.push_back(name);
+      return Invalid(absl::StrCat(
+          "prompt_name '", absl::CHexEscape(prompt_name.substr(0, 100)), "' is not one of model '",
+          config.name, "''s prompts (",
+          names.empty() ? "it has none" : absl::StrJoin(names, ", "), ")"));
+    }
+    if (!config.pooling_includes_prompt) {
+      return Invalid(absl::StrCat(
+          "model '", config.name,
+          "' pools without its prompt's tokens (include_prompt false), which dikkat does not do: "
+          "send the text without a prompt (prompt_name \"\")"));
+    }
+    prompt = &it->second;
+  }
   bool any_type_ids = false;
   std::vector<std::vector<int32_t>> type_ids(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
+    const v1::Input* input = &request.inputs(i);
+    v1::Input prompted;
+    if (prompt != nullptr && input->has_text()) {
+      prompted = *input;
+      prompted.set_text(absl::StrCat(*prompt, input->text()));
+      input = &prompted;
+    } else if (prompt != nullptr && request.has_prompt_name()) {
+      return Invalid(absl::StrCat("prompt_name '", prompt_name, "' applies to text; inputs[", i,
+                                  "] is token ids (put the prompt's ids before them)"));
+    }
     absl::StatusOr<std::vector<int32_t>> converted =
-        InputToIds(request.inputs(i), absl::StrCat("inputs[", i, "]"), true, limits, &type_ids[i],
+        InputToIds(*input, absl::StrCat("inputs[", i, "]"), true, limits, &type_ids[i],
                    truncate_to);
     if (!converted.ok()) {
       // Token ids past the model's positions: the option that cuts them.
@@ -655,6 +689,8 @@ void FillModelInfo(const ModelDescription& description, const EngineStats& stats
   if (sampling.repetition_penalty) defaults->set_repetition_penalty(*sampling.repetition_penalty);
   info->set_default_normalize(c.default_normalize);
   info->set_embedding_dim(c.embedding_dim());
+  for (const auto& [name, text] : c.prompts) (*info->mutable_prompts())[name] = text;
+  info->set_default_prompt_name(c.default_prompt_name);
   info->set_default_pooling(c.default_pooling == model::Pooling::kFirst  ? v1::POOLING_FIRST
                             : c.default_pooling == model::Pooling::kLast ? v1::POOLING_LAST
                                                                          : v1::POOLING_MEAN);

@@ -36,6 +36,12 @@ class EncodeCommand : public Command {
     f->Int("truncate", &truncate_,
            "an input longer than the model accepts: 0 = an error, -1 = cut to the model's "
            "limit, N = cut to N tokens (its first ones, special tokens kept)");
+    f->String("prompt-name", &prompt_name_,
+              "one of the model's named prompts (dikkat info: e.g. EmbeddingGemma's query) put "
+              "before each TEXT; empty = the model's default prompt, if any",
+              "NAME");
+    f->Bool("default-prompt", &default_prompt_,
+            "without --prompt-name, the model's default prompt (--no-default-prompt: none)");
     f->Bool("hidden-states", &hidden_states_, "also return per-token hidden states");
     f->OptionalInt("hidden-layer", &hidden_layer_,
                    "layer of the hidden states: 0 = embeddings, 1..L = after layer i, -1 = final");
@@ -73,6 +79,11 @@ class EncodeCommand : public Command {
     request.set_output_dtype(*dtype);
     if (normalize_.has_value()) request.set_normalize(*normalize_);
     request.set_truncate(truncate_);
+    if (!prompt_name_.empty()) {
+      request.set_prompt_name(prompt_name_);
+    } else if (!default_prompt_) {
+      request.set_prompt_name("");
+    }
     request.set_return_hidden_states(hidden_states_);
     if (hidden_layer_) request.set_hidden_layer(*hidden_layer_);
 
@@ -137,6 +148,8 @@ class EncodeCommand : public Command {
   std::string pooling_;
   std::optional<bool> normalize_;
   int truncate_ = 0;
+  std::string prompt_name_;
+  bool default_prompt_ = true;
   bool hidden_states_ = false;
   std::optional<int> hidden_layer_;
   std::string dtype_ = "float32";

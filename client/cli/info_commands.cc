@@ -1,7 +1,10 @@
 // Small commands: `info`, `tokenize`, `detokenize`, `health`.
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -61,6 +64,15 @@ class InfoCommand : public Command {
       row("d_model", absl::StrCat(m.d_model()));
       if (m.embedding_dim() != 0 && m.embedding_dim() != m.d_model()) {
         row("embedding dim", absl::StrCat(m.embedding_dim(), " (sentence-transformers Dense)"));
+      }
+      if (!m.prompts().empty()) {
+        std::vector<std::string> names;
+        for (const auto& [name, text] : m.prompts()) names.push_back(name);
+        std::sort(names.begin(), names.end());
+        row("prompts", absl::StrCat(absl::StrJoin(names, ", "),
+                                    m.default_prompt_name().empty()
+                                        ? ""
+                                        : " (default " + m.default_prompt_name() + ")"));
       }
       row("heads", absl::StrFormat("%d (kv %d, head dim %d)", m.n_heads(), m.n_kv_heads(),
                                    m.head_dim()));

@@ -163,6 +163,22 @@ absl::Status ReadRopeLlama3(const Json& j, RopeLlama3Scaling* out) {
                             {"original_max_positions", &out->original_max_positions}});
 }
 
+// "prompts": {"name": "text", ...}.
+absl::Status ReadPrompts(const Json& j, std::map<std::string, std::string>* out) {
+  auto it = j.find("prompts");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  const bool ok = it->is_object() && std::all_of(it->begin(), it->end(), [](const Json& v) {
+                    return v.is_string();
+                  });
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'prompts' must map prompt names to strings, got ", it->dump().substr(0, 300)));
+  }
+  out->clear();
+  for (const auto& [name, text] : it->items()) (*out)[name] = text.get<std::string>();
+  return absl::OkStatus();
+}
+
 // "embedding_dense": [{"in", "out", "bias" (true), "activation" ("identity"
 // | "tanh")}, ...].
 absl::Status ReadEmbeddingDense(const Json& j, std::vector<EmbeddingDense>* out) {
@@ -460,6 +476,11 @@ absl::Status Validate(const ModelConfig& c) {
   } else {
     if (absl::Status s = Positive("n_layers", c.n_layers); !s.ok()) return s;
   }
+  if (!c.default_prompt_name.empty() && c.prompts.count(c.default_prompt_name) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'default_prompt_name' is '", c.default_prompt_name,
+        "', which is not one of 'prompts'"));
+  }
   for (size_t k = 0; k < c.embedding_dense.size(); ++k) {
     const EmbeddingDense& dense = c.embedding_dense[k];
     const int64_t in = k == 0 ? c.d_model : c.embedding_dense[k - 1].out;
@@ -544,6 +565,9 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json_text) {
       ReadBool(j, "embedding_norm", &c.embedding_norm),
       ReadEnum(j, "default_pooling", PoolingNames(), &c.default_pooling),
       ReadEmbeddingDense(j, &c.embedding_dense),
+      ReadPrompts(j, &c.prompts),
+      ReadString(j, "default_prompt_name", &c.default_prompt_name),
+      ReadBool(j, "pooling_includes_prompt", &c.pooling_includes_prompt),
       ReadNumber(j, "bos_token_id", &c.bos_token_id),
       ReadNumber(j, "eos_token_id", &c.eos_token_id),
       ReadNumber(j, "pad_token_id", &c.pad_token_id),
@@ -624,6 +648,9 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["type_vocab_size"] = c.type_vocab_size;
   j["embedding_norm"] = c.embedding_norm;
   j["default_pooling"] = PoolingName(c.default_pooling);
+  if (!c.prompts.empty()) j["prompts"] = c.prompts;
+  if (!c.default_prompt_name.empty()) j["default_prompt_name"] = c.default_prompt_name;
+  j["pooling_includes_prompt"] = c.pooling_includes_prompt;
   if (!c.embedding_dense.empty()) {
     Json dense = Json::array();
     for (const EmbeddingDense& d : c.embedding_dense) {

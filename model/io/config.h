@@ -6,6 +6,7 @@
 #define DIKKAT_MODEL_IO_CONFIG_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -161,6 +162,15 @@ struct ModelConfig {
   // Linear layers Encode applies to the pooled embedding, in order, before
   // normalizing (sentence-transformers Dense modules); empty: none.
   std::vector<EmbeddingDense> embedding_dense;
+  // sentence-transformers' named prompts (config_sentence_transformers.json:
+  // EmbeddingGemma's "query": "task: search result | query: "), put before a
+  // text input's text when an Encode request names one, or by default
+  // default_prompt_name (empty: none). pooling_includes_prompt false (a
+  // Pooling module with include_prompt false) leaves the prompt's tokens
+  // out of the pooling, which dikkat does not do: prompts are refused then.
+  std::map<std::string, std::string> prompts;
+  std::string default_prompt_name;
+  bool pooling_includes_prompt = true;
 
   // The dtype the checkpoint was saved in (config.json's torch_dtype, or its
   // newer name dtype: "float32", "bfloat16", "float16"); empty: not said.

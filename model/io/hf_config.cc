@@ -740,10 +740,16 @@ absl::Status MergeHfGenerationConfig(const std::string& generation_config_json_t
   return absl::OkStatus();
 }
 
-absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pooling_json_text) {
+absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pooling_json_text,
+                                                         bool* include_prompt) {
   const Json j = Json::parse(pooling_json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("1_Pooling/config.json is not a JSON object");
+  }
+  if (include_prompt != nullptr) {
+    *include_prompt = true;
+    DIKKAT_RETURN_IF_ERROR(
+        HfKeys(j, "", "1_Pooling/config.json").Bool("include_prompt", include_prompt));
   }
   const std::pair<const char*, Pooling> supported[] = {
       {"pooling_mode_cls_token", Pooling::kFirst},
@@ -841,6 +847,31 @@ absl::Status MergeSentenceTransformersModules(const std::string& modules_json_te
         "modules.json lists Dense modules, which are read from a model folder only");
   }
   if (dense_paths != nullptr) *dense_paths = std::move(paths);
+  return absl::OkStatus();
+}
+
+absl::Status MergeSentenceTransformersPrompts(const std::string& json_text, ModelConfig* config) {
+  const Json j = Json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("config_sentence_transformers.json is not a JSON object");
+  }
+  const HfKeys keys(j, "", "config_sentence_transformers.json");
+  if (const Json* prompts = keys.Find("prompts"); prompts != nullptr) {
+    if (!prompts->is_object()) return keys.Error("prompts", *prompts, "must be an object");
+    for (const auto& [name, text] : prompts->items()) {
+      if (!text.is_string()) {
+        return keys.Error("prompts", *prompts, "must map each prompt name to a string");
+      }
+      config->prompts[name] = text.get<std::string>();
+    }
+  }
+  DIKKAT_RETURN_IF_ERROR(keys.String("default_prompt_name", &config->default_prompt_name));
+  if (!config->default_prompt_name.empty() &&
+      config->prompts.count(config->default_prompt_name) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config_sentence_transformers.json key 'default_prompt_name' is '",
+        config->default_prompt_name, "', which 'prompts' does not define"));
+  }
   return absl::OkStatus();
 }
 

@@ -53,7 +53,14 @@ absl::Status MergeHfGenerationConfig(const std::string& generation_config_json_t
 // pooling_mode_cls_token -> kFirst, pooling_mode_mean_tokens -> kMean,
 // pooling_mode_lasttoken -> kLast). Other modes (max, weighted mean) or more
 // than one mode at once are INVALID_ARGUMENT.
-absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pooling_json_text);
+// `include_prompt`, when given, receives the file's include_prompt (default
+// true): whether the pooling covers the prompt's tokens.
+absl::StatusOr<Pooling> ParseSentenceTransformersPooling(const std::string& pooling_json_text,
+                                                         bool* include_prompt = nullptr);
+
+// Reads `config_sentence_transformers.json`'s named prompts and
+// default_prompt_name into the config. Malformed: INVALID_ARGUMENT.
+absl::Status MergeSentenceTransformersPrompts(const std::string& json_text, ModelConfig* config);
 
 // Reads a sentence-transformers folder's `modules.json`: Transformer and
 // Pooling modules are what dikkat runs, Normalize sets default_normalize,

@@ -83,7 +83,8 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder) {
   const std::string pooling_path = (fs::path(folder) / "1_Pooling" / "config.json").string();
   if (fs::exists(pooling_path)) {
     DIKKAT_ASSIGN_OR_RETURN(const std::string pooling_text, ReadText(pooling_path));
-    absl::StatusOr<Pooling> pooling = ParseSentenceTransformersPooling(pooling_text);
+    absl::StatusOr<Pooling> pooling =
+        ParseSentenceTransformersPooling(pooling_text, &config->pooling_includes_prompt);
     if (!pooling.ok()) return WithFile(pooling.status(), pooling_path);
     config->default_pooling = *pooling;
   }
@@ -99,6 +100,15 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& folder) {
   if (!dense.empty()) {
     if (absl::Status s = Validate(*config); !s.ok()) {
       return WithFile(s, (fs::path(folder) / "modules.json").string());
+    }
+  }
+  // Its named prompts (EmbeddingGemma's query / document prompts).
+  const std::string prompts_path =
+      (fs::path(folder) / "config_sentence_transformers.json").string();
+  if (fs::exists(prompts_path)) {
+    DIKKAT_ASSIGN_OR_RETURN(const std::string prompts_text, ReadText(prompts_path));
+    if (absl::Status s = MergeSentenceTransformersPrompts(prompts_text, &*config); !s.ok()) {
+      return WithFile(s, prompts_path);
     }
   }
   const std::string bert_path = (fs::path(folder) / "sentence_bert_config.json").string();

@@ -362,6 +362,39 @@ TEST_F(HfServingTest, SentenceTransformersDenseModulesProjectTheEmbedding) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->models(0).d_model(), kIn);
   EXPECT_EQ(info->models(0).embedding_dim(), kOut);
+  // Named prompts (config_sentence_transformers.json): prompt_name puts one
+  // before the text, as the caller writing it there would.
+  std::ofstream(st + "/config_sentence_transformers.json")
+      << R"({"prompts": {"query": "query: ", "document": "title: none | text: "},
+             "default_prompt_name": null})";
+  auto prompted = InProcessServer::Start({{"dense", st}});
+  ASSERT_TRUE(prompted.ok()) << prompted.status();
+  std::unique_ptr<client::Client> pc = (*prompted)->NewClient();
+  ASSERT_NE(pc, nullptr);
+  v1::EncodeRequest named;
+  named.set_model("dense");
+  named.add_inputs()->set_text("the cat sat");
+  named.set_prompt_name("query");
+  v1::EncodeRequest written = named;
+  written.clear_prompt_name();
+  written.mutable_inputs(0)->set_text("query: the cat sat");
+  absl::StatusOr<v1::EncodeResponse> by_name = pc->Encode(named);
+  absl::StatusOr<v1::EncodeResponse> by_hand = pc->Encode(written);
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  ASSERT_TRUE(by_hand.ok()) << by_hand.status();
+  const auto ids = [](const v1::EncodeResponse& r) {
+    return std::vector<int32_t>(r.results(0).token_ids().begin(), r.results(0).token_ids().end());
+  };
+  EXPECT_EQ(ids(*by_name), ids(*by_hand));
+  EXPECT_GT(ids(*by_name).size(), 5u);
+  EXPECT_EQ(client::DecodeTensor(by_name->results(0).embedding())->values,
+            client::DecodeTensor(by_hand->results(0).embedding())->values);
+  named.set_prompt_name("passage");
+  EXPECT_EQ(pc->Encode(named).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<v1::GetModelInfoResponse> prompted_info = pc->GetModelInfo();
+  ASSERT_TRUE(prompted_info.ok()) << prompted_info.status();
+  EXPECT_EQ(prompted_info->models(0).prompts().at("query"), "query: ");
+  EXPECT_EQ(prompted_info->models(0).prompts_size(), 2);
   // A Dense module whose weights are not there is a load error naming them.
   fs::remove(st + "/2_Dense/model.safetensors");
   auto broken = InProcessServer::Start({{"dense", st}});

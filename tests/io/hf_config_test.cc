@@ -596,6 +596,29 @@ TEST_F(HfFolderTest, SentenceTransformersFolderSetsPooling) {
                             {"type": "sentence_transformers.models.WeightedLayerPooling"}])");
   ExpectInvalid(ReadModelConfig(dir_),
                 {"modules.json", "WeightedLayerPooling", "does not apply"});
+  // Named prompts (EmbeddingGemma's config_sentence_transformers.json, in
+  // part) and a pooling that leaves them out.
+  Write("modules.json", "[]");
+  Write("config_sentence_transformers.json", R"({"prompts": {"query": "task: search result | query: ",
+      "document": "title: none | text: "}, "default_prompt_name": null, "similarity_fn_name": "cosine"})");
+  absl::StatusOr<ModelConfig> prompted = ReadModelConfig(dir_);
+  ASSERT_TRUE(prompted.ok()) << prompted.status();
+  EXPECT_EQ(prompted->prompts.at("query"), "task: search result | query: ");
+  EXPECT_EQ(prompted->prompts.size(), 2u);
+  EXPECT_TRUE(prompted->default_prompt_name.empty());
+  EXPECT_TRUE(prompted->pooling_includes_prompt);
+  Write("1_Pooling/config.json", R"({"pooling_mode_mean_tokens": true, "include_prompt": false})");
+  absl::StatusOr<ModelConfig> excluded = ReadModelConfig(dir_);
+  ASSERT_TRUE(excluded.ok()) << excluded.status();
+  EXPECT_FALSE(excluded->pooling_includes_prompt);
+  Write("config_sentence_transformers.json", R"({"prompts": {"query": "q: "},
+      "default_prompt_name": "passage"})");
+  ExpectInvalid(ReadModelConfig(dir_),
+                {"config_sentence_transformers.json", "default_prompt_name", "passage"});
+  Write("config_sentence_transformers.json", R"({"prompts": {"query": 3}})");
+  ExpectInvalid(ReadModelConfig(dir_), {"config_sentence_transformers.json", "prompts"});
+  std::filesystem::remove(dir_ + "/config_sentence_transformers.json");
+  Write("1_Pooling/config.json", R"({"pooling_mode_cls_token": true})");
   Write("modules.json", R"({"type": "x"})");
   ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "not a JSON list"});
   Write("modules.json", "[]");

@@ -469,6 +469,53 @@ TEST_F(ConvertTest, EncodeConvertsInputsAndDefaults) {
   EXPECT_EQ(out->hidden_layer, -1);
 }
 
+// Named prompts (a sentence-transformers folder's; EmbeddingGemma's query
+// prompt): put before each text input, the model's default when the request
+// names none, none for "".
+TEST_F(ConvertTest, EncodePutsTheNamedPromptBeforeText) {
+  config_.prompts = {{"query", "q: "}, {"document", "d: "}};
+  v1::EncodeRequest r;
+  *r.add_inputs() = Text("ab");
+  auto out = Checked(ToEncodeRequest(r, limits_));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[0], ElementsAre(257, 'a', 'b'));  // no default: no prompt
+  r.set_prompt_name("query");
+  out = Checked(ToEncodeRequest(r, limits_));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[0], ElementsAre(257, 'q', ':', ' ', 'a', 'b'));
+  config_.default_prompt_name = "document";
+  r.clear_prompt_name();
+  out = Checked(ToEncodeRequest(r, limits_));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[0], ElementsAre(257, 'd', ':', ' ', 'a', 'b'));
+  r.set_prompt_name("");  // none, over the default
+  out = Checked(ToEncodeRequest(r, limits_));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[0], ElementsAre(257, 'a', 'b'));
+  // Truncation keeps the prompt: it comes first.
+  r.set_prompt_name("query");
+  r.set_truncate(4);
+  out = Checked(ToEncodeRequest(r, limits_));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[0], ElementsAre(257, 'q', ':', ' '));
+  r.clear_truncate();
+  // The default prompt leaves token-id inputs as they are; a named one is
+  // for text only.
+  *r.add_inputs() = Ids({7});
+  r.clear_prompt_name();
+  out = Checked(ToEncodeRequest(r, limits_));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(out->inputs[1], ElementsAre(7));
+  r.set_prompt_name("query");
+  ExpectInvalid(ToEncodeRequest(r, limits_), {"prompt_name 'query' applies to text", "inputs[1]"});
+  r.mutable_inputs()->RemoveLast();
+  r.set_prompt_name("passage");
+  ExpectInvalid(ToEncodeRequest(r, limits_), {"prompt_name 'passage'", "document, query"});
+  r.set_prompt_name("query");
+  config_.pooling_includes_prompt = false;
+  ExpectInvalid(ToEncodeRequest(r, limits_), {"include_prompt false"});
+}
+
 TEST_F(ConvertTest, EncodeRejectsInvalidRequests) {
   v1::EncodeRequest empty;
   ExpectInvalid(Checked(ToEncodeRequest(empty, limits_)), {"inputs is empty"});
