@@ -290,6 +290,11 @@ def main():
         "rope_scaling": {"type": "linear", "factor": 2.0}, "tie_word_embeddings": False}))
     out("config", "st_pooling", json.dumps({"word_embedding_dimension": 32,
                                             "pooling_mode_mean_tokens": True}))
+    out("config", "hf_gemma3", json.dumps({'model_type': 'gemma3_text', 'vocab_size': 100, 'hidden_size': 32, 'intermediate_size': 64, 'num_attention_heads': 2, 'num_key_value_heads': 1, 'head_dim': 16, 'num_hidden_layers': 3, 'max_position_embeddings': 64, 'sliding_window': 8, 'sliding_window_pattern': 3, 'query_pre_attn_scalar': 16, 'rope_local_base_freq': 10000.0, 'rope_scaling': {'rope_type': 'linear', 'factor': 2.0}}))
+    out("config", "hf_embeddinggemma", json.dumps({'model_type': 'gemma3_text', 'use_bidirectional_attention': True, 'vocab_size': 100, 'hidden_size': 32, 'intermediate_size': 64, 'num_attention_heads': 2, 'num_key_value_heads': 1, 'head_dim': 16, 'num_hidden_layers': 2, 'max_position_embeddings': 64, 'sliding_window': 8, 'layer_types': ['sliding_attention', 'full_attention']}))
+    out("config", "st_dense", json.dumps({'in_features': 32, 'out_features': 16, 'bias': False, 'activation_function': 'torch.nn.modules.linear.Identity'}))
+    out("config", "st_modules", json.dumps([{'type': 'sentence_transformers.models.Transformer'}, {'type': 'sentence_transformers.models.Pooling', 'path': '1_Pooling'}, {'type': 'sentence_transformers.models.Dense', 'path': '2_Dense'}, {'type': 'sentence_transformers.models.Normalize'}]))
+    out("config", "st_prompts", json.dumps({'prompts': {'query': 'task: search result | query: ', 'document': 'title: none | text: '}, 'default_prompt_name': 'query'}))
 
     # ---- tokenizer texts ----
     texts = {

@@ -156,8 +156,16 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const Loa
     }
     loaded.transformer = std::move(*transformer);
   }
-  DIKKAT_ASSIGN_OR_RETURN(const std::vector<std::string> fingerprinted,
+  DIKKAT_ASSIGN_OR_RETURN(std::vector<std::string> fingerprinted,
                           FingerprintedFiles(loaded.weights_path));
+  // A sentence-transformers folder's Dense modules change the embeddings
+  // served: their weights files follow, in module order.
+  DIKKAT_ASSIGN_OR_RETURN(const std::vector<std::string> dense, DenseModulePaths(folder));
+  for (const std::string& module : dense) {
+    DIKKAT_ASSIGN_OR_RETURN(std::string file,
+                            FindWeightsFile((std::filesystem::path(folder) / module).string()));
+    fingerprinted.push_back(std::move(file));
+  }
   DIKKAT_ASSIGN_OR_RETURN(loaded.weights_sha256, Sha256Files(fingerprinted));
   return loaded;
 }

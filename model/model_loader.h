@@ -29,7 +29,8 @@ struct LoadedModel {
   std::string config_path;
   std::string weights_path;    // the file (or index) the weights came from
   // SHA-256 of that file; of a sharded checkpoint's index followed by every
-  // shard it names, in name order (as of `cat index shard1 shard2 ...`).
+  // shard it names, in name order (as of `cat index shard1 shard2 ...`);
+  // a sentence-transformers folder's Dense modules' weights files follow.
   std::string weights_sha256;
 };
 

@@ -413,36 +413,79 @@ absl::StatusOr<EncodeRequest> ToEncodeRequest(const v1::EncodeRequest& request,
     auto it = config.prompts.find(prompt_name);
     if (it == config.prompts.end()) {
       std::vector<std::string> names;
-      for (const auto& [name, text] : config.prompts) names.push_back(name);
+      for (const auto& [name, text] : config.prompts) {
+        if (names.size() < 20) names.push_back(absl::CHexEscape(name.substr(0, 50)));
+      }
       return Invalid(absl::StrCat(
-          "prompt_name '", absl::CHexEscape(prompt_name.substr(0, 100)), "' is not one of model '",
-          config.name, "''s prompts (",
-          names.empty() ? "it has none" : absl::StrJoin(names, ", "), ")"));
+          "prompt_name '", absl::CHexEscape(prompt_name.substr(0, 100)),
+          "' is not one of the prompts of model '", config.name, "' (",
+          names.empty() ? "it has none" : absl::StrJoin(names, ", "),
+          config.prompts.size() > names.size() ? ", ..." : "", ")"));
     }
-    if (!config.pooling_includes_prompt) {
-      return Invalid(absl::StrCat(
-          "model '", config.name,
-          "' pools without its prompt's tokens (include_prompt false), which dikkat does not do: "
-          "send the text without a prompt (prompt_name \"\")"));
-    }
-    prompt = &it->second;
+    if (!it->second.empty()) prompt = &it->second;
   }
+  // Its tokens, for the truncation check below (tokenized once; bounded by
+  // the model's config, not by the caller).
+  int64_t prompt_tokens = 0;
   bool any_type_ids = false;
   std::vector<std::vector<int32_t>> type_ids(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     const v1::Input* input = &request.inputs(i);
+    const std::string field = absl::StrCat("inputs[", i, "]");
     v1::Input prompted;
     if (prompt != nullptr && input->has_text()) {
+      if (input->text().empty()) {
+        return Invalid(absl::StrCat(field, ".text is empty; give some text or ", field,
+                                    ".tokens"));
+      }
+      if (!config.pooling_includes_prompt) {
+        return Invalid(absl::StrCat(
+            "model '", config.name,
+            "' pools without its prompt's tokens (include_prompt false), which dikkat does not "
+            "do: send the text without a prompt (prompt_name \"\")"));
+      }
+      // Bytes before the copy: the caller's text and the prompt together.
+      const int64_t limit = TextByteLimit(limits);
+      const size_t bytes = prompt->size() + input->text().size();
+      if (limit > 0 && static_cast<int64_t>(bytes) > limit) {
+        return Invalid(absl::StrCat(
+            field, ".text has ", input->text().size(), " bytes, ", bytes, " with the ",
+            prompt->size(), "-byte prompt '", absl::CHexEscape(prompt_name.substr(0, 100)),
+            "' before it; model '", config.name, "' takes at most ", limit,
+            " bytes of text per field (--max_text_bytes), checked before tokenizing"));
+      }
+      if (prompt_tokens == 0 && truncate_to > 0) {
+        absl::StatusOr<model::Encoding> encoded = limits.tokenizer->Encode(*prompt, false);
+        if (!encoded.ok()) return InField("prompt", encoded.status());
+        prompt_tokens = static_cast<int64_t>(encoded->ids.size());
+      }
       prompted = *input;
       prompted.set_text(absl::StrCat(*prompt, input->text()));
       input = &prompted;
-    } else if (prompt != nullptr && request.has_prompt_name()) {
-      return Invalid(absl::StrCat("prompt_name '", prompt_name, "' applies to text; inputs[", i,
-                                  "] is token ids (put the prompt's ids before them)"));
+    } else if (prompt != nullptr && request.has_prompt_name() && input->has_tokens()) {
+      return Invalid(absl::StrCat("prompt_name '", absl::CHexEscape(prompt_name.substr(0, 100)),
+                                  "' applies to text; ", field,
+                                  " is token ids (put the prompt's ids before them)"));
     }
     absl::StatusOr<std::vector<int32_t>> converted =
-        InputToIds(*input, absl::StrCat("inputs[", i, "]"), true, limits, &type_ids[i],
-                   truncate_to);
+        InputToIds(*input, field, true, limits, &type_ids[i], truncate_to);
+    // A cut that leaves none of the caller's text after the prompt.
+    if (converted.ok() && input == &prompted && truncate_to > 0 &&
+        static_cast<int64_t>(converted->size()) == truncate_to) {
+      const bool add_special = input->has_add_special_tokens() ? input->add_special_tokens()
+                                                               : !input->parse_special_tokens();
+      int64_t around = 0;
+      if (add_special) {
+        const model::Tokenizer::AddedTokens added = limits.tokenizer->SpecialTokensAround();
+        around = static_cast<int64_t>(added.before.size() + added.after.size());
+      }
+      if (truncate_to <= around + prompt_tokens) {
+        return Invalid(absl::StrCat("truncating ", field, " to ", truncate_to,
+                                    " tokens leaves none of its text after the ", prompt_tokens,
+                                    "-token prompt '", absl::CHexEscape(prompt_name.substr(0, 100)),
+                                    "'"));
+      }
+    }
     if (!converted.ok()) {
       // Token ids past the model's positions: the option that cuts them.
       const v1::Input& in = request.inputs(i);

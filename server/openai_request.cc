@@ -887,6 +887,8 @@ absl::StatusOr<GenerateCall> ParseChatRequest(const Json& body, const ChatPrompt
 absl::StatusOr<EmbeddingsCall> ParseEmbeddingsRequest(const Json& body, const ModelLimits& limits) {
   EmbeddingsCall call;
   v1::EncodeRequest wire;
+  // As vLLM: no sentence-transformers prompt unless the caller writes it.
+  wire.set_prompt_name("");
   DIKKAT_RETURN_IF_ERROR(CheckFieldNames(body, Endpoint::kEmbeddings));
   const Json* input = Field(body, "input");
   if (input == nullptr) {

@@ -654,11 +654,19 @@ absl::StatusOr<ModelConfig> TranslateHfConfig(const std::string& config_json_tex
                      absl::StrJoin(SupportedHfModelTypes(), ", ")));
   }
   if (type != "bert") {
-    DIKKAT_RETURN_IF_ERROR(keys.TokenId("bos_token_id", &c.bos_token_id));
-    std::vector<int64_t> more_eos;
-    DIKKAT_RETURN_IF_ERROR(keys.TokenId("eos_token_id", &c.eos_token_id, &more_eos));
-    for (int64_t id : more_eos) AddEosTokenId(&c, id);
-    DIKKAT_RETURN_IF_ERROR(keys.TokenId("pad_token_id", &c.pad_token_id));
+    // The multimodal gemma3's null ids keep its text_config's (read above).
+    const auto read = [&](const char* key) { return type != "gemma3" || keys.Find(key) != nullptr; };
+    if (read("bos_token_id")) {
+      DIKKAT_RETURN_IF_ERROR(keys.TokenId("bos_token_id", &c.bos_token_id));
+    }
+    if (read("eos_token_id")) {
+      std::vector<int64_t> more_eos;
+      DIKKAT_RETURN_IF_ERROR(keys.TokenId("eos_token_id", &c.eos_token_id, &more_eos));
+      for (int64_t id : more_eos) AddEosTokenId(&c, id);
+    }
+    if (read("pad_token_id")) {
+      DIKKAT_RETURN_IF_ERROR(keys.TokenId("pad_token_id", &c.pad_token_id));
+    }
   }
   // Newer transformers write "dtype", older "torch_dtype".
   for (const char* key : {"dtype", "torch_dtype"}) {
@@ -817,18 +825,25 @@ absl::Status MergeSentenceTransformersModules(const std::string& modules_json_te
       // "stays inside" check: Hugging Face cache snapshots are symlinks.)
       bool inside = path != module.end() && path->is_string() &&
                     !path->get<std::string>().empty();
+      std::string path_text;
       if (inside) {
-        const std::filesystem::path p(path->get<std::string>());
-        inside = p.is_relative() && !p.has_root_name() && !p.has_root_directory();
+        const std::filesystem::path p =
+            std::filesystem::path(path->get<std::string>()).lexically_normal();
+        inside = p.is_relative() && !p.has_root_name() && !p.has_root_directory() &&
+                 p != "." && !p.empty();
         for (const std::filesystem::path& part : p) inside = inside && part != "..";
-        inside = inside && std::find(paths.begin(), paths.end(), p.string()) == paths.end();
+        // "2_Dense", "./2_Dense" and "2_Dense/" are one module.
+        std::string normal = p.string();
+        while (!normal.empty() && normal.back() == '/') normal.pop_back();
+        inside = inside && std::find(paths.begin(), paths.end(), normal) == paths.end();
+        if (inside) path_text = normal;
       }
       if (!inside) {
         return absl::InvalidArgumentError(absl::StrCat(
             "modules.json: a Dense module needs a \"path\" of its own inside the folder, got ",
             module.dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200)));
       }
-      paths.push_back(path->get<std::string>());
+      paths.push_back(path_text);
       continue;
     }
     if (kind == "Normalize") {
@@ -857,10 +872,15 @@ absl::Status MergeSentenceTransformersPrompts(const std::string& json_text, Mode
   }
   const HfKeys keys(j, "", "config_sentence_transformers.json");
   if (const Json* prompts = keys.Find("prompts"); prompts != nullptr) {
-    if (!prompts->is_object()) return keys.Error("prompts", *prompts, "must be an object");
+    if (!prompts->is_object()) {
+      return absl::InvalidArgumentError(
+          "config_sentence_transformers.json key 'prompts' must be an object of strings");
+    }
     for (const auto& [name, text] : prompts->items()) {
       if (!text.is_string()) {
-        return keys.Error("prompts", *prompts, "must map each prompt name to a string");
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config_sentence_transformers.json key 'prompts': the prompt '",
+            name.substr(0, 100), "' must be a string"));
       }
       config->prompts[name] = text.get<std::string>();
     }
@@ -870,7 +890,7 @@ absl::Status MergeSentenceTransformersPrompts(const std::string& json_text, Mode
       config->prompts.count(config->default_prompt_name) == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config_sentence_transformers.json key 'default_prompt_name' is '",
-        config->default_prompt_name, "', which 'prompts' does not define"));
+        config->default_prompt_name.substr(0, 100), "', which 'prompts' does not define"));
   }
   return absl::OkStatus();
 }

@@ -422,6 +422,13 @@ TEST(HfConfigTest, Gemma3DefaultsPatternAndRefusals) {
   EXPECT_EQ(ids->eos_token_id, 106);
   EXPECT_TRUE(ids->more_eos_token_ids.empty());
   EXPECT_EQ(ids->bos_token_id, 5);
+  // Null top-level ids keep the text model's.
+  absl::StatusOr<ModelConfig> nulls = Translate(R"({"model_type": "gemma3", "eos_token_id": null,
+      "bos_token_id": null, "text_config": {"eos_token_id": [1, 106], "bos_token_id": 2}})");
+  ASSERT_TRUE(nulls.ok()) << nulls.status();
+  EXPECT_EQ(nulls->eos_token_id, 1);
+  EXPECT_EQ(nulls->more_eos_token_ids, (std::vector<int64_t>{106}));
+  EXPECT_EQ(nulls->bos_token_id, 2);
   // hidden_act is not Gemma 3's key (transformers ignores it too).
   absl::StatusOr<ModelConfig> act =
       Translate(R"({"model_type": "gemma3_text", "hidden_act": "gelu"})");
@@ -576,6 +583,13 @@ TEST_F(HfFolderTest, SentenceTransformersFolderSetsPooling) {
   Write("modules.json", R"([{"type": "sentence_transformers.models.Pooling"},
                             {"type": "sentence_transformers.models.Dense", "path": "2_Dense"},
                             {"type": "sentence_transformers.models.Dense", "path": "2_Dense"}])");
+  ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "of its own"});
+  Write("modules.json", R"([{"type": "sentence_transformers.models.Pooling"},
+                            {"type": "sentence_transformers.models.Dense", "path": "2_Dense"},
+                            {"type": "sentence_transformers.models.Dense", "path": "./2_Dense/"}])");
+  ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "of its own"});
+  Write("modules.json", R"([{"type": "sentence_transformers.models.Pooling"},
+                            {"type": "sentence_transformers.models.Dense", "path": "."}])");
   ExpectInvalid(ReadModelConfig(dir_), {"modules.json", "of its own"});
   // Newer sentence-transformers options apply only at their defaults.
   Write("modules.json", R"([{"type": "sentence_transformers.models.Pooling"},

@@ -411,11 +411,6 @@ TEST(KvCacheDecodeTest, BFloat16LoadIsCloseToFloat32) {
   }
 }
 
-// float32 weights with a 16-bit cache (--kv_cache_dtype): only the cached keys
-// and values are rounded (once each, as written), so the logits stay much
-// closer to float32 than with bfloat16 weights: bfloat16 has an 8-bit
-// mantissa (~0.4% per rounding), float16 11 bits. Measured: bf16 0.07-0.15%,
-// fp16 0.01-0.02% of the largest logit; held to 1% and 0.2%.
 // Gemma's token scale is taken in the weights' dtype, as Hugging Face's
 // embedding multiplies by embed_scale.to(weight.dtype): sqrt(3) = 1.7320508
 // is 1.734375 in bfloat16; float32 weights keep it exact.
@@ -441,6 +436,11 @@ TEST(KvCacheDecodeTest, EmbeddingScaleInTheWeightsDtype) {
   EXPECT_TRUE(at::equal(embeddings(true, at::kFloat), embeddings(false, at::kFloat)));
 }
 
+// float32 weights with a 16-bit cache (--kv_cache_dtype): only the cached keys
+// and values are rounded (once each, as written), so the logits stay much
+// closer to float32 than with bfloat16 weights: bfloat16 has an 8-bit
+// mantissa (~0.4% per rounding), float16 11 bits. Measured: bf16 0.07-0.15%,
+// fp16 0.01-0.02% of the largest logit; held to 1% and 0.2%.
 TEST(KvCacheDecodeTest, SixteenBitCacheForFloat32WeightsIsCloseToFloat32) {
   for (const Variant& v : Variants()) {
     SCOPED_TRACE(v.name);

@@ -115,6 +115,7 @@ TEST_F(HfGpt2FolderTest, LoadModelFolderServesTheWholeFolder) {
 TEST_F(HfGpt2FolderTest, ShardedFingerprintCoversEveryShard) {
   namespace fs = std::filesystem;
   const std::string folder = suite_->dir + "/sharded-served";
+  fs::remove_all(folder);  // --gtest_repeat
   fs::copy(suite_->Folder("sharded"), folder, fs::copy_options::recursive);
   for (const char* file : {"vocab.json", "merges.txt"}) {
     fs::copy_file(suite_->Folder("st") + "/" + file, folder + "/" + file);

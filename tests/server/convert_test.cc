@@ -492,13 +492,24 @@ TEST_F(ConvertTest, EncodePutsTheNamedPromptBeforeText) {
   out = Checked(ToEncodeRequest(r, limits_));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_THAT(out->inputs[0], ElementsAre(257, 'a', 'b'));
-  // Truncation keeps the prompt: it comes first.
+  // Truncation keeps the prompt (it comes first), but not at the cost of
+  // all of the caller's text.
   r.set_prompt_name("query");
-  r.set_truncate(4);
+  r.set_truncate(5);
   out = Checked(ToEncodeRequest(r, limits_));
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_THAT(out->inputs[0], ElementsAre(257, 'q', ':', ' '));
+  EXPECT_THAT(out->inputs[0], ElementsAre(257, 'q', ':', ' ', 'a'));
+  r.set_truncate(4);
+  ExpectInvalid(ToEncodeRequest(r, limits_), {"leaves none of its text", "3-token prompt 'query'"});
   r.clear_truncate();
+  // Empty text stays an error with a prompt; the prompt counts towards the
+  // text's bytes (16 positions x 32 bytes here).
+  v1::EncodeRequest empty = r;
+  empty.mutable_inputs(0)->set_text("");
+  ExpectInvalid(ToEncodeRequest(empty, limits_), {"inputs[0].text is empty"});
+  v1::EncodeRequest big = r;
+  big.mutable_inputs(0)->set_text(std::string(510, 'x'));
+  ExpectInvalid(ToEncodeRequest(big, limits_), {"510 bytes, 513 with the 3-byte prompt 'query'"});
   // The default prompt leaves token-id inputs as they are; a named one is
   // for text only.
   *r.add_inputs() = Ids({7});
@@ -514,6 +525,10 @@ TEST_F(ConvertTest, EncodePutsTheNamedPromptBeforeText) {
   r.set_prompt_name("query");
   config_.pooling_includes_prompt = false;
   ExpectInvalid(ToEncodeRequest(r, limits_), {"include_prompt false"});
+  // ... only where a prompt would be added: token ids take the default as is.
+  v1::EncodeRequest ids_only;
+  *ids_only.add_inputs() = Ids({7});
+  EXPECT_TRUE(Checked(ToEncodeRequest(ids_only, limits_)).ok());
 }
 
 TEST_F(ConvertTest, EncodeRejectsInvalidRequests) {
