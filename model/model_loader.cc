@@ -160,7 +160,11 @@ absl::StatusOr<LoadedModel> LoadModelFolder(const std::string& folder, const Loa
                           FingerprintedFiles(loaded.weights_path));
   // A sentence-transformers folder's Dense modules change the embeddings
   // served: their weights files follow, in module order.
-  DIKKAT_ASSIGN_OR_RETURN(const std::vector<std::string> dense, DenseModulePaths(folder));
+  // (A dikkat.json folder's embedding_dense is in its weights file.)
+  std::vector<std::string> dense;
+  if (loaded.config.weight_layout != "dikkat") {
+    DIKKAT_ASSIGN_OR_RETURN(dense, DenseModulePaths(folder));
+  }
   for (const std::string& module : dense) {
     DIKKAT_ASSIGN_OR_RETURN(std::string file,
                             FindWeightsFile((std::filesystem::path(folder) / module).string()));
